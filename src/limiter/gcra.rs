@@ -1,0 +1,282 @@
+//! The token bucket, written as GCRA arithmetic on integer nanoseconds.
+//!
+//! The bucket is kept as one instant, `full_at`: when the bucket would be full
+//! again if nothing more were taken. With `T` the time per token and `C` the
+//! capacity, the tokens available at `now` are `C - (full_at - now) / T`, and
+//! taking `n` tokens moves `full_at` to `max(full_at, now) + n·T`, which is
+//! allowed when the result is at most `now + C·T`. One integer of state, no
+//! floating point, no drift: refusal times are exact to the nanosecond.
+
+use super::algorithm::{Algorithm, Nanos};
+use super::Rate;
+
+/// Token-bucket state: capacity (burst) and refill rate (sustained rate)
+/// kept apart.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Gcra {
+    rate: Rate,
+    capacity: u64,
+    /// When the bucket is full again, in nanoseconds since the origin.
+    full_at: u128,
+    /// Nothing is admitted before this instant (server Retry-After).
+    blocked_until: Nanos,
+}
+
+fn wide(n: u64) -> u128 {
+    u128::from(n)
+}
+
+fn narrow(n: u128) -> Nanos {
+    u64::try_from(n).unwrap_or(u64::MAX)
+}
+
+impl Gcra {
+    /// A bucket holding `initial` tokens (clamped to `capacity`) at instant 0.
+    /// `capacity` must be at least 1; [`RateLimiter`](super::RateLimiter)
+    /// constructors check it.
+    pub fn new(rate: Rate, capacity: u64, initial: u64) -> Gcra {
+        let capacity = capacity.max(1);
+        let missing = capacity - initial.min(capacity);
+        Gcra {
+            rate,
+            capacity,
+            full_at: wide(missing) * wide(rate.interval_nanos()),
+            blocked_until: 0,
+        }
+    }
+
+    fn t(&self) -> u128 {
+        wide(self.rate.interval_nanos())
+    }
+
+    /// `C·T`: how long an empty bucket takes to fill.
+    fn span(&self) -> u128 {
+        wide(self.capacity) * self.t()
+    }
+
+    /// Nanoseconds of refill still owed at `now` (0 when full).
+    fn deficit(&self, now: Nanos) -> u128 {
+        self.full_at.saturating_sub(wide(now))
+    }
+}
+
+impl Algorithm for Gcra {
+    fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    fn try_admit(&mut self, now: Nanos, weight: u64) -> Result<(), Nanos> {
+        let ready = self.earliest(now, weight);
+        if ready > now {
+            return Err(ready);
+        }
+        self.full_at = self.full_at.max(wide(now)) + wide(weight) * self.t();
+        Ok(())
+    }
+
+    fn earliest(&self, now: Nanos, weight: u64) -> Nanos {
+        // Smallest t >= now with max(full_at, t) + w·T - t <= C·T.
+        let need = wide(weight) * self.t();
+        let by_tokens = if need <= self.span() {
+            (self.full_at + need).saturating_sub(self.span())
+        } else {
+            // More than the capacity (a queue's sum): when that many tokens
+            // will have flowed through an empty-then-refilling bucket.
+            self.full_at.max(wide(now)) + need - self.span()
+        };
+        narrow(by_tokens).max(now).max(self.blocked_until)
+    }
+
+    fn set_rate(&mut self, now: Nanos, rate: Rate) {
+        // Keep the earned tokens: the deficit in tokens is unchanged, only
+        // the time it takes to make it up changes.
+        let deficit = self.deficit(now);
+        let scaled = deficit * wide(rate.interval_nanos()) / self.t();
+        self.rate = rate;
+        self.full_at = wide(now) + scaled;
+    }
+
+    fn set_capacity(&mut self, now: Nanos, capacity: u64) {
+        let capacity = capacity.max(1);
+        let tokens_ns = self.span().saturating_sub(self.deficit(now));
+        self.capacity = capacity;
+        let kept = tokens_ns.min(self.span());
+        self.full_at = wide(now) + (self.span() - kept);
+    }
+
+    fn limit_remaining(&mut self, now: Nanos, remaining: u64) {
+        let wanted = wide(now) + wide(self.capacity - remaining.min(self.capacity)) * self.t();
+        self.full_at = self.full_at.max(wanted);
+    }
+
+    fn set_remaining(&mut self, now: Nanos, remaining: u64) {
+        self.full_at = wide(now) + wide(self.capacity - remaining.min(self.capacity)) * self.t();
+    }
+
+    fn block_until(&mut self, now: Nanos, until: Nanos) {
+        let until = until.max(now);
+        self.blocked_until = self.blocked_until.max(until);
+        // One token at `until`, then the rate: full again (C-1)·T later.
+        let resume = wide(until) + wide(self.capacity - 1) * self.t();
+        self.full_at = self.full_at.max(resume);
+    }
+
+    fn is_idle(&self, now: Nanos) -> bool {
+        self.full_at <= wide(now) && self.blocked_until <= now
+    }
+
+    fn rate(&self) -> Rate {
+        self.rate
+    }
+
+    fn available(&self, now: Nanos) -> u64 {
+        if now < self.blocked_until {
+            return 0;
+        }
+        let tokens_ns = self.span().saturating_sub(self.deficit(now));
+        narrow(tokens_ns / self.t())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn bucket(per_second: u64, capacity: u64) -> Gcra {
+        Gcra::new(Rate::per_second(per_second).unwrap(), capacity, capacity)
+    }
+
+    #[test]
+    fn burst_then_rate() {
+        let mut g = bucket(100, 5);
+        for _ in 0..5 {
+            assert_eq!(g.try_admit(0, 1), Ok(()));
+        }
+        assert_eq!(g.try_admit(0, 1), Err(10 * MS));
+        assert_eq!(g.try_admit(10 * MS - 1, 1), Err(10 * MS));
+        assert_eq!(g.try_admit(10 * MS, 1), Ok(()));
+        assert_eq!(g.try_admit(10 * MS, 2), Err(30 * MS));
+    }
+
+    #[test]
+    fn starts_at_initial() {
+        let mut g = Gcra::new(Rate::per_second(10).unwrap(), 4, 0);
+        assert_eq!(g.available(0), 0);
+        assert_eq!(g.try_admit(0, 1), Err(100 * MS));
+        assert_eq!(g.available(400 * MS), 4);
+    }
+
+    #[test]
+    fn block_resumes_at_rate() {
+        let mut g = bucket(10, 10);
+        g.block_until(0, 1_000 * MS);
+        assert_eq!(g.try_admit(0, 1), Err(1_000 * MS));
+        assert_eq!(g.try_admit(1_000 * MS, 1), Ok(()));
+        assert_eq!(g.try_admit(1_000 * MS, 1), Err(1_100 * MS));
+        assert!(!g.is_idle(1_000 * MS));
+    }
+
+    #[test]
+    fn remaining_only_lowers() {
+        let mut g = bucket(10, 10);
+        g.limit_remaining(0, 3);
+        assert_eq!(g.available(0), 3);
+        g.limit_remaining(0, 8);
+        assert_eq!(g.available(0), 3);
+        g.set_remaining(0, 8);
+        assert_eq!(g.available(0), 8);
+        g.set_remaining(0, 80);
+        assert_eq!(g.available(0), 10);
+    }
+
+    #[test]
+    fn rate_change_keeps_tokens() {
+        let mut g = bucket(10, 10);
+        g.limit_remaining(0, 5); // 5 tokens missing: 500 ms to refill
+        g.set_rate(0, Rate::per_second(100).unwrap());
+        assert_eq!(g.available(0), 5);
+        assert_eq!(g.available(50 * MS), 10);
+    }
+
+    #[test]
+    fn capacity_change_keeps_tokens() {
+        let mut g = bucket(10, 10);
+        g.limit_remaining(0, 4);
+        g.set_capacity(0, 2);
+        assert_eq!(g.available(0), 2);
+        g.set_capacity(0, 20);
+        assert_eq!(g.available(0), 2);
+        assert_eq!(g.available(1_800 * MS), 20);
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Advance(u64),
+        Take(u64),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0u64..50 * MS).prop_map(Op::Advance),
+            (1u64..=8).prop_map(Op::Take),
+        ]
+    }
+
+    proptest! {
+        /// Over any sequence of acquisitions and clock advances, admitted
+        /// tokens never exceed capacity + rate × elapsed.
+        #[test]
+        fn never_over_admits(
+            per_second in 1u64..10_000,
+            capacity in 1u64..=8,
+            ops in proptest::collection::vec(op(), 1..300),
+        ) {
+            let rate = Rate::per_second(per_second).unwrap();
+            let mut g = Gcra::new(rate, capacity, capacity);
+            let mut now = 0u64;
+            let mut admitted = 0u128;
+            for op in ops {
+                match op {
+                    Op::Advance(d) => now += d,
+                    Op::Take(n) => {
+                        if n <= capacity && g.try_admit(now, n).is_ok() {
+                            admitted += u128::from(n);
+                        }
+                    }
+                }
+                let allowance = u128::from(capacity)
+                    + u128::from(now) / u128::from(rate.interval_nanos());
+                prop_assert!(admitted <= allowance, "{admitted} > {allowance}");
+            }
+        }
+
+        /// A refusal's instant is exact: not admitted a nanosecond before,
+        /// admitted at it.
+        #[test]
+        fn refusal_times_are_exact(
+            per_second in 1u64..100_000,
+            capacity in 1u64..=16,
+            taken in 0u64..=16,
+            at in 0u64..1_000 * MS,
+            weight in 1u64..=16,
+        ) {
+            let rate = Rate::per_second(per_second).unwrap();
+            let mut g = Gcra::new(rate, capacity, capacity);
+            for _ in 0..taken.min(capacity) {
+                prop_assert!(g.try_admit(0, 1).is_ok());
+            }
+            let weight = weight.min(capacity);
+            match g.clone().try_admit(at, weight) {
+                Ok(()) => {}
+                Err(ready) => {
+                    prop_assert!(ready > at);
+                    prop_assert!(g.clone().try_admit(ready - 1, weight).is_err());
+                    prop_assert_eq!(g.try_admit(ready, weight), Ok(()));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! A sustained rate: "N per duration".
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::Error;
+
+/// A sustained rate, written as `count` tokens per `per`.
+///
+/// Sub-Hz rates (`1` per minute) and high rates (`100_000` per second) are
+/// both exact as long as the time per token is a whole number of
+/// nanoseconds; otherwise the time per token is rounded *up* to the next
+/// nanosecond, so the limiter may run a hair slower than asked but never
+/// faster. Rates faster than one token per nanosecond are refused.
+///
+/// ```
+/// use std::time::Duration;
+/// use reqwest_pace::Rate;
+///
+/// let api = Rate::per_second(100)?;
+/// assert_eq!(api.interval(), Duration::from_millis(10));
+///
+/// let slow = Rate::per_minute(1)?;
+/// assert_eq!(slow.interval(), Duration::from_secs(60));
+///
+/// assert!(Rate::per_second(0).is_err());
+/// # Ok::<(), reqwest_pace::Error>(())
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Rate {
+    count: u64,
+    per: Duration,
+    interval_nanos: u64,
+}
+
+impl Rate {
+    /// `count` tokens every `per`.
+    ///
+    /// Fails on a zero count, a zero duration, or a rate above one token per
+    /// nanosecond.
+    pub fn new(count: u64, per: Duration) -> Result<Rate, Error> {
+        if count == 0 {
+            return Err(Error::config("a rate needs a count above zero"));
+        }
+        if per.is_zero() {
+            return Err(Error::config("a rate needs a period above zero"));
+        }
+        let per_nanos = per.as_nanos();
+        let count_wide = u128::from(count);
+        if per_nanos < count_wide {
+            return Err(Error::config(format!(
+                "{count} per {per:?} is faster than one token per nanosecond"
+            )));
+        }
+        let interval = per_nanos.div_ceil(count_wide);
+        let interval_nanos = u64::try_from(interval).map_err(|_| {
+            Error::config(format!(
+                "{count} per {per:?} is slower than one token per 584 years"
+            ))
+        })?;
+        Ok(Rate {
+            count,
+            per,
+            interval_nanos,
+        })
+    }
+
+    /// `count` tokens per second.
+    pub fn per_second(count: u64) -> Result<Rate, Error> {
+        Rate::new(count, Duration::from_secs(1))
+    }
+
+    /// `count` tokens per minute.
+    pub fn per_minute(count: u64) -> Result<Rate, Error> {
+        Rate::new(count, Duration::from_secs(60))
+    }
+
+    /// `count` tokens per hour.
+    pub fn per_hour(count: u64) -> Result<Rate, Error> {
+        Rate::new(count, Duration::from_secs(3600))
+    }
+
+    /// One token every `interval`.
+    pub fn every(interval: Duration) -> Result<Rate, Error> {
+        Rate::new(1, interval)
+    }
+
+    /// The largest rate at or below `per_second` tokens per second that this
+    /// type can express with nanosecond intervals; used when a rate is
+    /// computed (from a server's figures) rather than configured.
+    ///
+    /// Fails on a rate that is not finite and positive.
+    pub fn from_per_second_f64(per_second: f64) -> Result<Rate, Error> {
+        if !per_second.is_finite() || per_second <= 0.0 {
+            return Err(Error::config(format!(
+                "a rate of {per_second} per second is not positive and finite"
+            )));
+        }
+        let nanos = (1e9 / per_second).ceil();
+        if nanos >= u64::MAX as f64 {
+            return Err(Error::config(format!(
+                "a rate of {per_second} per second is too slow"
+            )));
+        }
+        // `nanos` is finite, positive and below u64::MAX here.
+        let nanos = (nanos as u64).max(1);
+        Rate::new(1, Duration::from_nanos(nanos))
+    }
+
+    /// The count in "count per period".
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// The period in "count per period".
+    pub fn per(&self) -> Duration {
+        self.per
+    }
+
+    /// Time for one token to refill (rounded up to whole nanoseconds).
+    pub fn interval(&self) -> Duration {
+        Duration::from_nanos(self.interval_nanos)
+    }
+
+    /// Time for one token to refill, in nanoseconds.
+    pub fn interval_nanos(&self) -> u64 {
+        self.interval_nanos
+    }
+
+    /// The rate as tokens per second.
+    pub fn per_second_f64(&self) -> f64 {
+        1e9 / self.interval_nanos as f64
+    }
+}
+
+impl fmt::Debug for Rate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Rate({} per {:?})", self.count, self.per)
+    }
+}
+
+impl fmt::Display for Rate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} per {:?}", self.count, self.per)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intervals_round_up() {
+        let r = Rate::per_second(3).unwrap();
+        assert_eq!(r.interval_nanos(), 333_333_334);
+        let r = Rate::per_second(100_000).unwrap();
+        assert_eq!(r.interval_nanos(), 10_000);
+        let r = Rate::new(1, Duration::from_secs(86_400)).unwrap();
+        assert_eq!(r.interval(), Duration::from_secs(86_400));
+    }
+
+    #[test]
+    fn bad_rates_are_errors() {
+        assert!(Rate::per_second(0).is_err());
+        assert!(Rate::new(1, Duration::ZERO).is_err());
+        assert!(Rate::new(2_000_000_000, Duration::from_secs(1)).is_err());
+        assert!(Rate::new(1, Duration::MAX).is_err());
+        assert!(Rate::from_per_second_f64(f64::NAN).is_err());
+        assert!(Rate::from_per_second_f64(-1.0).is_err());
+        assert!(Rate::from_per_second_f64(0.0).is_err());
+        assert!(Rate::from_per_second_f64(1e-30).is_err());
+        assert_eq!(
+            Rate::from_per_second_f64(50.0).unwrap().interval(),
+            Duration::from_millis(20)
+        );
+    }
+}

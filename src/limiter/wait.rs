@@ -1,0 +1,397 @@
+//! The waiting around an [`Algorithm`]: a clock, a lock and a FIFO queue.
+//!
+//! Waiters queue in arrival order. Only the waiter at the head of the queue
+//! holds a timer, set to the exact instant its algorithm says it can go;
+//! everyone behind it sleeps on its waker alone. When the head is admitted
+//! (or dropped) it wakes exactly the next waiter, so one admission costs one
+//! wake-up, whatever the length of the queue. An adjustment (new rate,
+//! Retry-After block) wakes only the head, which recomputes its instant.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+
+use tokio::time::{Instant, Sleep};
+
+use super::algorithm::{Algorithm, Nanos};
+use super::gcra::Gcra;
+use super::Rate;
+use crate::Error;
+
+/// A limiter: one [`Algorithm`]'s state behind a lock, a tokio clock and a
+/// fair queue of waiters.
+///
+/// Guarantees, whatever the algorithm:
+/// - **FIFO.** Waiters are admitted in the order they first polled
+///   [`acquire`](RateLimiter::acquire); a later arrival never barges ahead
+///   (and [`try_acquire`](RateLimiter::try_acquire) refuses while anyone
+///   waits).
+/// - **One wake-up per admission.** Only the head of the queue holds a timer;
+///   N waiters do not all wake for one token.
+/// - **Cancel safety.** Dropping an `acquire` future before it completes
+///   gives its place back; it has taken no tokens, so nobody loses any.
+/// - **Tokio time.** Time is [`tokio::time::Instant`], so tests under
+///   `#[tokio::test(start_paused = true)]` run instantly and exactly.
+///   Waiting needs a Tokio runtime with the time driver enabled.
+///
+/// The token bucket is [`TokenBucket`], this type over [`Gcra`].
+pub struct RateLimiter<A> {
+    origin: Instant,
+    state: Mutex<State<A>>,
+}
+
+struct State<A> {
+    algorithm: A,
+    queue: VecDeque<Waiter>,
+    queued_weight: u64,
+    next_id: u64,
+}
+
+struct Waiter {
+    id: u64,
+    weight: u64,
+    waker: Option<Waker>,
+}
+
+/// A token bucket: capacity (the burst) and rate (the sustained refill)
+/// kept apart, FIFO waiting, exact refusal times.
+///
+/// A new bucket starts **full**: a client that has not sent anything yet may
+/// send a burst of `capacity` at once, which is what a client-side limiter
+/// usually wants (the server's own limit also starts full). Use
+/// [`TokenBucket::with_initial`] to start lower, for example empty after a
+/// restart that must not burst.
+///
+/// ```
+/// use std::time::Duration;
+/// use reqwest_pace::{Rate, TokenBucket};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), reqwest_pace::Error> {
+/// // 10 per second sustained, bursts of up to 5.
+/// let bucket = TokenBucket::new(Rate::per_second(10)?, 5)?;
+/// let start = tokio::time::Instant::now();
+/// for _ in 0..5 {
+///     bucket.try_acquire(1)?; // the burst goes at once
+/// }
+/// // The sixth has to wait one interval; try_acquire says exactly how long.
+/// match bucket.try_acquire(1) {
+///     Err(reqwest_pace::Error::Throttled { wait }) => {
+///         assert_eq!(wait, Duration::from_millis(100))
+///     }
+///     other => panic!("unexpected {other:?}"),
+/// }
+/// bucket.acquire(1).await?; // waits its turn
+/// assert_eq!(start.elapsed(), Duration::from_millis(100));
+/// # Ok(())
+/// # }
+/// ```
+pub type TokenBucket = RateLimiter<Gcra>;
+
+impl RateLimiter<Gcra> {
+    /// A full bucket of `capacity` tokens refilling at `rate`.
+    ///
+    /// Fails on a zero capacity.
+    pub fn new(rate: Rate, capacity: u64) -> Result<Self, Error> {
+        Self::with_initial(rate, capacity, capacity)
+    }
+
+    /// A bucket of `capacity` tokens refilling at `rate`, holding `initial`
+    /// tokens (clamped to `capacity`) at creation.
+    pub fn with_initial(rate: Rate, capacity: u64, initial: u64) -> Result<Self, Error> {
+        if capacity == 0 {
+            return Err(Error::config("a token bucket needs a capacity above zero"));
+        }
+        Ok(Self::from_algorithm(Gcra::new(rate, capacity, initial)))
+    }
+}
+
+fn lock<A>(state: &Mutex<State<A>>) -> MutexGuard<'_, State<A>> {
+    // The state is consistent after every statement that can panic (none
+    // of them should), so a poisoned lock is still usable.
+    state
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl<A: Algorithm> RateLimiter<A> {
+    /// Wrap an algorithm whose instant 0 is now.
+    pub fn from_algorithm(algorithm: A) -> Self {
+        RateLimiter {
+            origin: Instant::now(),
+            state: Mutex::new(State {
+                algorithm,
+                queue: VecDeque::new(),
+                queued_weight: 0,
+                next_id: 0,
+            }),
+        }
+    }
+
+    fn nanos(&self, at: Instant) -> Nanos {
+        let d = at.saturating_duration_since(self.origin);
+        u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn instant(&self, at: Nanos) -> Instant {
+        self.origin + std::time::Duration::from_nanos(at)
+    }
+
+    fn now(&self) -> Nanos {
+        self.nanos(Instant::now())
+    }
+
+    fn check_weight(algorithm: &A, weight: u64) -> Result<(), Error> {
+        let capacity = algorithm.capacity();
+        if weight > capacity {
+            return Err(Error::WeightExceedsCapacity { weight, capacity });
+        }
+        Ok(())
+    }
+
+    /// Take `weight` tokens now, or say how long until they would be there.
+    ///
+    /// Refuses with [`Error::Throttled`] while other callers are queued in
+    /// [`acquire`](Self::acquire), so it never barges ahead of them; the wait
+    /// is then an estimate that counts the queue ahead. With nobody queued
+    /// the wait is exact: a call after exactly that long succeeds if nothing
+    /// else changed. A weight of 0 always succeeds; a weight over the
+    /// capacity is [`Error::WeightExceedsCapacity`].
+    pub fn try_acquire(&self, weight: u64) -> Result<(), Error> {
+        if weight == 0 {
+            return Ok(());
+        }
+        let now = self.now();
+        let mut state = lock(&self.state);
+        Self::check_weight(&state.algorithm, weight)?;
+        let outcome = if state.queue.is_empty() {
+            state.algorithm.try_admit(now, weight)
+        } else {
+            Err(state.algorithm.earliest(now, state.queued_weight + weight))
+        };
+        outcome.map_err(|ready| Error::Throttled {
+            wait: std::time::Duration::from_nanos(ready.saturating_sub(now)),
+        })
+    }
+
+    /// Wait until `weight` tokens can be taken, in FIFO order, then take
+    /// them.
+    ///
+    /// Cancel-safe: dropping the future before it completes takes nothing
+    /// and lets the next waiter move up. A weight over the capacity fails at
+    /// once with [`Error::WeightExceedsCapacity`].
+    pub fn acquire(&self, weight: u64) -> Acquire<'_, A> {
+        Acquire {
+            limiter: self,
+            weight,
+            id: None,
+            sleep: None,
+        }
+    }
+
+    /// Change the sustained rate. Tokens already earned are kept.
+    pub fn set_rate(&self, rate: Rate) {
+        self.with_state(|algorithm, now| algorithm.set_rate(now, rate));
+    }
+
+    /// Change the capacity (burst). Tokens already earned are kept, up to
+    /// the new capacity. Fails on a zero capacity.
+    pub fn set_capacity(&self, capacity: u64) -> Result<(), Error> {
+        if capacity == 0 {
+            return Err(Error::config("a limiter needs a capacity above zero"));
+        }
+        self.with_state(|algorithm, now| algorithm.set_capacity(now, capacity));
+        Ok(())
+    }
+
+    /// Lower the tokens available now to at most `remaining` (what a server
+    /// says is left). Never raises them.
+    pub fn limit_remaining(&self, remaining: u64) {
+        self.with_state(|algorithm, now| algorithm.limit_remaining(now, remaining));
+    }
+
+    /// Set the tokens available now to `remaining`, raising them if need be.
+    /// Meant for the start of a new server window; within a window use
+    /// [`limit_remaining`](Self::limit_remaining).
+    pub fn set_remaining(&self, remaining: u64) {
+        self.with_state(|algorithm, now| algorithm.set_remaining(now, remaining));
+    }
+
+    /// Admit nothing before `until` (a server's Retry-After), then resume at
+    /// the rate: one token at `until`, the next an interval later, and so on,
+    /// rather than releasing every waiter at once. Blocks only ever extend.
+    pub fn block_until(&self, until: Instant) {
+        let until = self.nanos(until);
+        self.with_state(|algorithm, now| algorithm.block_until(now, until));
+    }
+
+    /// The current sustained rate.
+    pub fn rate(&self) -> Rate {
+        lock(&self.state).algorithm.rate()
+    }
+
+    /// The most that can be taken at once.
+    pub fn capacity(&self) -> u64 {
+        lock(&self.state).algorithm.capacity()
+    }
+
+    /// Whole tokens available now (0 while blocked).
+    pub fn available(&self) -> u64 {
+        let now = self.now();
+        lock(&self.state).algorithm.available(now)
+    }
+
+    /// How many callers are waiting in [`acquire`](Self::acquire).
+    pub fn waiting(&self) -> usize {
+        lock(&self.state).queue.len()
+    }
+
+    /// Whether this limiter is indistinguishable from a fresh one: nobody
+    /// waiting and the algorithm back at its starting state.
+    pub fn is_idle(&self) -> bool {
+        let now = self.now();
+        let state = lock(&self.state);
+        state.queue.is_empty() && state.algorithm.is_idle(now)
+    }
+
+    /// Run an adjustment, then wake the head waiter so it recomputes its
+    /// instant (the adjustment may have made it earlier). One wake-up.
+    fn with_state(&self, f: impl FnOnce(&mut A, Nanos)) {
+        let now = self.now();
+        let mut state = lock(&self.state);
+        f(&mut state.algorithm, now);
+        if let Some(waker) = state.queue.front_mut().and_then(|w| w.waker.take()) {
+            waker.wake();
+        }
+    }
+}
+
+impl<A> fmt::Debug for RateLimiter<A>
+where
+    A: Algorithm + fmt::Debug,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = lock(&self.state);
+        f.debug_struct("RateLimiter")
+            .field("algorithm", &state.algorithm)
+            .field("waiting", &state.queue.len())
+            .finish()
+    }
+}
+
+/// The future returned by [`RateLimiter::acquire`].
+#[must_use = "futures do nothing unless polled"]
+pub struct Acquire<'a, A: Algorithm> {
+    limiter: &'a RateLimiter<A>,
+    weight: u64,
+    /// Our place in the queue, once we have one.
+    id: Option<u64>,
+    /// Our timer, while we are the head and must wait.
+    sleep: Option<Pin<Box<Sleep>>>,
+}
+
+impl<A: Algorithm> Acquire<'_, A> {
+    fn position(state: &State<A>, id: u64) -> Option<usize> {
+        // Ids are handed out in increasing order and the queue keeps that
+        // order, so a binary search finds any waiter.
+        state.queue.binary_search_by_key(&id, |w| w.id).ok()
+    }
+}
+
+impl<A: Algorithm> Future for Acquire<'_, A> {
+    type Output = Result<(), Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        let limiter = this.limiter;
+        if this.weight == 0 {
+            return Poll::Ready(Ok(()));
+        }
+        loop {
+            let now = limiter.now();
+            let mut state = lock(&limiter.state);
+            let id = match this.id {
+                Some(id) => id,
+                None => {
+                    if let Err(e) = RateLimiter::check_weight(&state.algorithm, this.weight) {
+                        return Poll::Ready(Err(e));
+                    }
+                    if state.queue.is_empty() && state.algorithm.try_admit(now, this.weight).is_ok()
+                    {
+                        return Poll::Ready(Ok(()));
+                    }
+                    let id = state.next_id;
+                    state.next_id += 1;
+                    state.queue.push_back(Waiter {
+                        id,
+                        weight: this.weight,
+                        waker: None,
+                    });
+                    state.queued_weight += this.weight;
+                    this.id = Some(id);
+                    id
+                }
+            };
+            let is_head = state.queue.front().map(|w| w.id) == Some(id);
+            if !is_head {
+                if let Some(pos) = Self::position(&state, id) {
+                    state.queue[pos].waker = Some(cx.waker().clone());
+                }
+                return Poll::Pending;
+            }
+            match state.algorithm.try_admit(now, this.weight) {
+                Ok(()) => {
+                    state.queue.pop_front();
+                    state.queued_weight -= this.weight;
+                    this.id = None;
+                    this.sleep = None;
+                    // Mark done so Drop does nothing, then pass the baton.
+                    this.weight = 0;
+                    if let Some(waker) = state.queue.front_mut().and_then(|w| w.waker.take()) {
+                        waker.wake();
+                    }
+                    return Poll::Ready(Ok(()));
+                }
+                Err(ready) => {
+                    if let Some(head) = state.queue.front_mut() {
+                        head.waker = Some(cx.waker().clone());
+                    }
+                    drop(state);
+                    let deadline = limiter.instant(ready);
+                    match this.sleep.as_mut() {
+                        Some(sleep) => sleep.as_mut().reset(deadline),
+                        None => this.sleep = Some(Box::pin(tokio::time::sleep_until(deadline))),
+                    }
+                    if let Some(sleep) = this.sleep.as_mut() {
+                        if sleep.as_mut().poll(cx).is_pending() {
+                            return Poll::Pending;
+                        }
+                    }
+                    // The deadline has already passed: try again.
+                }
+            }
+        }
+    }
+}
+
+impl<A: Algorithm> Drop for Acquire<'_, A> {
+    fn drop(&mut self) {
+        let Some(id) = self.id else { return };
+        let mut state = lock(&self.limiter.state);
+        let Some(pos) = Self::position(&state, id) else {
+            return;
+        };
+        let was_head = pos == 0;
+        if let Some(waiter) = state.queue.remove(pos) {
+            state.queued_weight -= waiter.weight;
+        }
+        if was_head {
+            if let Some(waker) = state.queue.front_mut().and_then(|w| w.waker.take()) {
+                waker.wake();
+            }
+        }
+    }
+}

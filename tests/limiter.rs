@@ -1,0 +1,263 @@
+//! Behaviour of the token bucket's waiting, on tokio's paused clock.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use reqwest_pace::{Error, Rate, TokenBucket};
+use tokio::time::Instant;
+
+fn empty_bucket(per_second: u64, capacity: u64) -> Arc<TokenBucket> {
+    Arc::new(TokenBucket::with_initial(Rate::per_second(per_second).unwrap(), capacity, 0).unwrap())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_thousand_waiters_at_100_per_second_take_ten_seconds_in_fifo_order() {
+    let bucket = empty_bucket(100, 1);
+    let start = Instant::now();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..1000u32 {
+        let bucket = Arc::clone(&bucket);
+        let order = Arc::clone(&order);
+        tasks.push(tokio::spawn(async move {
+            bucket.acquire(1).await.unwrap();
+            order.lock().unwrap().push((i, start.elapsed()));
+        }));
+        // Let each task enqueue before the next is spawned, so arrival order
+        // is the spawn order.
+        tokio::task::yield_now().await;
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(start.elapsed(), Duration::from_secs(10));
+    let order = order.lock().unwrap();
+    for (pos, (i, at)) in order.iter().enumerate() {
+        assert_eq!(*i as usize, pos, "served out of order");
+        assert_eq!(*at, Duration::from_millis(10 * (pos as u64 + 1)));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_half_the_waiters_does_not_slow_the_others() {
+    let bucket = empty_bucket(100, 1);
+    let start = Instant::now();
+    let mut kept = Vec::new();
+    let mut dropped = Vec::new();
+    for i in 0..200u32 {
+        let b = Arc::clone(&bucket);
+        let task = tokio::spawn(async move {
+            b.acquire(1).await.unwrap();
+            start.elapsed()
+        });
+        tokio::task::yield_now().await;
+        if i % 2 == 1 {
+            dropped.push(task);
+        } else {
+            kept.push(task);
+        }
+    }
+    // Half a second in: 50 admitted (25 of each group). Cancel the rest of
+    // the odd ones.
+    tokio::time::sleep(Duration::from_millis(505)).await;
+    for t in &dropped {
+        t.abort();
+    }
+    let mut done = Vec::new();
+    for t in kept {
+        done.push(t.await.unwrap());
+    }
+    // The first 50 went at 10 ms steps; the remaining 75 even ones follow at
+    // the same rate with no gaps where the cancelled ones stood.
+    assert_eq!(done[24], Duration::from_millis(490));
+    assert_eq!(done[25], Duration::from_millis(510));
+    assert_eq!(*done.last().unwrap(), Duration::from_millis(500 + 75 * 10));
+    assert_eq!(bucket.waiting(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_head_passes_its_place_on_without_taking_tokens() {
+    let bucket = empty_bucket(10, 1);
+    let start = Instant::now();
+    let head = {
+        let b = Arc::clone(&bucket);
+        tokio::spawn(async move { b.acquire(1).await })
+    };
+    tokio::task::yield_now().await;
+    let next = {
+        let b = Arc::clone(&bucket);
+        tokio::spawn(async move {
+            b.acquire(1).await.unwrap();
+            start.elapsed()
+        })
+    };
+    tokio::task::yield_now().await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    head.abort();
+    // The token that the head was waiting for goes to the next waiter.
+    assert_eq!(next.await.unwrap(), Duration::from_millis(100));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_blocked_bucket_releases_waiters_at_its_rate_after_the_block() {
+    let bucket = Arc::new(TokenBucket::new(Rate::per_second(10).unwrap(), 10).unwrap());
+    let start = Instant::now();
+    bucket.block_until(start + Duration::from_secs(3));
+    let mut tasks = Vec::new();
+    for _ in 0..5 {
+        let b = Arc::clone(&bucket);
+        tasks.push(tokio::spawn(async move {
+            b.acquire(1).await.unwrap();
+            start.elapsed()
+        }));
+        tokio::task::yield_now().await;
+    }
+    let mut at = Vec::new();
+    for t in tasks {
+        at.push(t.await.unwrap());
+    }
+    let expected: Vec<Duration> = (0..5)
+        .map(|i| Duration::from_millis(3000 + 100 * i))
+        .collect();
+    assert_eq!(at, expected, "a full bucket must not burst after a block");
+}
+
+#[tokio::test(start_paused = true)]
+async fn raising_the_rate_wakes_the_head_early() {
+    let bucket = empty_bucket(1, 1);
+    let start = Instant::now();
+    let waiter = {
+        let b = Arc::clone(&bucket);
+        tokio::spawn(async move {
+            b.acquire(1).await.unwrap();
+            start.elapsed()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // 100 ms of 1/s earned a tenth of a token; the other nine tenths take
+    // 90 ms at 10/s, not the 900 ms the head was sleeping for.
+    bucket.set_rate(Rate::per_second(10).unwrap());
+    assert_eq!(waiter.await.unwrap(), Duration::from_millis(190));
+}
+
+#[tokio::test(start_paused = true)]
+async fn lowering_the_rate_slows_the_waiting_head() {
+    let bucket = empty_bucket(10, 1);
+    let start = Instant::now();
+    let waiter = {
+        let b = Arc::clone(&bucket);
+        tokio::spawn(async move {
+            b.acquire(1).await.unwrap();
+            start.elapsed()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Half a token earned at 10/s; the other half takes 500 ms at 1/s.
+    bucket.set_rate(Rate::per_second(1).unwrap());
+    assert_eq!(waiter.await.unwrap(), Duration::from_millis(550));
+}
+
+#[tokio::test(start_paused = true)]
+async fn weight_over_capacity_is_an_error_not_a_hang() {
+    let bucket = TokenBucket::new(Rate::per_second(10).unwrap(), 4).unwrap();
+    match bucket.acquire(5).await {
+        Err(Error::WeightExceedsCapacity {
+            weight: 5,
+            capacity: 4,
+        }) => {}
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(matches!(
+        bucket.try_acquire(5),
+        Err(Error::WeightExceedsCapacity { .. })
+    ));
+    assert!(TokenBucket::new(Rate::per_second(10).unwrap(), 0).is_err());
+}
+
+#[tokio::test(start_paused = true)]
+async fn try_acquire_does_not_barge_past_waiters() {
+    let bucket = empty_bucket(10, 1);
+    let b = Arc::clone(&bucket);
+    let waiter = tokio::spawn(async move { b.acquire(1).await });
+    tokio::task::yield_now().await;
+    tokio::time::advance(Duration::from_millis(100)).await;
+    // The token is there, but it belongs to the queued waiter.
+    match bucket.try_acquire(1) {
+        Err(Error::Throttled { wait }) => assert_eq!(wait, Duration::from_millis(100)),
+        other => panic!("unexpected {other:?}"),
+    }
+    waiter.await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn weighted_waiters_are_served_in_order() {
+    let bucket = empty_bucket(10, 5);
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for weight in [5u64, 1, 3] {
+        let b = Arc::clone(&bucket);
+        tasks.push(tokio::spawn(async move {
+            b.acquire(weight).await.unwrap();
+            start.elapsed()
+        }));
+        tokio::task::yield_now().await;
+    }
+    let mut at = Vec::new();
+    for t in tasks {
+        at.push(t.await.unwrap());
+    }
+    assert_eq!(
+        at,
+        vec![
+            Duration::from_millis(500),
+            Duration::from_millis(600),
+            Duration::from_millis(900)
+        ]
+    );
+}
+
+/// Several OS threads hammer one bucket on the real clock; the admitted
+/// total never exceeds capacity + rate × elapsed.
+#[test]
+fn threads_hammering_one_bucket_never_over_admit() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_time()
+        .build()
+        .unwrap();
+    let per_second = 20_000u64;
+    let capacity = 100u64;
+    let bucket = Arc::new(rt.block_on(async {
+        TokenBucket::new(Rate::per_second(per_second).unwrap(), capacity).unwrap()
+    }));
+    let admitted = Arc::new(AtomicU64::new(0));
+    let start = std::time::Instant::now();
+    let run_for = Duration::from_millis(300);
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let bucket = Arc::clone(&bucket);
+            let admitted = Arc::clone(&admitted);
+            let handle = rt.handle().clone();
+            std::thread::spawn(move || {
+                let _guard = handle.enter();
+                while start.elapsed() < run_for {
+                    if bucket.try_acquire(1).is_ok() {
+                        admitted.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    // Read the elapsed time after the last admission: the bound can only
+    // grow with it.
+    let elapsed = start.elapsed();
+    let bound = capacity + (elapsed.as_nanos() as u64 * per_second) / 1_000_000_000;
+    let got = admitted.load(Ordering::Relaxed);
+    assert!(got <= bound, "admitted {got} > bound {bound}");
+    // And the bucket is not merely refusing everything.
+    assert!(got >= per_second / 10, "admitted only {got}");
+}
