@@ -14,6 +14,7 @@ mod algorithm;
 mod gcra;
 mod keyed;
 mod rate;
+mod window;
 mod wait;
 
 use futures::future::BoxFuture;

@@ -1,0 +1,1 @@
+//! placeholder: the window limiters (issue 5).
