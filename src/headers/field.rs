@@ -1,0 +1,324 @@
+//! Reading header fields safely: the notes sink, the reference clock, and the
+//! "one field, maybe several copies" rule shared by every dialect.
+
+use std::fmt::Debug;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use http::HeaderMap;
+
+use super::value::{parse_go_duration, parse_number, parse_rfc3339, Number};
+use super::{Ignored, MAX_WAIT, MAX_WINDOW};
+
+/// Longest text value (bucket id, resource name) kept as a name.
+const MAX_NAME_LEN: usize = 256;
+
+/// Where every dialect reports what it could not use.
+#[derive(Debug, Default)]
+pub(crate) struct Notes(Vec<Ignored>);
+
+impl Notes {
+    pub(crate) fn push(&mut self, header: &str, reason: impl Into<String>) {
+        self.0.push(Ignored::new(header, reason));
+    }
+
+    pub(crate) fn into_vec(self) -> Vec<Ignored> {
+        self.0
+    }
+}
+
+/// The instant absolute times are measured against.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Clock {
+    /// The response's `Date` when valid, else the local receive time.
+    reference: SystemTime,
+}
+
+impl Clock {
+    /// Picks the reference: the response's own `Date` when it has exactly one
+    /// valid value, so that absolute times from the server are compared with
+    /// the server's clock, not the client's.
+    pub(crate) fn from_headers(
+        headers: &HeaderMap,
+        received_at: SystemTime,
+        notes: &mut Notes,
+    ) -> Clock {
+        let texts = texts(headers, "date", notes);
+        let mut dates = Vec::new();
+        for text in &texts {
+            match httpdate::parse_http_date(text) {
+                Ok(date) => dates.push(date),
+                Err(_) => notes.push(
+                    "date",
+                    "not an HTTP-date; measuring absolute times from the local receive time",
+                ),
+            }
+        }
+        dates.dedup();
+        let reference = match dates.as_slice() {
+            [date] => *date,
+            [] => received_at,
+            _ => {
+                notes.push(
+                    "date",
+                    "conflicting values; measuring absolute times from the local receive time",
+                );
+                received_at
+            }
+        };
+        Clock { reference }
+    }
+
+    /// Time from the reference until `target`, capped at [`MAX_WAIT`]; zero
+    /// (noted) when `target` has passed.
+    pub(crate) fn until(&self, header: &str, target: SystemTime, notes: &mut Notes) -> Duration {
+        match target.duration_since(self.reference) {
+            Ok(wait) => clamp_wait(header, wait, notes),
+            Err(past) => {
+                notes.push(
+                    header,
+                    format!(
+                        "time is {} s in the past; using 0",
+                        past.duration().as_secs_f64()
+                    ),
+                );
+                Duration::ZERO
+            }
+        }
+    }
+
+    /// Reads a numeric reset by the documented rule: at least 10^12 is epoch
+    /// milliseconds, at least 10^9 is epoch seconds, anything smaller is a
+    /// delay in seconds.
+    pub(crate) fn reset_from_number(
+        &self,
+        header: &str,
+        n: Number,
+        notes: &mut Notes,
+    ) -> Option<Duration> {
+        const EPOCH_MILLIS: u64 = 1_000_000_000_000;
+        const EPOCH_SECS: u64 = 1_000_000_000;
+        if n.int >= EPOCH_MILLIS {
+            self.until_epoch(header, n.as_millis(), notes)
+        } else if n.int >= EPOCH_SECS {
+            self.until_epoch(header, n.as_secs(), notes)
+        } else {
+            Some(clamp_wait(header, n.as_secs(), notes))
+        }
+    }
+
+    fn until_epoch(&self, header: &str, since: Duration, notes: &mut Notes) -> Option<Duration> {
+        match UNIX_EPOCH.checked_add(since) {
+            Some(target) => Some(self.until(header, target, notes)),
+            None => {
+                notes.push(header, "timestamp out of range");
+                None
+            }
+        }
+    }
+
+    /// Reads a reset written any way a dialect writes one: a Go duration
+    /// (`6m0s`), an RFC 3339 timestamp, or a number under the reset rule.
+    pub(crate) fn reset_from_text(
+        &self,
+        header: &str,
+        text: &str,
+        notes: &mut Notes,
+    ) -> Option<Duration> {
+        if let Some(at) = parse_rfc3339(text) {
+            return Some(self.until(header, at, notes));
+        }
+        if text.bytes().any(|b| b.is_ascii_alphabetic()) {
+            return match parse_go_duration(text) {
+                Ok(wait) => Some(clamp_wait(header, wait, notes)),
+                Err(reason) => {
+                    notes.push(header, reason);
+                    None
+                }
+            };
+        }
+        match parse_number(text) {
+            Ok(n) => self.reset_from_number(header, n, notes),
+            Err(reason) => {
+                notes.push(header, reason);
+                None
+            }
+        }
+    }
+}
+
+/// Caps a wait at [`MAX_WAIT`], noting when it had to.
+pub(crate) fn clamp_wait(header: &str, wait: Duration, notes: &mut Notes) -> Duration {
+    if wait > MAX_WAIT {
+        notes.push(
+            header,
+            format!(
+                "{} s exceeds the {} s cap; clamped",
+                wait.as_secs(),
+                MAX_WAIT.as_secs()
+            ),
+        );
+        MAX_WAIT
+    } else {
+        wait
+    }
+}
+
+/// Caps a window at [`MAX_WINDOW`], noting when it had to.
+pub(crate) fn clamp_window(header: &str, window: Duration, notes: &mut Notes) -> Duration {
+    if window > MAX_WINDOW {
+        notes.push(
+            header,
+            format!(
+                "window of {} s exceeds the {} s cap; clamped",
+                window.as_secs(),
+                MAX_WINDOW.as_secs()
+            ),
+        );
+        MAX_WINDOW
+    } else {
+        window
+    }
+}
+
+/// Every non-empty value of a field, trimmed; non-ASCII and empty values are
+/// noted and skipped.
+pub(crate) fn texts<'a>(headers: &'a HeaderMap, name: &str, notes: &mut Notes) -> Vec<&'a str> {
+    let mut out = Vec::new();
+    for value in headers.get_all(name) {
+        match value.to_str() {
+            Ok(text) if text.trim().is_empty() => notes.push(name, "empty value"),
+            Ok(text) => out.push(text.trim()),
+            Err(_) => notes.push(name, "value is not visible ASCII"),
+        }
+    }
+    out
+}
+
+/// Which copy of a repeated field to trust: the conservative one.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Keep {
+    /// Limits and remaining counts: a smaller one is safer.
+    Smallest,
+    /// Waits and resets: a longer one is safer.
+    Largest,
+}
+
+/// Reads a single-valued field that may arrive as several header lines or as
+/// a comma-joined line (`30, 30` after a proxy merge).
+///
+/// Each member is parsed with `parse` (which notes its own failures); equal
+/// members agree silently, differing ones keep the conservative value and
+/// note the conflict.
+pub(crate) fn single<T: PartialOrd + Clone + Debug>(
+    headers: &HeaderMap,
+    notes: &mut Notes,
+    name: &str,
+    keep: Keep,
+    mut parse: impl FnMut(&str, &mut Notes) -> Option<T>,
+) -> Option<T> {
+    let mut members = Vec::new();
+    for text in texts(headers, name, notes) {
+        for member in text.split(',') {
+            let member = member.trim();
+            if member.is_empty() {
+                notes.push(name, "empty list member");
+            } else {
+                members.push(member);
+            }
+        }
+    }
+    let parsed: Vec<(&str, T)> = members
+        .into_iter()
+        .filter_map(|m| parse(m, notes).map(|v| (m, v)))
+        .collect();
+    choose(notes, name, keep, parsed)
+}
+
+/// Picks among parsed members of one field, as [`single`] describes.
+pub(crate) fn choose<T: PartialOrd + Clone + Debug>(
+    notes: &mut Notes,
+    name: &str,
+    keep: Keep,
+    parsed: Vec<(&str, T)>,
+) -> Option<T> {
+    let mut iter = parsed.iter();
+    let (_, first) = iter.next()?;
+    let mut best = first.clone();
+    let mut conflict = false;
+    for (_, value) in iter {
+        if value != &best {
+            conflict = true;
+            let better = match keep {
+                Keep::Smallest => value < &best,
+                Keep::Largest => value > &best,
+            };
+            if better {
+                best = value.clone();
+            }
+        }
+    }
+    if conflict {
+        let raw: Vec<&str> = parsed.iter().map(|(raw, _)| *raw).collect();
+        let which = match keep {
+            Keep::Smallest => "smallest",
+            Keep::Largest => "largest",
+        };
+        notes.push(
+            name,
+            format!("conflicting values {raw:?}; kept the {which}"),
+        );
+    }
+    Some(best)
+}
+
+/// Reads a count field (`limit`, `remaining`, `used`).
+pub(crate) fn count(headers: &HeaderMap, notes: &mut Notes, name: &str, keep: Keep) -> Option<u64> {
+    single(
+        headers,
+        notes,
+        name,
+        keep,
+        |text, notes| match super::value::parse_count(text) {
+            Ok(n) => Some(n),
+            Err(reason) => {
+                notes.push(name, reason);
+                None
+            }
+        },
+    )
+}
+
+/// Reads a reset field in any of the dialects' notations.
+pub(crate) fn reset(
+    headers: &HeaderMap,
+    clock: &Clock,
+    notes: &mut Notes,
+    name: &str,
+) -> Option<Duration> {
+    // RFC 3339 timestamps contain no commas, so splitting members is safe.
+    single(headers, notes, name, Keep::Largest, |text, notes| {
+        clock.reset_from_text(name, text, notes)
+    })
+}
+
+/// Reads a short textual field (bucket id, resource, scope) in lower case.
+pub(crate) fn name(headers: &HeaderMap, notes: &mut Notes, header: &str) -> Option<String> {
+    let mut values: Vec<String> = Vec::new();
+    for text in texts(headers, header, notes) {
+        if text.len() > MAX_NAME_LEN {
+            notes.push(header, format!("longer than {MAX_NAME_LEN} characters"));
+        } else {
+            let lower = text.to_ascii_lowercase();
+            if !values.contains(&lower) {
+                values.push(lower);
+            }
+        }
+    }
+    if values.len() > 1 {
+        notes.push(
+            header,
+            format!("conflicting values {values:?}; kept the first"),
+        );
+    }
+    values.into_iter().next()
+}

@@ -1,0 +1,411 @@
+//! Read what the server says: one normalized rate-limit signal per response.
+//!
+//! [`RateLimitSignal::parse`] turns a response head (status, headers and the
+//! local time it was received) into a [`RateLimitSignal`]: the server's
+//! `Retry-After`, whether the limit hit is global, and every rate limit the
+//! response describes, each as a [`Limit`] with its own name and
+//! [`Dimension`]. This module is pure parsing: no I/O, no limiter, and the
+//! clock is a parameter, so every rule below is a plain function of its input.
+//!
+//! # Dialects understood
+//!
+//! | family | headers |
+//! | --- | --- |
+//! | HTTP semantics (RFC 9110) | `Retry-After` (delta-seconds or HTTP-date), `Date` |
+//! | milliseconds | `retry-after-ms`, `x-ms-retry-after-ms` (preferred over `Retry-After`) |
+//! | `X-RateLimit-*` | `-Limit`, `-Remaining`, `-Used`, `-Reset`: GitHub (with `-Resource`), Reddit (fractional `-Remaining`), Discord (`-Reset-After`, `-Bucket`, `-Global`, `-Scope`) |
+//! | suffixed `X-RateLimit-*-<name>` | OpenAI and look-alikes: `x-ratelimit-limit-requests`, `x-ratelimit-remaining-tokens`, `x-ratelimit-reset-tokens: 6m0s` |
+//! | Twitter/X | `x-rate-limit-limit`, `-remaining`, `-reset` |
+//! | IETF draft, old style | `RateLimit-Limit` (optionally `10;w=60`), `-Remaining`, `-Reset`; GitLab's `-Observed`, `-Name`, `-ResetTime` |
+//! | IETF draft, structured | `RateLimit-Policy` and `RateLimit` (several policies; `q`, `qu`, `w`, `r`, `t`, `pk`) |
+//! | Anthropic | `anthropic-ratelimit-<family>-limit`, `-remaining`, `-reset` (RFC 3339) |
+//! | Shopify | `X-Shopify-Shop-Api-Call-Limit: 32/40` |
+//!
+//! Several limits in one response are all kept (an OpenAI response yields a
+//! `requests` and a `tokens` limit; an IETF response yields one limit per
+//! policy), so a client can pace on each of them.
+//!
+//! # Time: every duration is relative, and measured against the server's clock
+//!
+//! `retry_after` and each [`Limit::reset`] are durations from the moment the
+//! response was produced. Servers state that moment in two ways, and the
+//! parser keeps them apart deliberately:
+//!
+//! - **Relative values** (`Retry-After: 30`, `X-RateLimit-Reset-After: 1.5`,
+//!   OpenAI's `6m0s`) are taken as they are.
+//! - **Absolute values** (an HTTP-date in `Retry-After`, an epoch in
+//!   `X-RateLimit-Reset`, Anthropic's RFC 3339 resets) are measured against
+//!   the response's own `Date` header when it has a valid one, and against
+//!   `received_at` otherwise. Both times then come from the server's clock,
+//!   so a client whose clock is an hour off still waits the right amount.
+//!   All three HTTP-date formats (IMF-fixdate, RFC 850, asctime) are read
+//!   with [`httpdate`]. An absolute time in the past gives a wait of zero
+//!   and a note in [`RateLimitSignal::ignored`].
+//!
+//! # The `Reset` rule
+//!
+//! A numeric reset is ambiguous in the wild: GitHub and Twitter send epoch
+//! seconds, Reddit sends seconds until the reset, some servers send epoch
+//! milliseconds. Every numeric reset (`X-RateLimit-Reset`, `RateLimit-Reset`,
+//! `x-rate-limit-reset`, the IETF `t` parameter) is read by one rule:
+//!
+//! - a value of at least 10^12 is an **epoch in milliseconds**;
+//! - a value of at least 10^9 (2001-09-09 as an epoch, 31 years as a delay)
+//!   is an **epoch in seconds**;
+//! - anything smaller is a **delay in seconds**.
+//!
+//! An epoch is always converted to the time left until it, never read as a
+//! delay: `X-RateLimit-Reset: 1792152901` means "at that instant", not
+//! "in 57 years".
+//!
+//! # Values are validated and capped
+//!
+//! No input makes the parser panic, and no wait or reset it yields exceeds
+//! [`MAX_WAIT`] (one day); no window exceeds [`MAX_WINDOW`]. Every value it
+//! could not use (negative, `NaN`, not a number, non-ASCII, out of range,
+//! clamped, or conflicting with another copy of the same header) is listed in
+//! [`RateLimitSignal::ignored`] with the reason, instead of silently
+//! disappearing. Counts (`limit`, `remaining`) that arrive as fractions, as
+//! Reddit's `X-Ratelimit-Remaining: 598.0` does, are floored. When a header
+//! appears several times with different values, the most conservative one is
+//! kept (the smallest limit and remaining, the longest wait) and the conflict
+//! is noted.
+//!
+//! The raw-head helper [`parse_response_head`] and the RFC 3339 reader
+//! [`parse_rfc3339`] exist for tools such as the `explain_headers` example.
+
+mod field;
+mod head;
+mod ietf;
+mod retry_after;
+mod value;
+mod vendors;
+mod xratelimit;
+
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use http::HeaderMap;
+
+pub use head::{parse_response_head, HeadError};
+pub use value::parse_rfc3339;
+
+use field::{Clock, Notes};
+
+/// The cap on any wait or reset the parser yields: 86 400 s (one day).
+///
+/// A larger value (a server saying `Retry-After: 1000000000000`, or an epoch
+/// reset far in the future) is clamped to this cap, and the clamping is noted
+/// in [`RateLimitSignal::ignored`]. A client that wants a shorter ceiling can
+/// apply its own on top.
+pub const MAX_WAIT: Duration = Duration::from_secs(86_400);
+
+/// The cap on a [`Limit::window`]: 366 days.
+///
+/// Windows are descriptions, not waits, so they may be longer than
+/// [`MAX_WAIT`] (a monthly quota is real); anything past a year is clamped and
+/// noted.
+pub const MAX_WINDOW: Duration = Duration::from_secs(366 * 86_400);
+
+/// What one response says about rate limits, normalized across dialects.
+///
+/// Build it with [`RateLimitSignal::parse`] (status, headers and the local
+/// receive time) or [`RateLimitSignal::from_response`]. Every duration in it
+/// is relative to the moment the response was produced (see the
+/// [module docs](self) for how absolute times are measured) and at most
+/// [`MAX_WAIT`].
+///
+/// # Example
+///
+/// ```
+/// use std::time::{Duration, SystemTime};
+/// use http::{HeaderMap, HeaderValue};
+/// use reqwest_pace::headers::{Dimension, Limit, RateLimitSignal};
+///
+/// let mut headers = HeaderMap::new();
+/// headers.insert("x-ratelimit-limit-requests", HeaderValue::from_static("60"));
+/// headers.insert("x-ratelimit-remaining-requests", HeaderValue::from_static("0"));
+/// headers.insert("x-ratelimit-reset-requests", HeaderValue::from_static("1m30s"));
+/// headers.insert("retry-after", HeaderValue::from_static("30"));
+///
+/// let signal = RateLimitSignal::parse(429, &headers, SystemTime::now());
+///
+/// assert!(signal.is_throttled());
+/// assert_eq!(signal.retry_after, Some(Duration::from_secs(30)));
+/// assert_eq!(
+///     signal.limits,
+///     vec![Limit::new("requests", Dimension::Requests)
+///         .with_limit(60)
+///         .with_remaining(0)
+///         .with_reset(Duration::from_secs(90))],
+/// );
+/// assert!(signal.ignored.is_empty());
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct RateLimitSignal {
+    /// The response status code.
+    pub status: u16,
+    /// How long the server asks the client to wait before the next request.
+    ///
+    /// From `retry-after-ms` / `x-ms-retry-after-ms` when present (they are
+    /// more precise), else from `Retry-After`.
+    pub retry_after: Option<Duration>,
+    /// Whether the limit hit applies to the whole client rather than to one
+    /// route or bucket (Discord's `X-RateLimit-Global: true` or
+    /// `X-RateLimit-Scope: global`).
+    pub global: bool,
+    /// The scope of the limit hit, in lower case, when the server names one
+    /// (Discord's `X-RateLimit-Scope`: `user`, `global` or `shared`).
+    pub scope: Option<String>,
+    /// Every rate limit the response describes, in a stable order: by
+    /// dialect, then as the server lists them (families recognized by header
+    /// name, such as OpenAI's and Anthropic's, alphabetically).
+    pub limits: Vec<Limit>,
+    /// Every value that could not be used as sent, with the reason.
+    pub ignored: Vec<Ignored>,
+}
+
+/// One rate limit described by a response.
+///
+/// Unknown fields are `None`: a server that only says `X-RateLimit-Remaining`
+/// yields a limit with only [`remaining`](Limit::remaining) set.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Limit {
+    /// The limit's name in lower case: the dimension (`requests`, `tokens`,
+    /// `input_tokens`), the IETF policy name, the Discord bucket id, the
+    /// GitHub resource (`core`, `search`), or GitLab's throttle name.
+    pub name: String,
+    /// What the limit counts.
+    pub dimension: Dimension,
+    /// The quota: how many units the window allows.
+    pub limit: Option<u64>,
+    /// How many units are left in the current window (fractions floored).
+    pub remaining: Option<u64>,
+    /// Time until the window resets, relative like
+    /// [`RateLimitSignal::retry_after`]; at most [`MAX_WAIT`].
+    pub reset: Option<Duration>,
+    /// The window length, only when the server states it (the IETF `w`
+    /// parameter); at most [`MAX_WINDOW`].
+    pub window: Option<Duration>,
+    /// The partition the limit applies to: the IETF partition key `pk`
+    /// (base64, as sent) or the Discord bucket.
+    pub partition: Option<String>,
+}
+
+/// What a [`Limit`] counts.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Dimension {
+    /// Requests (the default when a dialect does not say).
+    Requests,
+    /// Tokens, input and output together.
+    Tokens,
+    /// Input (prompt) tokens.
+    InputTokens,
+    /// Output (completion) tokens.
+    OutputTokens,
+    /// Anything else, in lower case: an IETF quota unit such as
+    /// `content-bytes`, or a vendor name such as `tokens_usage_based`.
+    Other(String),
+}
+
+/// A header value the parser could not use as sent, and why.
+///
+/// Displays as `header: reason`, for example
+/// `x-ratelimit-reset: not a number`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ignored {
+    /// The header name, in lower case.
+    pub header: String,
+    /// Why the value was ignored, clamped or replaced.
+    pub reason: String,
+}
+
+impl RateLimitSignal {
+    /// Reads the rate-limit signal of a response head.
+    ///
+    /// `received_at` is the local time the response arrived; it is the
+    /// reference for absolute times only when the response has no valid
+    /// `Date` header. Never panics; unusable values go to
+    /// [`ignored`](Self::ignored).
+    pub fn parse(status: u16, headers: &HeaderMap, received_at: SystemTime) -> RateLimitSignal {
+        let mut notes = Notes::default();
+        let clock = Clock::from_headers(headers, received_at, &mut notes);
+
+        let retry_after = retry_after::parse(headers, &clock, &mut notes);
+
+        let mut limits = Vec::new();
+        let flags = xratelimit::parse(headers, &clock, &mut notes, &mut limits);
+        ietf::parse(headers, &clock, &mut notes, &mut limits);
+        vendors::parse(headers, &clock, &mut notes, &mut limits);
+
+        // Servers that send two dialects with the same numbers (old and new
+        // IETF fields, say) describe one limit, not two.
+        let mut unique: Vec<Limit> = Vec::with_capacity(limits.len());
+        for limit in limits {
+            if !unique.contains(&limit) {
+                unique.push(limit);
+            }
+        }
+
+        RateLimitSignal {
+            status,
+            retry_after,
+            global: flags.global,
+            scope: flags.scope,
+            limits: unique,
+            ignored: notes.into_vec(),
+        }
+    }
+
+    /// Reads the rate-limit signal of a `reqwest` response, received now.
+    pub fn from_response(response: &reqwest::Response) -> RateLimitSignal {
+        Self::parse(
+            response.status().as_u16(),
+            response.headers(),
+            SystemTime::now(),
+        )
+    }
+
+    /// Whether the server is refusing requests because of a rate limit.
+    ///
+    /// True for `429 Too Many Requests`; for `503 Service Unavailable` with a
+    /// `Retry-After`; and for `403 Forbidden` when a limit has nothing
+    /// remaining or a `Retry-After` is present, which is how GitHub reports
+    /// its primary and secondary rate limits.
+    pub fn is_throttled(&self) -> bool {
+        match self.status {
+            429 => true,
+            503 => self.retry_after.is_some(),
+            403 => self.retry_after.is_some() || self.is_exhausted(),
+            _ => false,
+        }
+    }
+
+    /// Whether the response describes at least one limit.
+    pub fn has_limits(&self) -> bool {
+        !self.limits.is_empty()
+    }
+
+    /// Whether some limit has nothing remaining.
+    pub fn is_exhausted(&self) -> bool {
+        self.limits.iter().any(|l| l.remaining == Some(0))
+    }
+
+    /// The wait the server asks for, or implies.
+    ///
+    /// [`retry_after`](Self::retry_after) when present; otherwise the longest
+    /// reset among limits with nothing remaining; otherwise `None`.
+    pub fn suggested_wait(&self) -> Option<Duration> {
+        self.retry_after.or_else(|| {
+            self.limits
+                .iter()
+                .filter(|l| l.remaining == Some(0))
+                .filter_map(|l| l.reset)
+                .max()
+        })
+    }
+
+    /// The first limit with this name (names are lower case).
+    pub fn limit(&self, name: &str) -> Option<&Limit> {
+        self.limits.iter().find(|l| l.name == name)
+    }
+}
+
+impl Limit {
+    /// A limit with a name (stored in lower case) and a dimension, every
+    /// other field unknown.
+    pub fn new(name: impl Into<String>, dimension: Dimension) -> Limit {
+        Limit {
+            name: name.into().to_ascii_lowercase(),
+            dimension,
+            limit: None,
+            remaining: None,
+            reset: None,
+            window: None,
+            partition: None,
+        }
+    }
+
+    /// Sets the quota.
+    pub fn with_limit(mut self, limit: u64) -> Limit {
+        self.limit = Some(limit);
+        self
+    }
+
+    /// Sets the units remaining.
+    pub fn with_remaining(mut self, remaining: u64) -> Limit {
+        self.remaining = Some(remaining);
+        self
+    }
+
+    /// Sets the time until reset.
+    pub fn with_reset(mut self, reset: Duration) -> Limit {
+        self.reset = Some(reset);
+        self
+    }
+
+    /// Sets the window length.
+    pub fn with_window(mut self, window: Duration) -> Limit {
+        self.window = Some(window);
+        self
+    }
+
+    /// Sets the partition.
+    pub fn with_partition(mut self, partition: impl Into<String>) -> Limit {
+        self.partition = Some(partition.into());
+        self
+    }
+}
+
+impl Dimension {
+    /// The dimension a name stands for: `requests`, `tokens`, `input_tokens`
+    /// and `output_tokens` (with `-` or `_`, any case) are known; anything
+    /// else is [`Dimension::Other`] in lower case.
+    pub fn from_name(name: &str) -> Dimension {
+        let lower = name.to_ascii_lowercase().replace('-', "_");
+        match lower.as_str() {
+            "requests" => Dimension::Requests,
+            "tokens" => Dimension::Tokens,
+            "input_tokens" => Dimension::InputTokens,
+            "output_tokens" => Dimension::OutputTokens,
+            _ => Dimension::Other(name.to_ascii_lowercase()),
+        }
+    }
+
+    /// The dimension's name: `requests`, `tokens`, `input_tokens`,
+    /// `output_tokens`, or the [`Other`](Dimension::Other) text.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Dimension::Requests => "requests",
+            Dimension::Tokens => "tokens",
+            Dimension::InputTokens => "input_tokens",
+            Dimension::OutputTokens => "output_tokens",
+            Dimension::Other(name) => name,
+        }
+    }
+}
+
+impl fmt::Display for Dimension {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Ignored {
+    /// A note about `header` (stored in lower case).
+    pub fn new(header: impl Into<String>, reason: impl Into<String>) -> Ignored {
+        Ignored {
+            header: header.into().to_ascii_lowercase(),
+            reason: reason.into(),
+        }
+    }
+}
+
+impl fmt::Display for Ignored {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.header, self.reason)
+    }
+}
