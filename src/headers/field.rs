@@ -127,7 +127,8 @@ impl Clock {
         if let Some(at) = parse_rfc3339(text) {
             return Some(self.until(header, at, notes));
         }
-        if text.bytes().any(|b| b.is_ascii_alphabetic()) {
+        let starts_with_digit = text.bytes().next().is_some_and(|b| b.is_ascii_digit());
+        if starts_with_digit && text.bytes().any(|b| b.is_ascii_alphabetic()) {
             return match parse_go_duration(text) {
                 Ok(wait) => Some(clamp_wait(header, wait, notes)),
                 Err(reason) => {
