@@ -127,6 +127,11 @@ impl Clock {
         if let Some(at) = parse_rfc3339(text) {
             return Some(self.until(header, at, notes));
         }
+        let b = text.as_bytes();
+        if b.len() >= 10 && b[..4].iter().all(u8::is_ascii_digit) && b[4] == b'-' {
+            notes.push(header, "not a valid RFC 3339 timestamp");
+            return None;
+        }
         let starts_with_digit = text.bytes().next().is_some_and(|b| b.is_ascii_digit());
         if starts_with_digit && text.bytes().any(|b| b.is_ascii_alphabetic()) {
             return match parse_go_duration(text) {

@@ -1,0 +1,1103 @@
+//! Table tests for every dialect `headers` reads, from the vendors' documented
+//! examples, plus the validation rules and the raw-head reader.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use http::{HeaderMap, HeaderName, HeaderValue};
+use reqwest_pace::headers::{
+    parse_response_head, Dimension, HeadError, Ignored, Limit, RateLimitSignal, MAX_WAIT,
+};
+
+fn at(secs: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(secs)
+}
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+fn ms(m: u64) -> Duration {
+    Duration::from_millis(m)
+}
+
+fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+    let mut map = HeaderMap::new();
+    for (name, value) in pairs {
+        let name = HeaderName::from_bytes(name.as_bytes()).expect("test header name");
+        let value = HeaderValue::from_bytes(value.as_bytes()).expect("test header value");
+        map.append(name, value);
+    }
+    map
+}
+
+/// A fixed local receive time, far from every `Date` used below, so a test
+/// passes only if absolute times are measured against `Date`.
+const LOCAL: u64 = 1_900_000_000;
+
+fn parse(status: u16, pairs: &[(&str, &str)]) -> RateLimitSignal {
+    RateLimitSignal::parse(status, &headers(pairs), at(LOCAL))
+}
+
+fn date(secs: u64) -> String {
+    httpdate::fmt_http_date(at(secs))
+}
+
+fn notes(signal: &RateLimitSignal) -> Vec<String> {
+    signal.ignored.iter().map(ToString::to_string).collect()
+}
+
+// ---------------------------------------------------------------- Retry-After
+
+#[test]
+fn retry_after_delta_seconds() {
+    let signal = parse(429, &[("retry-after", "120")]);
+    assert_eq!(signal.retry_after, Some(secs(120)));
+    assert!(signal.ignored.is_empty());
+    assert!(!signal.has_limits());
+}
+
+#[test]
+fn retry_after_http_date_in_every_format_is_measured_against_date() {
+    // RFC 9110's example instant, written in the three HTTP-date formats.
+    let formats = [
+        "Sun, 06 Nov 1994 08:51:37 GMT",
+        "Sunday, 06-Nov-94 08:51:37 GMT",
+        "Sun Nov  6 08:51:37 1994",
+    ];
+    for retry in formats {
+        let signal = parse(
+            503,
+            &[
+                ("date", "Sun, 06 Nov 1994 08:49:37 GMT"),
+                ("retry-after", retry),
+            ],
+        );
+        assert_eq!(signal.retry_after, Some(secs(120)), "{retry}");
+        assert!(signal.ignored.is_empty(), "{retry}: {:?}", signal.ignored);
+        assert!(signal.is_throttled());
+    }
+}
+
+#[test]
+fn retry_after_http_date_without_date_uses_the_receive_time() {
+    let map = headers(&[("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT")]);
+    let signal = RateLimitSignal::parse(429, &map, at(1_445_412_480 - 90));
+    assert_eq!(signal.retry_after, Some(secs(90)));
+}
+
+#[test]
+fn retry_after_http_date_in_the_past_is_zero_and_noted() {
+    let signal = parse(
+        429,
+        &[
+            ("date", "Wed, 21 Oct 2015 07:28:00 GMT"),
+            ("retry-after", "Wed, 21 Oct 2015 07:27:00 GMT"),
+        ],
+    );
+    assert_eq!(signal.retry_after, Some(Duration::ZERO));
+    assert_eq!(
+        notes(&signal),
+        ["retry-after: time is 60 s in the past; using 0"]
+    );
+}
+
+#[test]
+fn millisecond_retry_after_headers_are_preferred() {
+    let signal = parse(429, &[("retry-after-ms", "1500"), ("retry-after", "2")]);
+    assert_eq!(signal.retry_after, Some(ms(1500)));
+    let signal = parse(429, &[("x-ms-retry-after-ms", "250.5")]);
+    assert_eq!(signal.retry_after, Some(Duration::from_micros(250_500)));
+    let signal = parse(
+        429,
+        &[("retry-after-ms", "100"), ("x-ms-retry-after-ms", "300")],
+    );
+    assert_eq!(signal.retry_after, Some(ms(300)));
+}
+
+#[test]
+fn absurd_retry_after_is_clamped_and_noted() {
+    let signal = parse(429, &[("retry-after", "1000000000000")]);
+    assert_eq!(signal.retry_after, Some(MAX_WAIT));
+    assert_eq!(
+        notes(&signal),
+        ["retry-after: 1000000000000 s exceeds the 86400 s cap; clamped"]
+    );
+    let signal = parse(429, &[("retry-after", "99999999999999999999999")]);
+    assert_eq!(signal.retry_after, None);
+    assert_eq!(
+        notes(&signal),
+        ["retry-after: not delta-seconds or an HTTP-date"]
+    );
+}
+
+#[test]
+fn bad_retry_after_values_are_ignored_with_a_reason() {
+    let cases = [
+        ("-5", "retry-after: negative value"),
+        ("NaN", "retry-after: not delta-seconds or an HTTP-date"),
+        ("inf", "retry-after: not delta-seconds or an HTTP-date"),
+        ("1e3", "retry-after: not delta-seconds or an HTTP-date"),
+        ("soon", "retry-after: not delta-seconds or an HTTP-date"),
+        ("trente", "retry-after: not delta-seconds or an HTTP-date"),
+        ("   ", "retry-after: empty value"),
+        ("30 秒", "retry-after: value is not visible ASCII"),
+    ];
+    for (value, note) in cases {
+        let signal = parse(429, &[("retry-after", value)]);
+        assert_eq!(signal.retry_after, None, "{value}");
+        assert_eq!(notes(&signal), [note], "{value}");
+    }
+}
+
+#[test]
+fn shopify_fractional_retry_after_is_accepted() {
+    let signal = parse(429, &[("retry-after", "2.0")]);
+    assert_eq!(signal.retry_after, Some(secs(2)));
+}
+
+#[test]
+fn duplicate_retry_after_agrees_silently_and_conflicts_keep_the_longest() {
+    let signal = parse(429, &[("retry-after", "30"), ("retry-after", "30")]);
+    assert_eq!(signal.retry_after, Some(secs(30)));
+    assert!(signal.ignored.is_empty());
+
+    let signal = parse(429, &[("retry-after", "30, 30")]);
+    assert_eq!(signal.retry_after, Some(secs(30)));
+    assert!(signal.ignored.is_empty());
+
+    let signal = parse(429, &[("retry-after", "30"), ("retry-after", "60")]);
+    assert_eq!(signal.retry_after, Some(secs(60)));
+    assert_eq!(
+        notes(&signal),
+        [r#"retry-after: conflicting values ["30", "60"]; kept the largest"#]
+    );
+}
+
+#[test]
+fn a_bad_date_header_falls_back_to_the_receive_time_with_a_note() {
+    let map = headers(&[
+        ("date", "yesterday"),
+        ("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT"),
+    ]);
+    let signal = RateLimitSignal::parse(429, &map, at(1_445_412_480 - 10));
+    assert_eq!(signal.retry_after, Some(secs(10)));
+    assert_eq!(
+        notes(&signal),
+        ["date: not an HTTP-date; measuring absolute times from the local receive time"]
+    );
+}
+
+// --------------------------------------------------------------------- GitHub
+
+#[test]
+fn github_primary_rate_limit() {
+    // docs.github.com, "Rate limits for the REST API": the headers of a
+    // search request.
+    let signal = parse(
+        200,
+        &[
+            ("date", "Mon, 13 Jun 2022 11:48:53 GMT"),
+            ("x-ratelimit-limit", "30"),
+            ("x-ratelimit-remaining", "14"),
+            ("x-ratelimit-reset", "1655120964"),
+            ("x-ratelimit-used", "16"),
+            ("x-ratelimit-resource", "search"),
+        ],
+    );
+    assert_eq!(
+        signal.limits,
+        [Limit::new("search", Dimension::Requests)
+            .with_limit(30)
+            .with_remaining(14)
+            .with_reset(secs(31))]
+    );
+    assert!(signal.ignored.is_empty());
+    assert!(!signal.is_throttled());
+}
+
+#[test]
+fn github_exhausted_primary_limit_is_a_throttling_403() {
+    let signal = parse(
+        403,
+        &[
+            ("date", &date(1_372_700_000)),
+            ("x-ratelimit-limit", "60"),
+            ("x-ratelimit-remaining", "0"),
+            ("x-ratelimit-used", "60"),
+            ("x-ratelimit-reset", "1372700873"),
+            ("x-ratelimit-resource", "core"),
+        ],
+    );
+    assert_eq!(
+        signal.limits,
+        [Limit::new("core", Dimension::Requests)
+            .with_limit(60)
+            .with_remaining(0)
+            .with_reset(secs(873))]
+    );
+    assert!(signal.is_throttled());
+    assert!(signal.is_exhausted());
+    assert_eq!(signal.suggested_wait(), Some(secs(873)));
+}
+
+#[test]
+fn github_secondary_rate_limit_is_a_403_with_retry_after() {
+    let signal = parse(
+        403,
+        &[
+            ("retry-after", "60"),
+            ("x-ratelimit-limit", "5000"),
+            ("x-ratelimit-remaining", "4990"),
+        ],
+    );
+    assert!(signal.is_throttled());
+    assert_eq!(signal.suggested_wait(), Some(secs(60)));
+    let forbidden = parse(403, &[("x-ratelimit-remaining", "12")]);
+    assert!(!forbidden.is_throttled());
+}
+
+// --------------------------------------------------------------------- OpenAI
+
+#[test]
+fn openai_requests_and_tokens_limits() {
+    // platform.openai.com, "Rate limits": the documented sample values.
+    let signal = parse(
+        200,
+        &[
+            ("x-ratelimit-limit-requests", "60"),
+            ("x-ratelimit-limit-tokens", "150000"),
+            ("x-ratelimit-remaining-requests", "59"),
+            ("x-ratelimit-remaining-tokens", "149984"),
+            ("x-ratelimit-reset-requests", "1s"),
+            ("x-ratelimit-reset-tokens", "6m0s"),
+        ],
+    );
+    assert_eq!(
+        signal.limits,
+        [
+            Limit::new("requests", Dimension::Requests)
+                .with_limit(60)
+                .with_remaining(59)
+                .with_reset(secs(1)),
+            Limit::new("tokens", Dimension::Tokens)
+                .with_limit(150_000)
+                .with_remaining(149_984)
+                .with_reset(secs(360)),
+        ]
+    );
+    assert!(signal.ignored.is_empty());
+    assert_eq!(
+        signal.limit("tokens").and_then(|l| l.remaining),
+        Some(149_984)
+    );
+}
+
+#[test]
+fn openai_duration_strings() {
+    let cases = [
+        ("20ms", ms(20)),
+        ("1h2m3.5s", ms(3_723_500)),
+        ("2m59.56s", ms(179_560)),
+        ("0s", Duration::ZERO),
+        ("7.66s", ms(7660)),
+    ];
+    for (text, expected) in cases {
+        let signal = parse(200, &[("x-ratelimit-reset-requests", text)]);
+        assert_eq!(signal.limits[0].reset, Some(expected), "{text}");
+        assert!(signal.ignored.is_empty(), "{text}");
+    }
+    let signal = parse(200, &[("x-ratelimit-reset-requests", "3d")]);
+    assert!(signal.limits.is_empty());
+    assert_eq!(
+        notes(&signal),
+        ["x-ratelimit-reset-requests: unknown duration unit"]
+    );
+    let signal = parse(200, &[("x-ratelimit-reset-requests", "48h")]);
+    assert_eq!(signal.limits[0].reset, Some(MAX_WAIT));
+    assert_eq!(
+        notes(&signal),
+        ["x-ratelimit-reset-requests: 172800 s exceeds the 86400 s cap; clamped"]
+    );
+}
+
+#[test]
+fn openai_usage_based_tokens_become_an_other_dimension() {
+    // Seen on the OpenAI community forum: a third family beside the two.
+    let signal = parse(
+        200,
+        &[
+            ("x-ratelimit-limit-tokens_usage_based", "160000"),
+            ("x-ratelimit-remaining-tokens_usage_based", "159976"),
+            ("x-ratelimit-reset-tokens_usage_based", "9ms"),
+        ],
+    );
+    assert_eq!(
+        signal.limits,
+        [Limit::new(
+            "tokens_usage_based",
+            Dimension::Other("tokens_usage_based".into())
+        )
+        .with_limit(160_000)
+        .with_remaining(159_976)
+        .with_reset(ms(9))]
+    );
+}
+
+// ------------------------------------------------------------------ Anthropic
+
+#[test]
+fn anthropic_families_with_rfc3339_resets() {
+    let signal = parse(
+        429,
+        &[
+            ("date", "Thu, 20 Jun 2024 12:34:56 GMT"),
+            ("retry-after", "20"),
+            ("anthropic-ratelimit-requests-limit", "50"),
+            ("anthropic-ratelimit-requests-remaining", "0"),
+            ("anthropic-ratelimit-requests-reset", "2024-06-20T12:35:16Z"),
+            ("anthropic-ratelimit-tokens-limit", "100000"),
+            ("anthropic-ratelimit-tokens-remaining", "98000"),
+            (
+                "anthropic-ratelimit-tokens-reset",
+                "2024-06-20T12:35:56.500Z",
+            ),
+            ("anthropic-ratelimit-input-tokens-limit", "80000"),
+            ("anthropic-ratelimit-input-tokens-remaining", "79000"),
+            (
+                "anthropic-ratelimit-input-tokens-reset",
+                "2024-06-20T14:35:00+02:00",
+            ),
+            ("anthropic-ratelimit-output-tokens-limit", "16000"),
+            ("anthropic-ratelimit-output-tokens-remaining", "15000"),
+            (
+                "anthropic-ratelimit-output-tokens-reset",
+                "2024-06-20T12:34:56Z",
+            ),
+        ],
+    );
+    assert_eq!(signal.retry_after, Some(secs(20)));
+    assert_eq!(
+        signal.limits,
+        [
+            Limit::new("input_tokens", Dimension::InputTokens)
+                .with_limit(80_000)
+                .with_remaining(79_000)
+                .with_reset(secs(4)),
+            Limit::new("output_tokens", Dimension::OutputTokens)
+                .with_limit(16_000)
+                .with_remaining(15_000)
+                .with_reset(Duration::ZERO),
+            Limit::new("requests", Dimension::Requests)
+                .with_limit(50)
+                .with_remaining(0)
+                .with_reset(secs(20)),
+            Limit::new("tokens", Dimension::Tokens)
+                .with_limit(100_000)
+                .with_remaining(98_000)
+                .with_reset(ms(60_500)),
+        ]
+    );
+    assert!(signal.ignored.is_empty(), "{:?}", signal.ignored);
+}
+
+#[test]
+fn anthropic_bad_timestamp_is_noted() {
+    let signal = parse(
+        200,
+        &[
+            ("anthropic-ratelimit-requests-remaining", "3"),
+            ("anthropic-ratelimit-requests-reset", "2024-02-30T00:00:00Z"),
+        ],
+    );
+    assert_eq!(
+        signal.limits,
+        [Limit::new("requests", Dimension::Requests).with_remaining(3)]
+    );
+    assert_eq!(
+        notes(&signal),
+        ["anthropic-ratelimit-requests-reset: not a valid RFC 3339 timestamp"]
+    );
+}
+
+// -------------------------------------------------------------------- Discord
+
+#[test]
+fn discord_bucket_with_fractional_reset_after() {
+    // discord.com/developers/docs/topics/rate-limits, "Exceeding A Rate Limit".
+    let signal = parse(
+        429,
+        &[
+            ("retry-after", "65"),
+            ("x-ratelimit-limit", "10"),
+            ("x-ratelimit-remaining", "0"),
+            ("x-ratelimit-reset", "1470173023.123"),
+            ("x-ratelimit-reset-after", "64.57"),
+            ("x-ratelimit-bucket", "abcd1234"),
+            ("x-ratelimit-scope", "user"),
+        ],
+    );
+    assert_eq!(signal.retry_after, Some(secs(65)));
+    assert!(!signal.global);
+    assert_eq!(signal.scope.as_deref(), Some("user"));
+    assert_eq!(
+        signal.limits,
+        [Limit::new("abcd1234", Dimension::Requests)
+            .with_limit(10)
+            .with_remaining(0)
+            .with_reset(ms(64_570))
+            .with_partition("abcd1234")]
+    );
+    assert!(signal.ignored.is_empty());
+}
+
+#[test]
+fn discord_fractional_epoch_reset_without_reset_after() {
+    let signal = parse(
+        200,
+        &[
+            ("date", &date(1_470_173_000)),
+            ("x-ratelimit-remaining", "4"),
+            ("x-ratelimit-reset", "1470173023.123"),
+        ],
+    );
+    assert_eq!(signal.limits[0].reset, Some(ms(23_123)));
+}
+
+#[test]
+fn discord_global_limit() {
+    let signal = parse(
+        429,
+        &[
+            ("retry-after", "65"),
+            ("x-ratelimit-global", "true"),
+            ("x-ratelimit-scope", "global"),
+        ],
+    );
+    assert!(signal.global);
+    assert_eq!(signal.scope.as_deref(), Some("global"));
+    assert!(signal.limits.is_empty());
+
+    let signal = parse(429, &[("x-ratelimit-global", "yes")]);
+    assert!(!signal.global);
+    assert_eq!(
+        notes(&signal),
+        ["x-ratelimit-global: expected true or false"]
+    );
+
+    let signal = parse(429, &[("x-ratelimit-scope", "Shared")]);
+    assert!(!signal.global);
+    assert_eq!(signal.scope.as_deref(), Some("shared"));
+}
+
+// --------------------------------------------------------------------- Reddit
+
+#[test]
+fn reddit_fractional_remaining_and_delay_reset() {
+    // Reddit API rules: used, fractional remaining, seconds to the end of
+    // the period; no limit header, so the limit is used + remaining.
+    let signal = parse(
+        200,
+        &[
+            ("x-ratelimit-used", "2"),
+            ("x-ratelimit-remaining", "598.0"),
+            ("x-ratelimit-reset", "412"),
+        ],
+    );
+    assert_eq!(
+        signal.limits,
+        [Limit::new("requests", Dimension::Requests)
+            .with_limit(600)
+            .with_remaining(598)
+            .with_reset(secs(412))]
+    );
+    let signal = parse(200, &[("x-ratelimit-remaining", "99.9")]);
+    assert_eq!(signal.limits[0].remaining, Some(99));
+}
+
+// -------------------------------------------------------------------- Shopify
+
+#[test]
+fn shopify_call_limit() {
+    let signal = parse(200, &[("x-shopify-shop-api-call-limit", "32/40")]);
+    assert_eq!(
+        signal.limits,
+        [Limit::new("requests", Dimension::Requests)
+            .with_limit(40)
+            .with_remaining(8)]
+    );
+    let signal = parse(
+        429,
+        &[
+            ("x-shopify-shop-api-call-limit", "40/40"),
+            ("retry-after", "2.0"),
+        ],
+    );
+    assert_eq!(signal.limits[0].remaining, Some(0));
+    assert_eq!(signal.retry_after, Some(secs(2)));
+
+    let signal = parse(200, &[("x-shopify-shop-api-call-limit", "32")]);
+    assert!(signal.limits.is_empty());
+    assert_eq!(
+        notes(&signal),
+        ["x-shopify-shop-api-call-limit: expected used/limit, such as 32/40"]
+    );
+    let signal = parse(200, &[("x-shopify-shop-api-call-limit", "41/40")]);
+    assert_eq!(signal.limits[0].remaining, Some(0));
+    assert_eq!(
+        notes(&signal),
+        ["x-shopify-shop-api-call-limit: more used than the limit; remaining taken as 0"]
+    );
+}
+
+// ------------------------------------------------------------------ Twitter/X
+
+#[test]
+fn twitter_rate_limit_headers() {
+    let signal = parse(
+        200,
+        &[
+            ("date", &date(1_705_420_000)),
+            ("x-rate-limit-limit", "900"),
+            ("x-rate-limit-remaining", "899"),
+            ("x-rate-limit-reset", "1705420800"),
+        ],
+    );
+    assert_eq!(
+        signal.limits,
+        [Limit::new("requests", Dimension::Requests)
+            .with_limit(900)
+            .with_remaining(899)
+            .with_reset(secs(800))]
+    );
+}
+
+// --------------------------------------------------------------------- GitLab
+
+#[test]
+fn gitlab_ratelimit_headers() {
+    // docs.gitlab.com, "User and IP rate limits": the documented example.
+    let signal = parse(
+        429,
+        &[
+            ("date", "Tue, 05 Jan 2021 10:59:30 GMT"),
+            ("ratelimit-limit", "60"),
+            ("ratelimit-name", "throttle_authenticated_web"),
+            ("ratelimit-observed", "67"),
+            ("ratelimit-remaining", "0"),
+            ("ratelimit-reset", "1609844400"),
+            ("ratelimit-resettime", "Tue, 05 Jan 2021 11:00:00 GMT"),
+            ("retry-after", "30"),
+        ],
+    );
+    assert_eq!(signal.retry_after, Some(secs(30)));
+    assert_eq!(
+        signal.limits,
+        [
+            Limit::new("throttle_authenticated_web", Dimension::Requests)
+                .with_limit(60)
+                .with_remaining(0)
+                .with_reset(secs(30))
+        ]
+    );
+    assert!(signal.ignored.is_empty());
+}
+
+#[test]
+fn gitlab_reset_time_is_the_fallback() {
+    let signal = parse(
+        200,
+        &[
+            ("date", "Tue, 05 Jan 2021 10:58:00 GMT"),
+            ("ratelimit-limit", "600"),
+            ("ratelimit-observed", "6"),
+            ("ratelimit-resettime", "Tue, 05 Jan 2021 11:00:00 GMT"),
+        ],
+    );
+    assert_eq!(
+        signal.limits,
+        [Limit::new("requests", Dimension::Requests)
+            .with_limit(600)
+            .with_remaining(594)
+            .with_reset(secs(120))]
+    );
+}
+
+// ----------------------------------------------------------- IETF, old style
+
+#[test]
+fn ietf_old_fields() {
+    let signal = parse(
+        200,
+        &[
+            ("ratelimit-limit", "100"),
+            ("ratelimit-remaining", "50"),
+            ("ratelimit-reset", "7"),
+        ],
+    );
+    assert_eq!(
+        signal.limits,
+        [Limit::new("requests", Dimension::Requests)
+            .with_limit(100)
+            .with_remaining(50)
+            .with_reset(secs(7))]
+    );
+}
+
+#[test]
+fn ietf_old_fields_with_quota_policies() {
+    let signal = parse(
+        200,
+        &[
+            ("ratelimit-limit", "10, 10;w=1, 1000;w=3600"),
+            ("ratelimit-remaining", "9"),
+            ("ratelimit-reset", "1"),
+        ],
+    );
+    assert_eq!(
+        signal.limits,
+        [Limit::new("requests", Dimension::Requests)
+            .with_limit(10)
+            .with_remaining(9)
+            .with_reset(secs(1))
+            .with_window(secs(1))]
+    );
+    assert!(signal.ignored.is_empty());
+
+    let signal = parse(
+        200,
+        &[
+            ("ratelimit-limit", "100"),
+            ("ratelimit-policy", "100;w=60"),
+            ("ratelimit-remaining", "0"),
+        ],
+    );
+    assert_eq!(
+        signal.limits,
+        [Limit::new("requests", Dimension::Requests)
+            .with_limit(100)
+            .with_remaining(0)
+            .with_window(secs(60))]
+    );
+}
+
+#[test]
+fn ietf_old_fields_reject_bad_values() {
+    let signal = parse(
+        200,
+        &[
+            ("ratelimit-limit", "-1"),
+            ("ratelimit-remaining", "lots"),
+            ("ratelimit-reset", "-3"),
+        ],
+    );
+    assert!(signal.limits.is_empty());
+    assert_eq!(
+        notes(&signal),
+        [
+            "ratelimit-limit: negative value",
+            "ratelimit-remaining: not a number",
+            "ratelimit-reset: negative value",
+        ]
+    );
+}
+
+// ---------------------------------------------------------- IETF, structured
+
+#[test]
+fn ietf_structured_fields_with_several_policies() {
+    let signal = parse(
+        429,
+        &[
+            (
+                "ratelimit-policy",
+                r#""burst";q=100;w=60, "daily";q=1000;w=86400"#,
+            ),
+            ("ratelimit", r#""burst";r=0;t=30, "daily";r=500;t=3600"#),
+            ("retry-after", "30"),
+        ],
+    );
+    assert_eq!(
+        signal.limits,
+        [
+            Limit::new("burst", Dimension::Requests)
+                .with_limit(100)
+                .with_remaining(0)
+                .with_reset(secs(30))
+                .with_window(secs(60)),
+            Limit::new("daily", Dimension::Requests)
+                .with_limit(1000)
+                .with_remaining(500)
+                .with_reset(secs(3600))
+                .with_window(secs(86_400)),
+        ]
+    );
+    assert!(signal.ignored.is_empty());
+}
+
+#[test]
+fn ietf_structured_fields_split_over_lines_with_partition_and_unit() {
+    let signal = parse(
+        200,
+        &[
+            (
+                "ratelimit-policy",
+                r#""peruser";q=100;w=60;pk=:dXNlci0xMjM=:"#,
+            ),
+            (
+                "ratelimit-policy",
+                r#""bytes";q=65536;qu="content-bytes";w=10"#,
+            ),
+            ("ratelimit", r#""peruser";r=42;t=12;pk=:dXNlci0xMjM=:"#),
+        ],
+    );
+    assert_eq!(
+        signal.limits,
+        [
+            Limit::new("peruser", Dimension::Requests)
+                .with_limit(100)
+                .with_remaining(42)
+                .with_reset(secs(12))
+                .with_window(secs(60))
+                .with_partition("dXNlci0xMjM="),
+            Limit::new("bytes", Dimension::Other("content-bytes".into()))
+                .with_limit(65_536)
+                .with_window(secs(10)),
+        ]
+    );
+}
+
+#[test]
+fn ietf_structured_counters_without_policies_and_draft7_tokens() {
+    let signal = parse(200, &[("ratelimit", r#""default";r=50;t=30"#)]);
+    assert_eq!(
+        signal.limits,
+        [Limit::new("default", Dimension::Requests)
+            .with_remaining(50)
+            .with_reset(secs(30))]
+    );
+    let signal = parse(
+        200,
+        &[
+            ("ratelimit-policy", "Default;l=100;w=10"),
+            ("ratelimit", "default;r=50;t=5"),
+        ],
+    );
+    assert_eq!(
+        signal.limits,
+        [Limit::new("default", Dimension::Requests)
+            .with_limit(100)
+            .with_remaining(50)
+            .with_reset(secs(5))
+            .with_window(secs(10))]
+    );
+}
+
+#[test]
+fn ietf_structured_fields_report_bad_values() {
+    let signal = parse(
+        200,
+        &[
+            (
+                "ratelimit-policy",
+                r#""a";q=-1;w=60, "a";q=5, (1 2), "b";w=1.5"#,
+            ),
+            ("ratelimit", r#""a";r=1, "a";r=0;t=9"#),
+        ],
+    );
+    assert_eq!(
+        signal.limits,
+        [
+            Limit::new("a", Dimension::Requests)
+                .with_remaining(0)
+                .with_reset(secs(9))
+                .with_window(secs(60)),
+            Limit::new("b", Dimension::Requests),
+        ]
+    );
+    assert_eq!(
+        notes(&signal),
+        [
+            "ratelimit-policy: a: q is negative",
+            "ratelimit-policy: a: duplicate policy; kept the first",
+            "ratelimit-policy: inner list where a policy was expected",
+            "ratelimit-policy: b: no quota (q)",
+            "ratelimit-policy: b: w is not an integer",
+            "ratelimit: a: repeated; kept the smallest remaining and longest reset",
+        ]
+    );
+
+    let signal = parse(200, &[("ratelimit", "\"unterminated;r=1")]);
+    assert!(signal.limits.is_empty());
+    assert_eq!(signal.ignored.len(), 1);
+    assert!(
+        signal.ignored[0]
+            .reason
+            .starts_with("not a structured-field list"),
+        "{:?}",
+        signal.ignored
+    );
+}
+
+// ------------------------------------------------------------- the reset rule
+
+#[test]
+fn reset_rule_tells_delays_from_epochs() {
+    let date_at = 1_700_000_000;
+    let cases = [
+        ("30", secs(30)),
+        ("999999999", MAX_WAIT),
+        ("1700000030", secs(30)),
+        ("1700000000123", ms(123)),
+        ("1700000030.5", ms(30_500)),
+    ];
+    for (reset, expected) in cases {
+        let signal = parse(
+            200,
+            &[("date", &date(date_at)), ("x-ratelimit-reset", reset)],
+        );
+        assert_eq!(signal.limits[0].reset, Some(expected), "{reset}");
+    }
+}
+
+#[test]
+fn an_epoch_is_never_read_as_a_delay() {
+    // The bug report: a client slept 1,792,152,901 seconds.
+    let signal = parse(
+        429,
+        &[
+            ("date", &date(1_792_152_901 - 120)),
+            ("x-ratelimit-remaining", "0"),
+            ("x-ratelimit-reset", "1792152901"),
+        ],
+    );
+    assert_eq!(signal.limits[0].reset, Some(secs(120)));
+    assert!(signal.ignored.is_empty());
+}
+
+#[test]
+fn an_epoch_in_the_past_is_zero_with_a_note() {
+    let signal = parse(
+        200,
+        &[
+            ("date", &date(1_700_000_100)),
+            ("x-ratelimit-reset", "1700000000"),
+        ],
+    );
+    assert_eq!(signal.limits[0].reset, Some(Duration::ZERO));
+    assert_eq!(
+        notes(&signal),
+        ["x-ratelimit-reset: time is 100 s in the past; using 0"]
+    );
+}
+
+#[test]
+fn reset_that_is_not_a_number_is_ignored() {
+    let signal = parse(
+        429,
+        &[
+            ("x-ratelimit-limit", "60"),
+            ("x-ratelimit-remaining", "0"),
+            ("x-ratelimit-reset", "soon"),
+        ],
+    );
+    assert_eq!(
+        signal.limits,
+        [Limit::new("requests", Dimension::Requests)
+            .with_limit(60)
+            .with_remaining(0)]
+    );
+    assert_eq!(notes(&signal), ["x-ratelimit-reset: not a number"]);
+}
+
+// ------------------------------------------------------- conflicts and mixing
+
+#[test]
+fn conflicting_counts_keep_the_smallest() {
+    let signal = parse(
+        200,
+        &[
+            ("x-ratelimit-limit", "100"),
+            ("x-ratelimit-limit", "60"),
+            ("x-ratelimit-remaining", "10, 5"),
+        ],
+    );
+    assert_eq!(
+        signal.limits,
+        [Limit::new("requests", Dimension::Requests)
+            .with_limit(60)
+            .with_remaining(5)]
+    );
+    assert_eq!(
+        notes(&signal),
+        [
+            r#"x-ratelimit-limit: conflicting values ["100", "60"]; kept the smallest"#,
+            r#"x-ratelimit-remaining: conflicting values ["10", "5"]; kept the smallest"#,
+        ]
+    );
+}
+
+#[test]
+fn huge_counts_are_ignored() {
+    let signal = parse(200, &[("x-ratelimit-limit", "184467440737095516160")]);
+    assert!(signal.limits.is_empty());
+    assert_eq!(notes(&signal), ["x-ratelimit-limit: number too large"]);
+}
+
+#[test]
+fn every_dialect_in_one_response_is_kept() {
+    let signal = parse(
+        200,
+        &[
+            ("x-ratelimit-limit", "5000"),
+            ("x-ratelimit-remaining", "4999"),
+            ("x-ratelimit-limit-tokens", "1000"),
+            ("ratelimit-policy", r#""minute";q=60;w=60"#),
+            ("x-shopify-shop-api-call-limit", "1/40"),
+        ],
+    );
+    let names: Vec<&str> = signal.limits.iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(names, ["requests", "tokens", "minute", "requests"]);
+}
+
+#[test]
+fn identical_limits_from_two_dialects_are_kept_once() {
+    let signal = parse(
+        200,
+        &[
+            ("x-ratelimit-limit", "60"),
+            ("x-ratelimit-remaining", "10"),
+            ("ratelimit-limit", "60"),
+            ("ratelimit-remaining", "10"),
+        ],
+    );
+    assert_eq!(
+        signal.limits,
+        [Limit::new("requests", Dimension::Requests)
+            .with_limit(60)
+            .with_remaining(10)]
+    );
+}
+
+// ------------------------------------------------------------- status classes
+
+#[test]
+fn throttled_statuses() {
+    assert!(parse(429, &[]).is_throttled());
+    assert!(!parse(503, &[]).is_throttled());
+    assert!(parse(503, &[("retry-after", "5")]).is_throttled());
+    assert!(!parse(403, &[]).is_throttled());
+    assert!(parse(403, &[("x-ratelimit-remaining", "0")]).is_throttled());
+    assert!(!parse(200, &[("x-ratelimit-remaining", "0")]).is_throttled());
+    assert!(!parse(500, &[("retry-after", "5")]).is_throttled());
+}
+
+#[test]
+fn ignored_displays_as_header_colon_reason() {
+    let note = Ignored::new("X-RateLimit-Reset", "not a number");
+    assert_eq!(note.header, "x-ratelimit-reset");
+    assert_eq!(note.to_string(), "x-ratelimit-reset: not a number");
+}
+
+#[test]
+fn dimensions_have_names() {
+    assert_eq!(Dimension::from_name("Input-Tokens"), Dimension::InputTokens);
+    assert_eq!(
+        Dimension::from_name("output_tokens"),
+        Dimension::OutputTokens
+    );
+    assert_eq!(
+        Dimension::from_name("Content-Bytes"),
+        Dimension::Other("content-bytes".into())
+    );
+    assert_eq!(Dimension::Tokens.to_string(), "tokens");
+}
+
+// ------------------------------------------------------------ the raw head
+
+#[test]
+fn raw_head_round_trip() {
+    let raw = "HTTP/1.1 429 Too Many Requests\r\n\
+               Date: Wed, 21 Oct 2015 07:28:00 GMT\r\n\
+               Retry-After: 30\r\n\
+               X-RateLimit-Limit: 60\r\n\
+               X-RateLimit-Remaining:0\r\n\
+               X-RateLimit-Reset:  1445412510 \r\n\
+               \r\n\
+               {\"message\": \"slow down\"}";
+    let (status, map) = parse_response_head(raw).expect("a valid head");
+    assert_eq!(status, 429);
+    assert_eq!(map.len(), 5);
+    let signal = RateLimitSignal::parse(status, &map, at(LOCAL));
+    assert_eq!(signal.retry_after, Some(secs(30)));
+    assert_eq!(
+        signal.limits,
+        [Limit::new("requests", Dimension::Requests)
+            .with_limit(60)
+            .with_remaining(0)
+            .with_reset(secs(30))]
+    );
+}
+
+#[test]
+fn raw_head_accepts_lf_folding_repeats_and_no_final_blank_line() {
+    let raw = "HTTP/2 200\nx-ratelimit-remaining: 1\nretry-after: 30,\n 30\nvia: a\nvia: b";
+    let (status, map) = parse_response_head(raw).expect("a valid head");
+    assert_eq!(status, 200);
+    assert_eq!(map["retry-after"], "30, 30");
+    assert_eq!(map.get_all("via").iter().count(), 2);
+}
+
+#[test]
+fn raw_head_keeps_non_ascii_values_for_the_parser_to_report() {
+    let raw = "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 30 секунд\r\n\r\n".as_bytes();
+    let (status, map) = parse_response_head(raw).expect("a valid head");
+    let signal = RateLimitSignal::parse(status, &map, at(LOCAL));
+    assert_eq!(signal.retry_after, None);
+    assert_eq!(notes(&signal), ["retry-after: value is not visible ASCII"]);
+}
+
+#[test]
+fn raw_head_errors_say_where() {
+    assert_eq!(parse_response_head(""), Err(HeadError::Empty));
+    assert_eq!(parse_response_head(" \r\n\r\n"), Err(HeadError::Empty));
+    assert_eq!(
+        parse_response_head("{\"json\": true}"),
+        Err(HeadError::StatusLine {
+            line: "{\"json\": true}".into()
+        })
+    );
+    assert_eq!(
+        parse_response_head("HTTP/1.1 200 OK\r\nRetry-After 30\r\n"),
+        Err(HeadError::HeaderLine {
+            line: 2,
+            reason: "no `:` in header line \"Retry-After 30\"".into()
+        })
+    );
+    assert_eq!(
+        parse_response_head("HTTP/1.1 200 OK\r\nok: 1\r\nbad name: 1\r\n"),
+        Err(HeadError::HeaderLine {
+            line: 3,
+            reason: "invalid header name \"bad name\"".into()
+        })
+    );
+    assert_eq!(
+        parse_response_head("HTTP/1.1 200 OK\r\n folded: 1\r\n"),
+        Err(HeadError::HeaderLine {
+            line: 2,
+            reason: "continuation line before any header".into()
+        })
+    );
+    assert_eq!(
+        parse_response_head("HTTP/1.1 200 OK\r\na: 1\r\nb: x\x01y\r\n"),
+        Err(HeadError::HeaderLine {
+            line: 3,
+            reason: "header b has a control character in its value".into()
+        })
+    );
+    let message = HeadError::HeaderLine {
+        line: 3,
+        reason: "x".into(),
+    }
+    .to_string();
+    assert_eq!(message, "line 3: x");
+}
