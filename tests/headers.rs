@@ -1,5 +1,6 @@
 //! Table tests for every dialect `headers` reads, from the vendors' documented
 //! examples, plus the validation rules and the raw-head reader.
+#![cfg(feature = "client")]
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
