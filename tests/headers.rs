@@ -982,6 +982,23 @@ fn identical_limits_from_two_dialects_are_kept_once() {
 // ------------------------------------------------------------- status classes
 
 #[test]
+fn from_response_reads_a_reqwest_response() {
+    let response = http::Response::builder()
+        .status(429)
+        .header("retry-after", "7")
+        .header("x-ratelimit-remaining", "0")
+        .body("")
+        .expect("a valid test response");
+    let signal = RateLimitSignal::from_response(&reqwest::Response::from(response));
+    assert_eq!(signal.status, 429);
+    assert_eq!(signal.retry_after, Some(secs(7)));
+    assert_eq!(
+        signal.limits,
+        [Limit::new("requests", Dimension::Requests).with_remaining(0)]
+    );
+}
+
+#[test]
 fn throttled_statuses() {
     assert!(parse(429, &[]).is_throttled());
     assert!(!parse(503, &[]).is_throttled());

@@ -250,13 +250,18 @@ impl RateLimitSignal {
             }
         }
 
+        let ignored = notes.into_vec();
+        for note in &ignored {
+            tracing::debug!(header = %note.header, reason = %note.reason, "rate-limit header value not used as sent");
+        }
+
         RateLimitSignal {
             status,
             retry_after,
             global: flags.global,
             scope: flags.scope,
             limits: unique,
-            ignored: notes.into_vec(),
+            ignored,
         }
     }
 
