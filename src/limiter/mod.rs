@@ -25,6 +25,10 @@ pub use gcra::Gcra;
 pub use keyed::{Evictable, KeyedLimiter};
 pub use rate::Rate;
 pub use wait::{Acquire, RateLimiter, TokenBucket};
+pub use window::{
+    FixedWindow, FixedWindowLimiter, SlidingCounterLimiter, SlidingLog, SlidingLogLimiter,
+    SlidingWindowCounter,
+};
 
 use crate::Error;
 

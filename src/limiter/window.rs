@@ -1,1 +1,0 @@
-//! placeholder: the window limiters (issue 5).
