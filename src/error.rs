@@ -44,9 +44,120 @@ pub enum Error {
         #[source]
         source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
     },
+
+    /// The server asked for a wait (Retry-After, or a spent quota until its
+    /// reset) longer than the policy's cap, so the client returned at once
+    /// instead of sleeping.
+    #[cfg(feature = "client")]
+    #[error("server asked to wait {wait:?} (status {status}), longer than the cap of {cap:?}")]
+    RetryAfterTooLong {
+        /// The wait the server asked for (after the parser's own clamp).
+        wait: Duration,
+        /// The policy's cap.
+        cap: Duration,
+        /// The status of the response that asked for it.
+        status: reqwest::StatusCode,
+    },
+
+    /// Every allowed attempt failed, or the time limit for retries was
+    /// reached.
+    #[cfg(feature = "client")]
+    #[error("gave up after {attempts} attempt(s); last status {}", show_status(*.last_status))]
+    RetriesExhausted {
+        /// Attempts made, the first included.
+        attempts: u32,
+        /// The last response's status, if the last attempt got a response.
+        last_status: Option<reqwest::StatusCode>,
+        /// The last transport error, if the last attempt got none.
+        #[source]
+        source: Option<reqwest::Error>,
+    },
+
+    /// A retry was due but the retry budget is spent: the upstream is
+    /// failing for many requests, and retrying would add to its load.
+    #[cfg(feature = "client")]
+    #[error("retry budget exhausted after {attempts} attempt(s); last status {}", show_status(*.last_status))]
+    BudgetExhausted {
+        /// Attempts made, the first included.
+        attempts: u32,
+        /// The last response's status, if the last attempt got a response.
+        last_status: Option<reqwest::StatusCode>,
+        /// The last transport error, if the last attempt got none.
+        #[source]
+        source: Option<reqwest::Error>,
+    },
+
+    /// The attempt failed in a retryable way, but the request may not be
+    /// retried.
+    #[cfg(feature = "client")]
+    #[error("not retried: {reason}; last status {}", show_status(*.last_status))]
+    NotRetried {
+        /// Why it could not be retried.
+        reason: NotRetriedReason,
+        /// The response's status, if there was a response.
+        last_status: Option<reqwest::StatusCode>,
+        /// The transport error, if there was no response.
+        #[source]
+        source: Option<reqwest::Error>,
+    },
+
+    /// The request could not be built or sent, and the failure is not one
+    /// that is retried (or the classifier said it is final).
+    #[cfg(feature = "client")]
+    #[error("request failed after {attempts} attempt(s)")]
+    Transport {
+        /// Attempts made, the first included.
+        attempts: u32,
+        /// reqwest's error.
+        #[source]
+        source: reqwest::Error,
+    },
+
+    /// A middleware further down a `reqwest-middleware` chain failed; its
+    /// errors are passed through, not retried.
+    #[cfg(feature = "middleware")]
+    #[error("middleware failed after {attempts} attempt(s)")]
+    Middleware {
+        /// Attempts made, the first included.
+        attempts: u32,
+        /// The middleware's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
+}
+
+/// Why a retryable failure was not retried.
+#[cfg(feature = "client")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NotRetriedReason {
+    /// The method is not idempotent (POST, PATCH...) and the policy does not
+    /// opt in to retrying such methods.
+    #[error("the method is not idempotent")]
+    NonIdempotent,
+    /// The body is a stream, which cannot be replayed.
+    #[error("the body cannot be cloned (a stream)")]
+    BodyNotCloneable,
+}
+
+#[cfg(feature = "client")]
+fn show_status(status: Option<reqwest::StatusCode>) -> String {
+    status.map_or_else(|| "none".to_string(), |s| s.as_u16().to_string())
 }
 
 impl Error {
+    /// The status of the last response, when the error came after one.
+    #[cfg(feature = "client")]
+    pub fn last_status(&self) -> Option<reqwest::StatusCode> {
+        match self {
+            Error::RetryAfterTooLong { status, .. } => Some(*status),
+            Error::RetriesExhausted { last_status, .. }
+            | Error::BudgetExhausted { last_status, .. }
+            | Error::NotRetried { last_status, .. } => *last_status,
+            _ => None,
+        }
+    }
+
     pub(crate) fn config(message: impl Into<String>) -> Self {
         Error::InvalidConfig(message.into())
     }

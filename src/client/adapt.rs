@@ -1,0 +1,322 @@
+//! From a response's rate-limit signal to adjustments of one key's limiter.
+//!
+//! Pure arithmetic on `now`, no I/O: [`Adaptive::on_response`] returns the
+//! [`Adjustment`]s to apply. Two regimes:
+//!
+//! - **The server sends rate-limit headers.** Each limit of the layer's
+//!   dimension implies a sustained rate `limit / window`. The window is the
+//!   one stated (IETF `w=`), or else estimated as the longest reset seen for
+//!   that limit, rounded up to whole seconds (right after a window starts,
+//!   the reset *is* the window). When the reset is far enough away to be
+//!   meaningful (at least [`SPREAD_MIN_RESET`]; below that, the one-second
+//!   rounding of most reset headers dominates), the remaining quota is also
+//!   spread evenly until the reset: `remaining / reset`. The tightest of
+//!   these, times a headroom factor, becomes the bucket's rate, capped by
+//!   any configured rate. Within a window `remaining` only ever lowers the
+//!   tokens; only a response from a newer window (its reset instant later
+//!   than the known one by more than half a window) may raise them, so a
+//!   stale response arriving late cannot undo a newer one.
+//! - **The server sends nothing but 429s.** Then the rate follows AIMD in
+//!   the manner of AWS SDK adaptive retry: a 429 (for a request sent after
+//!   the previous decrease, so one burst of 429s counts once) multiplies the
+//!   rate by [`DECREASE`] (starting from the measured send rate), and
+//!   successes grow it back linearly, by [`INCREASE_PER_SECOND`] of the rate
+//!   at the last decrease per second, past it to probe for more.
+//!
+//! A `Retry-After` on a 429 or 503 blocks the key until that instant in both
+//! regimes.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::headers::{Dimension, Limit, RateLimitSignal};
+use crate::limiter::{Adjustment, Rate};
+
+/// Resets shorter than this are not used to spread the remaining quota.
+pub(crate) const SPREAD_MIN_RESET: Duration = Duration::from_secs(2);
+/// The multiplicative decrease on a header-less 429.
+pub(crate) const DECREASE: f64 = 0.7;
+/// Additive increase, as a share of the rate at the last decrease, per
+/// second of success.
+pub(crate) const INCREASE_PER_SECOND: f64 = 0.15;
+/// The slowest rate AIMD goes down to (one request per 10 s).
+const MIN_RATE: f64 = 0.1;
+/// How far ahead a burst may run: the learned capacity is the rate times
+/// this, at least 1 and at most the largest `remaining` seen.
+const BURST_SPAN: Duration = Duration::from_secs(1);
+
+/// Per-key learning state.
+#[derive(Debug)]
+pub(crate) struct Adaptive {
+    dimension: Dimension,
+    ceiling: Option<Rate>,
+    burst: Option<u64>,
+    headroom: f64,
+    /// Per limit name: estimated window and the newest window's reset.
+    windows: HashMap<String, WindowState>,
+    max_remaining: u64,
+    /// The rate this state last applied (tokens per second), if any.
+    applied: Option<f64>,
+    /// AIMD: the rate at the last decrease and when it happened.
+    last_decrease: Option<(Instant, f64)>,
+    last_increase: Option<Instant>,
+    sends: SendRate,
+    /// Whether any header-driven rate has been learned.
+    header_driven: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct WindowState {
+    window: Duration,
+    reset_at: Option<Instant>,
+}
+
+/// A two-slot sliding counter of sends, for the measured send rate.
+#[derive(Debug, Default)]
+struct SendRate {
+    slot_start: Option<Instant>,
+    current: u64,
+    previous: u64,
+}
+
+const SLOT: Duration = Duration::from_secs(1);
+
+impl SendRate {
+    fn record(&mut self, now: Instant) {
+        self.roll(now);
+        self.current += 1;
+    }
+
+    fn roll(&mut self, now: Instant) {
+        let start = *self.slot_start.get_or_insert(now);
+        let elapsed = now.saturating_duration_since(start);
+        if elapsed >= SLOT * 2 {
+            self.previous = 0;
+            self.current = 0;
+            self.slot_start = Some(now);
+        } else if elapsed >= SLOT {
+            self.previous = self.current;
+            self.current = 0;
+            self.slot_start = Some(start + SLOT);
+        }
+    }
+
+    /// Sends per second over the last second (sliding-counter estimate).
+    fn per_second(&mut self, now: Instant) -> f64 {
+        self.roll(now);
+        let Some(start) = self.slot_start else {
+            return 0.0;
+        };
+        let frac = now.saturating_duration_since(start).as_secs_f64() / SLOT.as_secs_f64();
+        self.previous as f64 * (1.0 - frac) + self.current as f64
+    }
+}
+
+fn round_up_to_seconds(d: Duration) -> Duration {
+    let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    Duration::from_secs(secs.max(1))
+}
+
+fn matches(dimension: &Dimension, limit: &Limit) -> bool {
+    &limit.dimension == dimension
+}
+
+impl Adaptive {
+    pub(crate) fn new(
+        dimension: Dimension,
+        ceiling: Option<Rate>,
+        burst: Option<u64>,
+        headroom: f64,
+    ) -> Self {
+        Adaptive {
+            dimension,
+            ceiling,
+            burst,
+            headroom,
+            windows: HashMap::new(),
+            max_remaining: 0,
+            applied: ceiling.map(|r| r.per_second_f64()),
+            last_decrease: None,
+            last_increase: None,
+            sends: SendRate::default(),
+            header_driven: false,
+        }
+    }
+
+    /// A request of this key was sent at `now`.
+    pub(crate) fn on_send(&mut self, now: Instant) {
+        self.sends.record(now);
+    }
+
+    /// The rate currently applied, in tokens per second (`None` while
+    /// unconstrained).
+    pub(crate) fn applied_rate(&self) -> Option<f64> {
+        self.applied
+    }
+
+    fn rate_adjustment(&mut self, per_second: f64) -> Option<Adjustment> {
+        let capped = match self.ceiling {
+            Some(c) => per_second.min(c.per_second_f64()),
+            None => per_second,
+        };
+        let rate = Rate::from_per_second_f64(capped.max(MIN_RATE)).ok()?;
+        self.applied = Some(rate.per_second_f64());
+        Some(Adjustment::SetRate(rate))
+    }
+
+    fn capacity_for(&self, per_second: f64) -> u64 {
+        let span = (per_second * BURST_SPAN.as_secs_f64()).ceil();
+        let span = if span.is_finite() && span >= 1.0 {
+            span as u64
+        } else {
+            1
+        };
+        let mut capacity = span;
+        if self.max_remaining > 0 {
+            capacity = capacity.min(self.max_remaining);
+        }
+        if let Some(burst) = self.burst {
+            capacity = capacity.min(burst);
+        }
+        capacity.max(1)
+    }
+
+    /// Learn from a response received at `now` for a request sent at
+    /// `sent_at`.
+    pub(crate) fn on_response(
+        &mut self,
+        now: Instant,
+        sent_at: Instant,
+        signal: &RateLimitSignal,
+        success: bool,
+    ) -> Vec<Adjustment> {
+        let mut out = Vec::new();
+        let limits: Vec<&Limit> = signal
+            .limits
+            .iter()
+            .filter(|l| matches(&self.dimension, l))
+            .collect();
+        let mut header_rate: Option<f64> = None;
+        let mut tighten = |r: f64| {
+            header_rate = Some(header_rate.map_or(r, |h: f64| h.min(r)));
+        };
+        for limit in &limits {
+            let name = limit.name.clone();
+            let state = self.windows.entry(name).or_insert(WindowState {
+                window: Duration::ZERO,
+                reset_at: None,
+            });
+            if let Some(w) = limit.window.filter(|w| !w.is_zero()) {
+                state.window = w;
+            } else if let Some(reset) = limit.reset {
+                state.window = state.window.max(round_up_to_seconds(reset));
+            }
+            let window = state.window;
+            if let Some(quota) = limit.limit.filter(|&q| q > 0) {
+                if !window.is_zero() {
+                    tighten(quota as f64 / window.as_secs_f64());
+                }
+            }
+            let Some(remaining) = limit.remaining else {
+                continue;
+            };
+            self.max_remaining = self.max_remaining.max(remaining);
+            let reset_at = limit.reset.map(|r| now + r);
+            // Which window does this response speak for?
+            let tolerance = (window / 2).max(Duration::from_secs(1));
+            let fresher = match (reset_at, state.reset_at) {
+                (Some(new), Some(known)) if new + tolerance < known => {
+                    // From an older window: stale, ignore its remaining.
+                    continue;
+                }
+                (Some(new), Some(known)) => new > known + tolerance,
+                (Some(_), None) => true,
+                (None, _) => false,
+            };
+            if let Some(new) = reset_at {
+                state.reset_at = Some(state.reset_at.map_or(new, |k| k.max(new)));
+            }
+            if fresher && state.reset_at.is_some() && self.header_driven {
+                out.push(Adjustment::SetRemaining(remaining));
+            } else {
+                out.push(Adjustment::LimitRemaining(remaining));
+            }
+            if let Some(reset) = limit.reset {
+                if reset >= SPREAD_MIN_RESET {
+                    if remaining == 0 {
+                        out.push(Adjustment::BlockUntil(now + reset));
+                    } else {
+                        tighten(remaining as f64 / reset.as_secs_f64());
+                    }
+                }
+            }
+        }
+
+        if let Some(rate) = header_rate {
+            let target = rate * self.headroom;
+            self.header_driven = true;
+            if let Some(adj) = self.rate_adjustment(target) {
+                out.push(adj);
+            }
+            out.push(Adjustment::SetCapacity(self.capacity_for(target)));
+        } else if !self.header_driven {
+            self.aimd(now, sent_at, signal, success, &mut out);
+        }
+
+        let throttled = signal.status == 429 || signal.status == 503;
+        if let (true, Some(wait)) = (throttled, signal.retry_after) {
+            out.push(Adjustment::BlockUntil(now + wait));
+        }
+        out
+    }
+
+    fn aimd(
+        &mut self,
+        now: Instant,
+        sent_at: Instant,
+        signal: &RateLimitSignal,
+        success: bool,
+        out: &mut Vec<Adjustment>,
+    ) {
+        if signal.status == 429 {
+            if let Some((at, _)) = self.last_decrease {
+                if sent_at < at {
+                    // Part of the burst that caused the last decrease.
+                    return;
+                }
+            }
+            let measured = self.sends.per_second(now);
+            let base = match self.applied {
+                Some(applied) => applied.min(measured.max(MIN_RATE)),
+                None => measured,
+            }
+            .max(MIN_RATE);
+            self.last_decrease = Some((now, base));
+            self.last_increase = Some(now);
+            let target = base * DECREASE;
+            if let Some(adj) = self.rate_adjustment(target) {
+                out.push(adj);
+            }
+            out.push(Adjustment::SetCapacity(self.capacity_for(target / 5.0)));
+            out.push(Adjustment::LimitRemaining(0));
+        } else if success {
+            let (Some((_, at_decrease)), Some(applied), Some(last)) =
+                (self.last_decrease, self.applied, self.last_increase)
+            else {
+                return;
+            };
+            let dt = now.saturating_duration_since(last).as_secs_f64();
+            if dt <= 0.0 {
+                return;
+            }
+            self.last_increase = Some(now);
+            let grown = applied + at_decrease * INCREASE_PER_SECOND * dt;
+            if let Some(adj) = self.rate_adjustment(grown) {
+                out.push(adj);
+            }
+            out.push(Adjustment::SetCapacity(self.capacity_for(grown / 5.0)));
+        }
+    }
+}

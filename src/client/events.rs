@@ -1,0 +1,138 @@
+//! What the client reports while it works.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One step of a request's life, sent to the hook installed with
+/// [`ThrottledClientBuilder::on_event`](super::ThrottledClientBuilder::on_event)
+/// and logged with `tracing` (target `reqwest_pace`).
+///
+/// Times are the durations decided (waits, sleeps), not measured, so a test
+/// can assert an exact schedule.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Event {
+    /// The request waited for a layer's bucket before it was sent.
+    Waited {
+        /// The layer's name.
+        layer: String,
+        /// The bucket's key within the layer.
+        key: String,
+        /// How long it waited (tokio clock).
+        waited: Duration,
+    },
+    /// An attempt went out.
+    Sent {
+        /// 1 for the first attempt.
+        attempt: u32,
+        /// The request's method.
+        method: String,
+        /// The request's URL.
+        url: String,
+    },
+    /// The server throttled the request (429, or 503 with Retry-After), or
+    /// said its quota is spent.
+    Throttled {
+        /// The layer's name.
+        layer: String,
+        /// The bucket's key.
+        key: String,
+        /// The response status.
+        status: u16,
+        /// The wait the server asked for, if any.
+        retry_after: Option<Duration>,
+    },
+    /// A layer's bucket was re-paced from what the server said.
+    Paced {
+        /// The layer's name.
+        layer: String,
+        /// The bucket's key.
+        key: String,
+        /// The new rate, requests (or tokens) per second.
+        per_second: f64,
+    },
+    /// A retry is scheduled after `delay`.
+    Retrying {
+        /// The attempt that failed (1 for the first).
+        attempt: u32,
+        /// The sleep before the next attempt.
+        delay: Duration,
+        /// Whether the delay is the server's Retry-After (else backoff).
+        from_server: bool,
+        /// The failed attempt's status, if it got a response.
+        status: Option<u16>,
+    },
+    /// The request failed for good.
+    GaveUp {
+        /// Attempts made.
+        attempts: u32,
+        /// Why, in a few words.
+        reason: String,
+        /// The last status, if any.
+        status: Option<u16>,
+    },
+    /// The request completed with a final response.
+    Completed {
+        /// Attempts made.
+        attempts: u32,
+        /// The final status.
+        status: u16,
+    },
+}
+
+pub(crate) type Hook = Arc<dyn Fn(&Event) + Send + Sync>;
+
+pub(crate) fn emit(hook: Option<&Hook>, event: Event) {
+    match &event {
+        Event::Waited { layer, key, waited } => {
+            tracing::debug!(target: "reqwest_pace", layer, key, waited_ms = waited.as_millis() as u64, "waited for bucket")
+        }
+        Event::Sent {
+            attempt,
+            method,
+            url,
+        } => tracing::debug!(target: "reqwest_pace", attempt, method, url, "sent"),
+        Event::Throttled {
+            layer,
+            key,
+            status,
+            retry_after,
+        } => tracing::info!(
+            target: "reqwest_pace",
+            layer,
+            key,
+            status,
+            retry_after_ms = retry_after.map(|d| d.as_millis() as u64),
+            "throttled by server"
+        ),
+        Event::Paced {
+            layer,
+            key,
+            per_second,
+        } => tracing::debug!(target: "reqwest_pace", layer, key, per_second, "re-paced"),
+        Event::Retrying {
+            attempt,
+            delay,
+            from_server,
+            status,
+        } => tracing::info!(
+            target: "reqwest_pace",
+            attempt,
+            delay_ms = delay.as_millis() as u64,
+            from_server,
+            status,
+            "retrying"
+        ),
+        Event::GaveUp {
+            attempts,
+            reason,
+            status,
+        } => tracing::warn!(target: "reqwest_pace", attempts, reason, status, "gave up"),
+        Event::Completed { attempts, status } => {
+            tracing::debug!(target: "reqwest_pace", attempts, status, "completed")
+        }
+    }
+    if let Some(hook) = hook {
+        hook(&event);
+    }
+}

@@ -1,0 +1,316 @@
+//! Layers: which buckets a request belongs to, and how each is made.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use reqwest::Request;
+
+use super::adapt::Adaptive;
+use crate::headers::Dimension;
+use crate::limiter::{Evictable, KeyedLimiter, Limiter, Rate, TokenBucket};
+use crate::Error;
+
+type KeyFn = Arc<dyn Fn(&Request) -> Option<String> + Send + Sync>;
+type Factory = Arc<dyn Fn(&str) -> Result<Arc<dyn Limiter>, Error> + Send + Sync>;
+
+/// Rate used for a key whose rate is neither configured nor learned yet:
+/// effectively unlimited, so the client starts permissively.
+const OPEN_RATE_PER_SECOND: u64 = 1_000_000;
+const OPEN_CAPACITY: u64 = 1_000_000;
+/// Share of a learned rate that is used, to stay clear of the server's
+/// edge (clock rounding, requests in flight).
+const DEFAULT_HEADROOM: f64 = 0.97;
+
+/// One family of buckets: a key function that says which bucket of the
+/// family a request belongs to (or none), and how a bucket is made.
+///
+/// A request must pass every layer it belongs to, in the order the layers
+/// were added: for example a global bucket for all traffic plus one per
+/// API credential.
+///
+/// ```
+/// use reqwest_pace::{Layer, Rate};
+///
+/// // At most 100/s in all, and 10/s per API token (by the Authorization
+/// // header; requests without one are not in this layer).
+/// let global = Layer::global().rate(Rate::per_second(100)?);
+/// let per_token = Layer::per_header("token", "authorization").rate(Rate::per_second(10)?);
+/// # Ok::<(), reqwest_pace::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Layer {
+    pub(crate) name: String,
+    key: KeyFn,
+    rate: Option<Rate>,
+    burst: Option<u64>,
+    dimension: Dimension,
+    adaptive: bool,
+    probe: bool,
+    headroom: f64,
+    factory: Option<Factory>,
+    max_keys: usize,
+    idle_timeout: Duration,
+}
+
+/// The default key: scheme, host and port of the URL.
+pub fn host_key(request: &Request) -> Option<String> {
+    let url = request.url();
+    let host = url.host_str()?;
+    let port = url.port_or_known_default().unwrap_or(0);
+    Some(format!("{}://{}:{}", url.scheme(), host, port))
+}
+
+impl Layer {
+    /// A layer keyed by `key`: requests for which it returns `None` are not
+    /// in this layer.
+    pub fn keyed(
+        name: impl Into<String>,
+        key: impl Fn(&Request) -> Option<String> + Send + Sync + 'static,
+    ) -> Self {
+        Layer {
+            name: name.into(),
+            key: Arc::new(key),
+            rate: None,
+            burst: None,
+            dimension: Dimension::Requests,
+            adaptive: true,
+            probe: true,
+            headroom: DEFAULT_HEADROOM,
+            factory: None,
+            max_keys: 100_000,
+            idle_timeout: Duration::from_secs(300),
+        }
+    }
+
+    /// One bucket per host (scheme + host + port): the default layer.
+    pub fn per_host() -> Self {
+        Layer::keyed("host", host_key)
+    }
+
+    /// One bucket for every request.
+    pub fn global() -> Self {
+        Layer::keyed("global", |_| Some(String::from("*")))
+    }
+
+    /// One bucket per value of a request header (an API token, a tenant
+    /// id); requests without the header are not in this layer. Values are
+    /// used as keys as they are; they never leave the process.
+    pub fn per_header(name: impl Into<String>, header: &'static str) -> Self {
+        Layer::keyed(name, move |r: &Request| {
+            r.headers()
+                .get(header)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        })
+    }
+
+    /// A ceiling: the layer never goes faster than this, whatever the
+    /// server says. Without it the layer starts permissively and learns.
+    pub fn rate(mut self, rate: Rate) -> Self {
+        self.rate = Some(rate);
+        self
+    }
+
+    /// The burst allowed (bucket capacity). Defaults to one second of the
+    /// configured rate, at least 1.
+    pub fn burst(mut self, burst: u64) -> Self {
+        self.burst = Some(burst.max(1));
+        self
+    }
+
+    /// What this layer's buckets count (requests by default; `Tokens` for a
+    /// token-metered API). A request spends its [`Cost`](super::Cost) in
+    /// this dimension; server limits of this dimension adjust the bucket.
+    pub fn dimension(mut self, dimension: Dimension) -> Self {
+        self.dimension = dimension;
+        self
+    }
+
+    /// Whether responses adjust this layer's buckets (default: yes).
+    pub fn adaptive(mut self, adaptive: bool) -> Self {
+        self.adaptive = adaptive;
+        self
+    }
+
+    /// Whether a key's first request goes alone, so that the others wait
+    /// for its response headers before they burst (default: yes for
+    /// adaptive layers). Turning it off lets the first burst go at once.
+    pub fn probe_first(mut self, probe: bool) -> Self {
+        self.probe = probe;
+        self
+    }
+
+    /// The share (0 to 1] of a learned rate that is used (default 0.97).
+    pub fn headroom(mut self, headroom: f64) -> Self {
+        self.headroom = headroom;
+        self
+    }
+
+    /// Make each key's limiter with `factory` instead of a local token
+    /// bucket: a sliding window, or a Redis-shared limiter so that a whole
+    /// fleet shares one budget per key.
+    pub fn limiter(
+        mut self,
+        factory: impl Fn(&str) -> Result<Arc<dyn Limiter>, Error> + Send + Sync + 'static,
+    ) -> Self {
+        self.factory = Some(Arc::new(factory));
+        self
+    }
+
+    /// Keep at most this many keys (default 100 000); see [`KeyedLimiter`].
+    pub fn max_keys(mut self, max_keys: usize) -> Self {
+        self.max_keys = max_keys.max(1);
+        self
+    }
+
+    /// Forget a key's state after it has been idle this long (default 300 s).
+    pub fn idle_timeout(mut self, idle: Duration) -> Self {
+        self.idle_timeout = idle;
+        self
+    }
+
+    pub(crate) fn dimension_ref(&self) -> &Dimension {
+        &self.dimension
+    }
+
+    /// Validate and build the layer's keyed state.
+    pub(crate) fn build(self) -> Result<BuiltLayer, Error> {
+        if !(self.headroom > 0.0 && self.headroom <= 1.0) {
+            return Err(Error::config(format!(
+                "layer {:?}: headroom must be in (0, 1], not {}",
+                self.name, self.headroom
+            )));
+        }
+        let capacity = match (self.rate, self.burst) {
+            (_, Some(b)) => b,
+            (Some(r), None) => {
+                let per_second = r.per_second_f64().ceil();
+                if per_second >= 1.0 && per_second.is_finite() {
+                    (per_second as u64).max(1)
+                } else {
+                    1
+                }
+            }
+            (None, None) => OPEN_CAPACITY,
+        };
+        let rate = match self.rate {
+            Some(r) => r,
+            None => Rate::per_second(OPEN_RATE_PER_SECOND)?,
+        };
+        // Fail now, not on the first request.
+        TokenBucket::new(rate, capacity)?;
+        let config = Arc::new(self);
+        let template = Arc::clone(&config);
+        let keyed =
+            KeyedLimiter::new(move |key: &String| KeyState::new(&template, key, rate, capacity))
+                .with_max_keys(config.max_keys)
+                .with_idle_timeout(config.idle_timeout);
+        Ok(BuiltLayer { config, keyed })
+    }
+}
+
+impl fmt::Debug for Layer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Layer")
+            .field("name", &self.name)
+            .field("rate", &self.rate)
+            .field("burst", &self.burst)
+            .field("dimension", &self.dimension)
+            .field("adaptive", &self.adaptive)
+            .field("probe", &self.probe)
+            .field("custom_limiter", &self.factory.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+pub(crate) struct BuiltLayer {
+    pub(crate) config: Arc<Layer>,
+    pub(crate) keyed: KeyedLimiter<String, KeyState>,
+}
+
+impl BuiltLayer {
+    pub(crate) fn key(&self, request: &Request) -> Option<String> {
+        (self.config.key)(request)
+    }
+
+    pub(crate) fn adaptive(&self) -> bool {
+        self.config.adaptive
+    }
+
+    pub(crate) fn probes(&self) -> bool {
+        self.config.adaptive && self.config.probe
+    }
+}
+
+/// One key's limiter and what has been learned about it.
+pub(crate) struct KeyState {
+    pub(crate) key: String,
+    pub(crate) limiter: Result<Arc<dyn Limiter>, String>,
+    local: Option<Arc<TokenBucket>>,
+    pub(crate) adapt: Mutex<Adaptive>,
+    /// Held by a key's first request until its response is in.
+    pub(crate) probe: tokio::sync::Mutex<()>,
+    pub(crate) seen_response: AtomicBool,
+    /// A server-requested wait beyond the retry cap: calls fail fast until
+    /// this instant instead of hanging.
+    pub(crate) closed_until: Mutex<Option<(tokio::time::Instant, reqwest::StatusCode)>>,
+}
+
+impl KeyState {
+    fn new(config: &Layer, key: &str, rate: Rate, capacity: u64) -> Self {
+        let (limiter, local) = match &config.factory {
+            Some(factory) => (factory(key).map_err(|e| e.to_string()), None),
+            None => {
+                let bucket = Arc::new(TokenBucket::from_algorithm(crate::limiter::Gcra::new(
+                    rate, capacity, capacity,
+                )));
+                let dynamic: Arc<dyn Limiter> = bucket.clone();
+                (Ok(dynamic), Some(bucket))
+            }
+        };
+        KeyState {
+            key: key.to_owned(),
+            limiter,
+            local,
+            adapt: Mutex::new(Adaptive::new(
+                config.dimension.clone(),
+                config.rate,
+                config.burst,
+                config.headroom,
+            )),
+            probe: tokio::sync::Mutex::new(()),
+            seen_response: AtomicBool::new(false),
+            closed_until: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn adapt(&self) -> std::sync::MutexGuard<'_, Adaptive> {
+        self.adapt.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn closed(
+        &self,
+    ) -> std::sync::MutexGuard<'_, Option<(tokio::time::Instant, reqwest::StatusCode)>> {
+        self.closed_until.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn has_seen_response(&self) -> bool {
+        self.seen_response.load(Ordering::Acquire)
+    }
+}
+
+impl Evictable for KeyState {
+    fn is_idle(&self) -> bool {
+        // Only a local bucket can say it is back to full; a custom limiter's
+        // state lives elsewhere and is kept until the bound. What was learned
+        // (a rate) is forgotten with the entry, after the idle timeout: a key
+        // that comes back probes and learns again.
+        let bucket_idle = self.local.as_ref().is_some_and(|b| b.is_idle());
+        let closed = self
+            .closed()
+            .is_some_and(|(until, _)| until > tokio::time::Instant::now());
+        bucket_idle && !closed
+    }
+}

@@ -1,0 +1,657 @@
+//! The throttled reqwest client: pace before send, adapt to the server,
+//! retry with async sleeps.
+//!
+//! The flow is one-way: a request's keys (one per [`Layer`]) pick its
+//! buckets; it waits for each bucket; it is sent; the response's
+//! [`RateLimitSignal`] adjusts the buckets; the [`RetryPolicy`] decides
+//! whether to sleep and try again.
+
+mod adapt;
+mod events;
+mod layer;
+
+use std::future::Future;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use reqwest::{Request, RequestBuilder, Response, StatusCode};
+use tokio::time::Instant;
+
+pub use events::Event;
+pub use layer::{host_key, Layer};
+
+use crate::error::NotRetriedReason;
+use crate::headers::{Dimension, RateLimitSignal};
+use crate::limiter::{Adjustment, Limiter};
+use crate::retry::{Outcome, RetryBudget, RetryPolicy};
+use crate::Error;
+use events::{emit, Hook};
+use layer::{BuiltLayer, KeyState};
+
+/// What a request spends from the buckets it passes through: one request by
+/// default, plus any amount in other dimensions (tokens for a
+/// token-metered API). A layer spends the amount of its own
+/// [`dimension`](Layer::dimension); a layer whose dimension the cost does
+/// not name is not charged.
+///
+/// ```
+/// use reqwest_pace::{headers::Dimension, Cost};
+///
+/// let cost = Cost::default().with(Dimension::Tokens, 1_200);
+/// assert_eq!(cost.get(&Dimension::Requests), 1);
+/// assert_eq!(cost.get(&Dimension::Tokens), 1_200);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cost {
+    weights: Vec<(Dimension, u64)>,
+}
+
+impl Default for Cost {
+    /// One request.
+    fn default() -> Self {
+        Cost {
+            weights: vec![(Dimension::Requests, 1)],
+        }
+    }
+}
+
+impl Cost {
+    /// Spend `amount` in `dimension` (replacing any earlier amount).
+    pub fn with(mut self, dimension: Dimension, amount: u64) -> Self {
+        self.weights.retain(|(d, _)| d != &dimension);
+        self.weights.push((dimension, amount));
+        self
+    }
+
+    /// The amount spent in `dimension` (0 if not named).
+    pub fn get(&self, dimension: &Dimension) -> u64 {
+        self.weights
+            .iter()
+            .find(|(d, _)| d == dimension)
+            .map_or(0, |(_, n)| *n)
+    }
+}
+
+/// Something that can become a [`reqwest::Request`]: a `Request` or a
+/// `RequestBuilder`.
+pub trait IntoRequest {
+    /// Build the request.
+    fn into_request(self) -> Result<Request, reqwest::Error>;
+}
+
+impl IntoRequest for Request {
+    fn into_request(self) -> Result<Request, reqwest::Error> {
+        Ok(self)
+    }
+}
+
+impl IntoRequest for RequestBuilder {
+    fn into_request(self) -> Result<Request, reqwest::Error> {
+        self.build()
+    }
+}
+
+/// A failure of one attempt's transport, as the retry loop sees it.
+pub(crate) enum SendFailure {
+    /// reqwest's own error: classified by the policy.
+    Reqwest(reqwest::Error),
+    /// Another layer's error (a middleware further down the chain): final.
+    #[cfg_attr(not(feature = "middleware"), allow(dead_code))]
+    Other(Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// A `reqwest::Client` that paces, learns and retries.
+///
+/// Cheap to clone (an `Arc` inside) and safe to share across tasks: all
+/// clones share the same buckets, learned rates and retry budget.
+///
+/// ```no_run
+/// use reqwest_pace::{Rate, ThrottledClient};
+///
+/// # async fn run() -> Result<(), reqwest_pace::Error> {
+/// let client = ThrottledClient::builder(reqwest::Client::new())
+///     .rate(Rate::per_second(10)?) // a ceiling per host; omit it to learn
+///     .build()?;
+/// let response = client.send(client.get("https://api.example.com/items")).await?;
+/// println!("{}", response.status());
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct ThrottledClient {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: reqwest::Client,
+    layers: Vec<BuiltLayer>,
+    policy: RetryPolicy,
+    budget: Option<Arc<RetryBudget>>,
+    hook: Option<Hook>,
+}
+
+/// Builds a [`ThrottledClient`]; see [`ThrottledClient::builder`].
+#[must_use]
+pub struct ThrottledClientBuilder {
+    client: reqwest::Client,
+    host_layer: Option<Layer>,
+    layers: Vec<Layer>,
+    policy: RetryPolicy,
+    budget: Option<RetryBudget>,
+    hook: Option<Hook>,
+}
+
+impl ThrottledClientBuilder {
+    /// A ceiling for each host's bucket. Without it, each host starts
+    /// permissively and paces itself from what its responses say.
+    pub fn rate(mut self, rate: crate::Rate) -> Self {
+        self.host_layer = self.host_layer.map(|l| l.rate(rate));
+        self
+    }
+
+    /// The burst allowed per host (default: one second of the rate).
+    pub fn burst(mut self, burst: u64) -> Self {
+        self.host_layer = self.host_layer.map(|l| l.burst(burst));
+        self
+    }
+
+    /// Replace the default per-host layer.
+    pub fn host_layer(mut self, layer: Layer) -> Self {
+        self.host_layer = Some(layer);
+        self
+    }
+
+    /// Drop the default per-host layer (only the added layers pace).
+    pub fn without_host_layer(mut self) -> Self {
+        self.host_layer = None;
+        self
+    }
+
+    /// Add a layer; a request must pass every layer it belongs to, the
+    /// per-host layer first, then these in the order added.
+    pub fn layer(mut self, layer: Layer) -> Self {
+        self.layers.push(layer);
+        self
+    }
+
+    /// How failures are retried.
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Cap retries to a share of regular traffic (off by default).
+    pub fn retry_budget(mut self, budget: RetryBudget) -> Self {
+        self.budget = Some(budget);
+        self
+    }
+
+    /// Receive every [`Event`] (waits, sends, throttles, retries, give-ups).
+    /// The hook runs inline: keep it short.
+    pub fn on_event(mut self, hook: impl Fn(&Event) + Send + Sync + 'static) -> Self {
+        self.hook = Some(Arc::new(hook));
+        self
+    }
+
+    /// Validate the configuration and build the client.
+    pub fn build(self) -> Result<ThrottledClient, Error> {
+        let layers = self
+            .host_layer
+            .into_iter()
+            .chain(self.layers)
+            .map(Layer::build)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ThrottledClient {
+            inner: Arc::new(Inner {
+                client: self.client,
+                layers,
+                policy: self.policy,
+                budget: self.budget.map(Arc::new),
+                hook: self.hook,
+            }),
+        })
+    }
+}
+
+struct Member {
+    layer: usize,
+    state: Arc<KeyState>,
+    weight: u64,
+}
+
+impl ThrottledClient {
+    /// Start building a client around `client`, with one adaptive bucket per
+    /// host and the default [`RetryPolicy`].
+    pub fn builder(client: reqwest::Client) -> ThrottledClientBuilder {
+        ThrottledClientBuilder {
+            client,
+            host_layer: Some(Layer::per_host()),
+            layers: Vec::new(),
+            policy: RetryPolicy::default(),
+            budget: None,
+            hook: None,
+        }
+    }
+
+    /// A client with every default: adaptive per-host pacing, default
+    /// retries.
+    pub fn new(client: reqwest::Client) -> Result<Self, Error> {
+        ThrottledClient::builder(client).build()
+    }
+
+    /// The wrapped `reqwest::Client`.
+    pub fn inner(&self) -> &reqwest::Client {
+        &self.inner.client
+    }
+
+    /// Start a request with the wrapped client; send it with
+    /// [`send`](Self::send).
+    pub fn request(&self, method: reqwest::Method, url: impl reqwest::IntoUrl) -> RequestBuilder {
+        self.inner.client.request(method, url)
+    }
+
+    /// A GET request; send it with [`send`](Self::send).
+    pub fn get(&self, url: impl reqwest::IntoUrl) -> RequestBuilder {
+        self.inner.client.get(url)
+    }
+
+    /// A POST request; send it with [`send`](Self::send).
+    pub fn post(&self, url: impl reqwest::IntoUrl) -> RequestBuilder {
+        self.inner.client.post(url)
+    }
+
+    /// The retry policy in force.
+    pub fn policy(&self) -> &RetryPolicy {
+        &self.inner.policy
+    }
+
+    /// The rate a layer's bucket for `key` currently applies, in tokens per
+    /// second: `None` while it is unconstrained (nothing configured or
+    /// learned) or the key is unknown.
+    pub fn current_rate(&self, layer: &str, key: &str) -> Option<f64> {
+        let built = self.inner.layers.iter().find(|l| l.config.name == layer)?;
+        let state = built.keyed.get(&key.to_owned());
+        let rate = state.adapt().applied_rate();
+        rate
+    }
+
+    /// Send a request (a `Request` or a `RequestBuilder`), paced, adapted
+    /// and retried. Spends one request from each bucket it passes.
+    ///
+    /// Returns the final response for successes and for failures that are
+    /// not retryable (a 404 is `Ok`); a retryable failure that could not be
+    /// retried to success is an [`Error`] naming why, with the last status.
+    pub async fn send(&self, request: impl IntoRequest) -> Result<Response, Error> {
+        self.send_with_cost(request, &Cost::default()).await
+    }
+
+    /// [`send`](Self::send), spending `cost` instead of one request.
+    pub async fn send_with_cost(
+        &self,
+        request: impl IntoRequest,
+        cost: &Cost,
+    ) -> Result<Response, Error> {
+        let request = request.into_request().map_err(|source| Error::Transport {
+            attempts: 0,
+            source,
+        })?;
+        let client = &self.inner.client;
+        self.run(request, cost, |r| async move {
+            client.execute(r).await.map_err(SendFailure::Reqwest)
+        })
+        .await
+    }
+
+    fn members(&self, request: &Request, cost: &Cost) -> Vec<Member> {
+        self.inner
+            .layers
+            .iter()
+            .enumerate()
+            .filter_map(|(i, layer)| {
+                let weight = cost.get(layer.config.dimension_ref());
+                if weight == 0 {
+                    return None;
+                }
+                let key = layer.key(request)?;
+                Some(Member {
+                    layer: i,
+                    state: layer.keyed.get(&key),
+                    weight,
+                })
+            })
+            .collect()
+    }
+
+    fn emit(&self, event: Event) {
+        emit(self.inner.hook.as_ref(), event);
+    }
+
+    /// Fail fast when a key is closed by a server wait beyond the cap.
+    fn check_closed(&self, members: &[Member]) -> Result<(), Error> {
+        let now = Instant::now();
+        for m in members {
+            let mut closed = m.state.closed();
+            if let Some((until, status)) = *closed {
+                if until > now {
+                    return Err(Error::RetryAfterTooLong {
+                        wait: until - now,
+                        cap: self.inner.policy.max_retry_after(),
+                        status,
+                    });
+                }
+                *closed = None;
+            }
+        }
+        Ok(())
+    }
+
+    /// The retry loop, over any way of sending one attempt.
+    pub(crate) async fn run<F, Fut>(
+        &self,
+        request: Request,
+        cost: &Cost,
+        mut send: F,
+    ) -> Result<Response, Error>
+    where
+        F: FnMut(Request) -> Fut,
+        Fut: Future<Output = Result<Response, SendFailure>>,
+    {
+        let inner = &*self.inner;
+        let policy = &inner.policy;
+        let members = self.members(&request, cost);
+        let method_ok = policy.allows_method(request.method());
+        let method = request.method().to_string();
+        let url = request.url().to_string();
+        let start = Instant::now();
+        let mut pending = Some(request);
+        let mut attempt = 0u32;
+        let mut previous_delay = None;
+        loop {
+            attempt += 1;
+            let Some(current) = pending.take() else {
+                // Unreachable by construction: every path that loops puts a
+                // request back. Said as an error rather than a panic.
+                return Err(Error::config("internal: no request to send"));
+            };
+            let wants_retry = method_ok && attempt < policy.max_attempts();
+            let replay = if wants_retry {
+                current.try_clone()
+            } else {
+                None
+            };
+
+            self.check_closed(&members)?;
+            let mut probes = Vec::new();
+            for m in &members {
+                let layer = &inner.layers[m.layer];
+                if layer.probes() && !m.state.has_seen_response() {
+                    let guard = m.state.probe.lock().await;
+                    if !m.state.has_seen_response() {
+                        probes.push(guard);
+                    }
+                }
+                let limiter = match &m.state.limiter {
+                    Ok(l) => Arc::clone(l),
+                    Err(message) => {
+                        return Err(Error::Backend {
+                            message: format!(
+                                "could not make the limiter for {}: {message}",
+                                m.state.key
+                            ),
+                            source: None,
+                        })
+                    }
+                };
+                let t0 = Instant::now();
+                acquire(limiter.as_ref(), m.weight, layer.adaptive()).await?;
+                let waited = t0.elapsed();
+                if !waited.is_zero() {
+                    self.emit(Event::Waited {
+                        layer: layer.config.name.clone(),
+                        key: m.state.key.clone(),
+                        waited,
+                    });
+                }
+                m.state.adapt().on_send(Instant::now());
+            }
+            // A wait may have outlasted a close set by another task.
+            self.check_closed(&members)?;
+
+            self.emit(Event::Sent {
+                attempt,
+                method: method.clone(),
+                url: url.clone(),
+            });
+            let sent_at = Instant::now();
+            let result = match send(current).await {
+                Ok(response) => Ok(response),
+                Err(SendFailure::Reqwest(e)) => Err(e),
+                Err(SendFailure::Other(source)) => {
+                    for m in &members {
+                        m.state.seen_response.store(true, Ordering::Release);
+                    }
+                    return Err(other_failure(attempt, source));
+                }
+            };
+            let outcome = policy.classify(result.as_ref());
+            let signal = result.as_ref().ok().map(RateLimitSignal::from_response);
+            self.learn(&members, sent_at, signal.as_ref(), outcome)
+                .await;
+            drop(probes);
+
+            let status = result.as_ref().ok().map(Response::status);
+            match outcome {
+                Outcome::Success | Outcome::Fatal => {
+                    if let Some(budget) = &inner.budget {
+                        if outcome == Outcome::Success {
+                            budget.record_success();
+                        }
+                    }
+                    return match result {
+                        Ok(response) => {
+                            self.emit(Event::Completed {
+                                attempts: attempt,
+                                status: response.status().as_u16(),
+                            });
+                            Ok(response)
+                        }
+                        Err(source) => {
+                            self.give_up(attempt, "transport error", None);
+                            Err(Error::Transport {
+                                attempts: attempt,
+                                source,
+                            })
+                        }
+                    };
+                }
+                _ => {}
+            }
+
+            // Retryable.
+            if let Some(budget) = &inner.budget {
+                budget.record_failure();
+            }
+            let error_source = result.err();
+            let retry_after = signal.as_ref().and_then(|s| s.retry_after);
+            if let (Some(wait), Some(status)) = (retry_after, status) {
+                if wait > policy.max_retry_after() {
+                    self.give_up(attempt, "server wait over the cap", Some(status));
+                    return Err(Error::RetryAfterTooLong {
+                        wait,
+                        cap: policy.max_retry_after(),
+                        status,
+                    });
+                }
+            }
+            if !method_ok {
+                self.give_up(attempt, "method not idempotent", status);
+                return Err(Error::NotRetried {
+                    reason: NotRetriedReason::NonIdempotent,
+                    last_status: status,
+                    source: error_source,
+                });
+            }
+            if attempt >= policy.max_attempts() {
+                self.give_up(attempt, "attempts exhausted", status);
+                return Err(Error::RetriesExhausted {
+                    attempts: attempt,
+                    last_status: status,
+                    source: error_source,
+                });
+            }
+            let Some(next) = replay else {
+                self.give_up(attempt, "body cannot be cloned", status);
+                return Err(Error::NotRetried {
+                    reason: NotRetriedReason::BodyNotCloneable,
+                    last_status: status,
+                    source: error_source,
+                });
+            };
+            let from_server = retry_after.is_some();
+            let delay = retry_after.unwrap_or_else(|| {
+                policy
+                    .backoff()
+                    .delay(attempt - 1, previous_delay, fastrand::f64())
+            });
+            if let Some(limit) = policy.max_elapsed() {
+                if start.elapsed() + delay > limit {
+                    self.give_up(attempt, "retry time limit reached", status);
+                    return Err(Error::RetriesExhausted {
+                        attempts: attempt,
+                        last_status: status,
+                        source: error_source,
+                    });
+                }
+            }
+            if let Some(budget) = &inner.budget {
+                if !budget.can_retry() {
+                    self.give_up(attempt, "retry budget exhausted", status);
+                    return Err(Error::BudgetExhausted {
+                        attempts: attempt,
+                        last_status: status,
+                        source: error_source,
+                    });
+                }
+            }
+            self.emit(Event::Retrying {
+                attempt,
+                delay,
+                from_server,
+                status: status.map(|s| s.as_u16()),
+            });
+            tokio::time::sleep(delay).await;
+            previous_delay = Some(delay);
+            pending = Some(next);
+        }
+    }
+
+    fn give_up(&self, attempts: u32, reason: &str, status: Option<StatusCode>) {
+        self.emit(Event::GaveUp {
+            attempts,
+            reason: reason.to_owned(),
+            status: status.map(|s| s.as_u16()),
+        });
+    }
+
+    async fn learn(
+        &self,
+        members: &[Member],
+        sent_at: Instant,
+        signal: Option<&RateLimitSignal>,
+        outcome: Outcome,
+    ) {
+        let now = Instant::now();
+        let cap = self.inner.policy.max_retry_after();
+        for m in members {
+            m.state.seen_response.store(true, Ordering::Release);
+            let layer = &self.inner.layers[m.layer];
+            let Some(signal) = signal else { continue };
+            if !layer.adaptive() {
+                continue;
+            }
+            let adjustments =
+                m.state
+                    .adapt()
+                    .on_response(now, sent_at, signal, outcome == Outcome::Success);
+            if signal.is_throttled() {
+                self.emit(Event::Throttled {
+                    layer: layer.config.name.clone(),
+                    key: m.state.key.clone(),
+                    status: signal.status,
+                    retry_after: signal.retry_after,
+                });
+            }
+            let Ok(limiter) = &m.state.limiter else {
+                continue;
+            };
+            for adjustment in adjustments {
+                if let Adjustment::BlockUntil(until) = adjustment {
+                    if until.saturating_duration_since(now) > cap {
+                        // Do not park every caller behind a wait nobody
+                        // will sit through: close the key, fail fast.
+                        let status = StatusCode::from_u16(signal.status)
+                            .unwrap_or(StatusCode::TOO_MANY_REQUESTS);
+                        let mut closed = m.state.closed();
+                        let later = closed.is_none_or(|(known, _)| known < until);
+                        if later {
+                            *closed = Some((until, status));
+                        }
+                        continue;
+                    }
+                }
+                if let Adjustment::SetRate(rate) = adjustment {
+                    self.emit(Event::Paced {
+                        layer: layer.config.name.clone(),
+                        key: m.state.key.clone(),
+                        per_second: rate.per_second_f64(),
+                    });
+                }
+                if let Err(e) = limiter.adjust(adjustment).await {
+                    tracing::warn!(target: "reqwest_pace", key = m.state.key, error = %e, "could not adjust limiter");
+                }
+            }
+        }
+    }
+}
+
+/// Acquire `weight`; for an adaptive layer whose learned burst is smaller
+/// than the weight, wait for a full bucket instead of failing.
+async fn acquire(limiter: &dyn Limiter, weight: u64, adaptive: bool) -> Result<(), Error> {
+    match limiter.acquire(weight).await {
+        Err(Error::WeightExceedsCapacity { capacity, .. }) if adaptive && capacity > 0 => {
+            limiter.acquire(capacity).await
+        }
+        other => other,
+    }
+}
+
+#[cfg(feature = "middleware")]
+fn other_failure(attempts: u32, source: Box<dyn std::error::Error + Send + Sync>) -> Error {
+    Error::Middleware { attempts, source }
+}
+
+#[cfg(not(feature = "middleware"))]
+fn other_failure(_attempts: u32, source: Box<dyn std::error::Error + Send + Sync>) -> Error {
+    Error::Backend {
+        message: source.to_string(),
+        source: Some(source),
+    }
+}
+
+impl std::fmt::Debug for ThrottledClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThrottledClient")
+            .field(
+                "layers",
+                &self
+                    .inner
+                    .layers
+                    .iter()
+                    .map(|l| &l.config)
+                    .collect::<Vec<_>>(),
+            )
+            .field("policy", &self.inner.policy)
+            .field("budget", &self.inner.budget)
+            .finish_non_exhaustive()
+    }
+}

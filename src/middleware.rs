@@ -1,0 +1,79 @@
+//! The same pacing and retries inside a `reqwest-middleware` chain.
+
+use http::Extensions;
+use reqwest::{Request, Response};
+use reqwest_middleware::{Middleware, Next};
+
+use crate::client::{Cost, SendFailure};
+use crate::ThrottledClient;
+
+/// A [`reqwest_middleware::Middleware`] that runs a [`ThrottledClient`]'s
+/// pacing, learning and retries around the rest of the chain.
+///
+/// Each attempt runs the middlewares after this one (so a tracing
+/// middleware placed after it sees every attempt; one placed before sees
+/// the whole call). The wrapped client's own `reqwest::Client` is not used:
+/// the chain's client sends. Errors of this crate come out as
+/// `reqwest_middleware::Error::Middleware` wrapping an
+/// [`Error`](crate::Error), transport errors that were not retried as
+/// `reqwest_middleware::Error::Reqwest`.
+///
+/// ```
+/// use reqwest_middleware::ClientBuilder;
+/// use reqwest_pace::{PaceMiddleware, Rate, ThrottledClient};
+///
+/// let pace = ThrottledClient::builder(reqwest::Client::new())
+///     .rate(Rate::per_second(20)?)
+///     .build()?;
+/// let client = ClientBuilder::new(reqwest::Client::new())
+///     .with(PaceMiddleware::new(pace))
+///     .build();
+/// # drop(client);
+/// # Ok::<(), reqwest_pace::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct PaceMiddleware {
+    client: ThrottledClient,
+}
+
+impl PaceMiddleware {
+    /// Run `client`'s layers, learning and retry policy in a chain.
+    pub fn new(client: ThrottledClient) -> Self {
+        PaceMiddleware { client }
+    }
+}
+
+#[async_trait::async_trait]
+impl Middleware for PaceMiddleware {
+    async fn handle(
+        &self,
+        req: Request,
+        extensions: &mut Extensions,
+        next: Next<'_>,
+    ) -> reqwest_middleware::Result<Response> {
+        let template = extensions.clone();
+        let result = self
+            .client
+            .run(req, &Cost::default(), |attempt| {
+                let next = next.clone();
+                let mut ext = template.clone();
+                async move {
+                    match next.run(attempt, &mut ext).await {
+                        Ok(response) => Ok(response),
+                        Err(reqwest_middleware::Error::Reqwest(e)) => Err(SendFailure::Reqwest(e)),
+                        Err(reqwest_middleware::Error::Middleware(e)) => {
+                            Err(SendFailure::Other(e.into()))
+                        }
+                    }
+                }
+            })
+            .await;
+        match result {
+            Ok(response) => Ok(response),
+            Err(crate::Error::Transport { source, .. }) => {
+                Err(reqwest_middleware::Error::Reqwest(source))
+            }
+            Err(e) => Err(reqwest_middleware::Error::middleware(e)),
+        }
+    }
+}

@@ -1,0 +1,14 @@
+//! Retry policy: backoff schedules, classification and the retry budget.
+//!
+//! Everything here is a pure function of the attempt number, the outcome and
+//! a random draw, so schedules are testable without a clock. The client
+//! ([`ThrottledClient`](crate::ThrottledClient)) sleeps on tokio's timer for
+//! the durations these functions return.
+
+mod backoff;
+mod budget;
+mod classify;
+
+pub use backoff::{Backoff, Jitter};
+pub use budget::RetryBudget;
+pub use classify::{Classifier, Outcome, RetryPolicy};
