@@ -1,0 +1,263 @@
+//! What each header dialect writes: pure functions of the bucket's figures
+//! and the wall-clock instant of the response.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use http::header::{HeaderName, HeaderValue, DATE, RETRY_AFTER};
+use http::HeaderMap;
+
+use crate::Error;
+
+/// Which rate-limit headers the server writes.
+///
+/// In every dialect each response carries a `Date` header written from the
+/// same wall-clock instant as any epoch value in it. "Full" below means the
+/// bucket holds `burst` tokens again; "one token" means the next request
+/// would be admitted. Durations are written in whole seconds rounded **up**,
+/// so a client that waits what it is told is never early.
+///
+/// | Dialect | Every limiter response | 429s also carry |
+/// |---|---|---|
+/// | [`XRateLimit`](Dialect::XRateLimit) | `X-RateLimit-Limit: <per second>`, `X-RateLimit-Remaining: <tokens left>`, `X-RateLimit-Reset: <seconds until full>` | `Retry-After: <seconds until one token, at least 1>` |
+/// | [`GitHub`](Dialect::GitHub) | `x-ratelimit-limit`, `x-ratelimit-remaining`, `x-ratelimit-used` (limit − remaining), `x-ratelimit-reset: <epoch second when full>`, `x-ratelimit-resource: core` | `retry-after` as above |
+/// | [`Ietf`](Dialect::Ietf) | `RateLimit-Policy: "default";q=<per second>;w=1`, `RateLimit: "default";r=<tokens left>;t=<seconds until full>` | `Retry-After` as above |
+/// | [`None`](Dialect::None) | nothing | nothing |
+///
+/// The limit is the server's rate in whole requests per second (rounded to
+/// the nearest, at least 1); the bucket itself enforces the exact rate.
+/// "Tokens left" is counted after the request: an admitted request has
+/// already taken its token.
+///
+/// Parsed case-insensitively from `x-ratelimit`, `github`, `ietf` or `none`,
+/// and displayed the same way:
+///
+/// ```
+/// use reqwest_pace::testing::Dialect;
+///
+/// let d: Dialect = "GitHub".parse()?;
+/// assert_eq!(d, Dialect::GitHub);
+/// assert_eq!(d.to_string(), "github");
+/// # Ok::<(), reqwest_pace::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Dialect {
+    /// `X-RateLimit-Limit`, `-Remaining` and `-Reset` as a delay in seconds.
+    #[default]
+    XRateLimit,
+    /// GitHub's headers: the reset is an epoch second.
+    GitHub,
+    /// The IETF `RateLimit` and `RateLimit-Policy` structured fields.
+    Ietf,
+    /// No rate-limit headers and no `Retry-After`: a bare 429.
+    None,
+}
+
+impl Dialect {
+    /// Every dialect, in a fixed order (for running one scenario per
+    /// dialect).
+    pub const ALL: [Dialect; 4] = [
+        Dialect::XRateLimit,
+        Dialect::GitHub,
+        Dialect::Ietf,
+        Dialect::None,
+    ];
+
+    /// The dialect's name, as parsed and displayed.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Dialect::XRateLimit => "x-ratelimit",
+            Dialect::GitHub => "github",
+            Dialect::Ietf => "ietf",
+            Dialect::None => "none",
+        }
+    }
+}
+
+impl fmt::Display for Dialect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Dialect {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Dialect, Error> {
+        Dialect::ALL
+            .into_iter()
+            .find(|d| d.as_str().eq_ignore_ascii_case(s.trim()))
+            .ok_or_else(|| {
+                Error::config(format!(
+                    "unknown header dialect {s:?}; expected x-ratelimit, github, ietf or none"
+                ))
+            })
+    }
+}
+
+/// The bucket's figures for one limiter response.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Figures {
+    /// The limit written in the headers, per second.
+    pub(crate) limit: u64,
+    /// Whole tokens left after this request.
+    pub(crate) remaining: u64,
+    /// Time until the bucket is full again.
+    pub(crate) until_full: Duration,
+    /// On a refusal, the time until one token is there.
+    pub(crate) until_one: Option<Duration>,
+}
+
+/// A duration in whole seconds, rounded up.
+pub(crate) fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+/// Formats an HTTP-date, clamping instants outside what the format can
+/// express (before 1970, after 9999) instead of panicking as `httpdate`
+/// would.
+pub(crate) fn http_date(at: SystemTime) -> String {
+    const LAST: Duration = Duration::from_secs(253_402_300_799);
+    let since = at.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
+    httpdate::fmt_http_date(UNIX_EPOCH + since.min(LAST))
+}
+
+fn put(headers: &mut HeaderMap, name: &'static str, value: impl ToString) {
+    if let Ok(value) = HeaderValue::try_from(value.to_string()) {
+        headers.insert(HeaderName::from_static(name), value);
+    }
+}
+
+/// Writes the `Date` header for the response instant `now`.
+pub(crate) fn write_date(headers: &mut HeaderMap, now: SystemTime) {
+    if let Ok(value) = HeaderValue::try_from(http_date(now)) {
+        headers.insert(DATE, value);
+    }
+}
+
+/// Writes `dialect`'s rate-limit headers (and `Retry-After` on a refusal)
+/// for a response leaving at wall-clock `now`.
+pub(crate) fn write(dialect: Dialect, figures: &Figures, now: SystemTime, headers: &mut HeaderMap) {
+    let Figures {
+        limit,
+        remaining,
+        until_full,
+        until_one,
+    } = *figures;
+    let reset = ceil_secs(until_full);
+    match dialect {
+        Dialect::XRateLimit => {
+            put(headers, "x-ratelimit-limit", limit);
+            put(headers, "x-ratelimit-remaining", remaining);
+            put(headers, "x-ratelimit-reset", reset);
+        }
+        Dialect::GitHub => {
+            let since = now.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
+            put(headers, "x-ratelimit-limit", limit);
+            put(headers, "x-ratelimit-remaining", remaining);
+            put(headers, "x-ratelimit-used", limit.saturating_sub(remaining));
+            put(
+                headers,
+                "x-ratelimit-reset",
+                ceil_secs(since.saturating_add(until_full)),
+            );
+            put(headers, "x-ratelimit-resource", "core");
+        }
+        Dialect::Ietf => {
+            put(
+                headers,
+                "ratelimit-policy",
+                format!("\"default\";q={limit};w=1"),
+            );
+            put(
+                headers,
+                "ratelimit",
+                format!("\"default\";r={remaining};t={reset}"),
+            );
+        }
+        Dialect::None => return,
+    }
+    if let Some(wait) = until_one {
+        headers.insert(RETRY_AFTER, HeaderValue::from(ceil_secs(wait).max(1)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn figures(until_one: Option<Duration>) -> Figures {
+        Figures {
+            limit: 50,
+            remaining: 0,
+            until_full: 200 * MS,
+            until_one,
+        }
+    }
+
+    fn text<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+        headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for d in Dialect::ALL {
+            assert_eq!(d.to_string().parse::<Dialect>().ok(), Some(d));
+        }
+        assert_eq!(" IETF ".parse::<Dialect>().ok(), Some(Dialect::Ietf));
+        assert!("x-rate-limit".parse::<Dialect>().is_err());
+    }
+
+    #[test]
+    fn rounding_is_up() {
+        assert_eq!(ceil_secs(Duration::ZERO), 0);
+        assert_eq!(ceil_secs(Duration::from_nanos(1)), 1);
+        assert_eq!(ceil_secs(Duration::from_secs(2)), 2);
+        assert_eq!(ceil_secs(Duration::from_millis(2001)), 3);
+    }
+
+    #[test]
+    fn dates_never_panic() {
+        assert_eq!(http_date(UNIX_EPOCH), "Thu, 01 Jan 1970 00:00:00 GMT");
+        let early = UNIX_EPOCH - Duration::from_secs(10);
+        assert_eq!(http_date(early), "Thu, 01 Jan 1970 00:00:00 GMT");
+        let late = UNIX_EPOCH + Duration::from_secs(u64::MAX / 4);
+        assert_eq!(http_date(late), "Fri, 31 Dec 9999 23:59:59 GMT");
+    }
+
+    #[test]
+    fn github_reset_is_the_ceiled_epoch() {
+        let now = UNIX_EPOCH + Duration::from_millis(1_700_000_000_900);
+        let mut h = HeaderMap::new();
+        write(Dialect::GitHub, &figures(Some(20 * MS)), now, &mut h);
+        // 1_700_000_000.9 s + 0.2 s = ...001.1 s, rounded up.
+        assert_eq!(text(&h, "x-ratelimit-reset"), Some("1700000002"));
+        assert_eq!(text(&h, "x-ratelimit-used"), Some("50"));
+        assert_eq!(text(&h, "retry-after"), Some("1"));
+    }
+
+    #[test]
+    fn ietf_fields() {
+        let mut h = HeaderMap::new();
+        let f = Figures {
+            limit: 5,
+            remaining: 3,
+            until_full: Duration::from_millis(1500),
+            until_one: None,
+        };
+        write(Dialect::Ietf, &f, UNIX_EPOCH, &mut h);
+        assert_eq!(text(&h, "ratelimit-policy"), Some("\"default\";q=5;w=1"));
+        assert_eq!(text(&h, "ratelimit"), Some("\"default\";r=3;t=2"));
+        assert_eq!(h.get("retry-after"), None);
+    }
+
+    #[test]
+    fn none_writes_nothing() {
+        let mut h = HeaderMap::new();
+        write(Dialect::None, &figures(Some(20 * MS)), UNIX_EPOCH, &mut h);
+        assert!(h.is_empty());
+    }
+}

@@ -1,0 +1,443 @@
+//! The HTTP side: an axum service on a loopback port, spawned on the
+//! caller's tokio runtime.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request, State as Shared};
+use axum::response::Response;
+use axum::Router;
+use futures::StreamExt;
+use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use http::HeaderMap;
+use tokio::net::TcpListener;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::dialect::{self, http_date, Dialect};
+use super::fault::{Fault, RetryAfter};
+use super::key::client_key;
+use super::state::{RequestRecord, Seen, ServerStats, State, Verdict};
+use crate::{Error, Rate};
+
+/// A real HTTP/1.1 server on a loopback port that limits each client with a
+/// token bucket and answers `429 Too Many Requests` with the rate-limit
+/// headers of a chosen [`Dialect`].
+///
+/// Built for tests of client backoff: unlike a static mock, it keeps state,
+/// so a client that sends too fast is refused, one that waits what the
+/// headers say is admitted, and both can be checked after the fact with
+/// [`stats`](Self::stats) and [`requests`](Self::requests).
+///
+/// - **Per-client buckets.** Each [`ClientKey`](super::ClientKey) has a
+///   bucket of `burst` tokens refilling at `limit`, starting full. The key
+///   is the API key header (`x-api-key` unless configured) when present,
+///   else the client IP: the peer's, or with
+///   [`trusted_proxy_hops`](ServerBuilder::trusted_proxy_hops) the entry
+///   that many places from the right of `X-Forwarded-For`.
+/// - **Any method, any path.** The body is read and discarded, then the
+///   request takes one token: `200 OK` with body `ok` when there was one,
+///   else `429` with body `rate limited`. Injected [`Fault`]s answer first.
+/// - **Headers.** See [`Dialect`] for exactly what each dialect writes.
+///   Every response carries a `Date` set by the server from the same
+///   wall-clock instant as any epoch value in it.
+/// - **Tokio time.** Buckets, [`latency`](ServerBuilder::latency),
+///   [`change_limit_at`](ServerBuilder::change_limit_at) and
+///   [`RequestRecord::at`] run on tokio's clock, and the server is spawned
+///   on the runtime that calls [`start`](ServerBuilder::start). A test that
+///   runs client and server in one `#[tokio::test(start_paused = true)]`
+///   sees exact virtual times at both ends. (Wall-clock `Date` and epoch
+///   values are real time: tokio cannot pause the system clock.)
+/// - **Lifetime.** Handles are cheap clones of one server. It stops when
+///   [`shutdown`](Self::shutdown) is called or the last handle is dropped.
+///
+/// ```
+/// use reqwest_pace::testing::{Dialect, RateLimitedServer};
+/// use reqwest_pace::Rate;
+///
+/// #[tokio::main]
+/// async fn main() -> Result<(), Box<dyn std::error::Error>> {
+///     let server = RateLimitedServer::builder()
+///         .limit(Rate::per_second(10)?)
+///         .burst(2)
+///         .dialect(Dialect::XRateLimit)
+///         .start()
+///         .await?;
+///
+///     let client = reqwest::Client::new();
+///     let mut statuses = Vec::new();
+///     for _ in 0..3 {
+///         let response = client.get(server.url()).send().await?;
+///         statuses.push(response.status().as_u16());
+///         if response.status() == 429 {
+///             assert_eq!(response.headers()["retry-after"], "1");
+///             assert_eq!(response.headers()["x-ratelimit-remaining"], "0");
+///         }
+///     }
+///     assert_eq!(statuses, [200, 200, 429]);
+///     assert_eq!(server.stats().total.throttled, 1);
+///     server.shutdown().await;
+///     Ok(())
+/// }
+/// ```
+#[derive(Clone)]
+pub struct RateLimitedServer {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    addr: SocketAddr,
+    app: Arc<App>,
+    stop: CancellationToken,
+    stopped: CancellationToken,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// What the request handler shares with the handles.
+struct App {
+    origin: Instant,
+    dialect: Dialect,
+    api_key: HeaderName,
+    hops: usize,
+    latency: Duration,
+    state: Mutex<State>,
+}
+
+impl App {
+    fn state(&self) -> MutexGuard<'_, State> {
+        // Every update leaves the state consistent, so a poisoned lock is
+        // still usable.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn elapsed(&self) -> Duration {
+        Instant::now().saturating_duration_since(self.origin)
+    }
+}
+
+impl std::fmt::Debug for RateLimitedServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.inner.app.state();
+        f.debug_struct("RateLimitedServer")
+            .field("addr", &self.inner.addr)
+            .field("limit", &state.limit())
+            .field("burst", &state.burst())
+            .field("dialect", &self.inner.app.dialect)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RateLimitedServer {
+    /// A builder with the defaults: 50 per second, burst 10, dialect
+    /// `x-ratelimit`, API key header `x-api-key`, `X-Forwarded-For`
+    /// ignored, no added latency, bound to `127.0.0.1:0` (a free port).
+    pub fn builder() -> ServerBuilder {
+        ServerBuilder {
+            limit: None,
+            burst: 10,
+            dialect: Dialect::XRateLimit,
+            api_key_header: "x-api-key".to_owned(),
+            hops: 0,
+            changes: Vec::new(),
+            latency: Duration::ZERO,
+            bind: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+        }
+    }
+
+    /// The base URL, `http://127.0.0.1:PORT` (no trailing slash).
+    pub fn url(&self) -> String {
+        format!("http://{}", self.inner.addr)
+    }
+
+    /// The address the server listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.inner.addr
+    }
+
+    /// The header dialect.
+    pub fn dialect(&self) -> Dialect {
+        self.inner.app.dialect
+    }
+
+    /// The current limit.
+    pub fn limit(&self) -> Rate {
+        self.inner.app.state().limit()
+    }
+
+    /// The bucket capacity of every key.
+    pub fn burst(&self) -> u64 {
+        self.inner.app.state().burst()
+    }
+
+    /// Change the limit now, for every key: existing buckets keep the
+    /// tokens they hold and refill at the new rate from now on, new keys
+    /// start full at the new rate, and the headers report the new limit.
+    pub fn set_limit(&self, rate: Rate) {
+        let now = self.inner.app.elapsed();
+        self.inner.app.state().set_limit(now, rate);
+    }
+
+    /// Queue a fault: the next [`Fault::times`] requests, from any client,
+    /// get its status (and `Retry-After`) whatever their bucket holds, and
+    /// take no token. Faults are served in the order injected.
+    pub fn inject(&self, fault: Fault) {
+        self.inner.app.state().inject(fault);
+    }
+
+    /// The counts so far, in total and per client key.
+    pub fn stats(&self) -> ServerStats {
+        self.inner.app.state().stats()
+    }
+
+    /// Every request answered so far, in the order decided. The log grows
+    /// without bound: meant for tests, not for long soaks.
+    pub fn requests(&self) -> Vec<RequestRecord> {
+        self.inner.app.state().records()
+    }
+
+    /// Stop accepting, let requests in flight finish, close idle keep-alive
+    /// connections, and return when the server task has ended. Other
+    /// handles to the same server see it stopped.
+    pub async fn shutdown(self) {
+        self.inner.stop.cancel();
+        self.inner.stopped.cancelled().await;
+    }
+}
+
+/// Configures and starts a [`RateLimitedServer`].
+///
+/// Settings are checked once, in [`start`](Self::start).
+#[derive(Clone, Debug)]
+pub struct ServerBuilder {
+    limit: Option<Rate>,
+    burst: u64,
+    dialect: Dialect,
+    api_key_header: String,
+    hops: usize,
+    changes: Vec<(Duration, Rate)>,
+    latency: Duration,
+    bind: SocketAddr,
+}
+
+impl ServerBuilder {
+    /// The sustained rate per client key (default 50 per second).
+    pub fn limit(mut self, rate: Rate) -> Self {
+        self.limit = Some(rate);
+        self
+    }
+
+    /// The bucket capacity per client key (default 10); at least 1.
+    pub fn burst(mut self, burst: u64) -> Self {
+        self.burst = burst;
+        self
+    }
+
+    /// The rate-limit headers to write (default [`Dialect::XRateLimit`]).
+    pub fn dialect(mut self, dialect: Dialect) -> Self {
+        self.dialect = dialect;
+        self
+    }
+
+    /// The header whose value, when present and not blank, is the client
+    /// key (default `x-api-key`; matched case-insensitively).
+    pub fn api_key_header(mut self, name: &str) -> Self {
+        self.api_key_header = name.to_owned();
+        self
+    }
+
+    /// How many trusted proxies stand in front of the server (default 0).
+    ///
+    /// With 0, `X-Forwarded-For` is ignored and the client IP is the peer
+    /// address. With `n`, the client IP is the `n`-th entry from the
+    /// **right** of `X-Forwarded-For` (repeated header lines joined in
+    /// order): each trusted proxy appends the address it saw, so the
+    /// entries to the left of that are whatever the client wrote and are
+    /// never used. If the list has fewer than `n` entries or the entry is
+    /// not an IP address (optionally with a port, IPv6 optionally in
+    /// brackets), the peer address is used.
+    pub fn trusted_proxy_hops(mut self, hops: usize) -> Self {
+        self.hops = hops;
+        self
+    }
+
+    /// At `after` past [`start`](Self::start), change the limit to `rate`
+    /// as [`RateLimitedServer::set_limit`] would (on the tokio clock).
+    /// May be called several times; changes apply in time order.
+    pub fn change_limit_at(mut self, after: Duration, rate: Rate) -> Self {
+        self.changes.push((after, rate));
+        self
+    }
+
+    /// Service time added to every request after its body is read and
+    /// before the limiter decides (a tokio sleep; default none). The
+    /// headers therefore describe the bucket as the response leaves.
+    pub fn latency(mut self, latency: Duration) -> Self {
+        self.latency = latency;
+        self
+    }
+
+    /// The address to listen on (default `127.0.0.1:0`, a free loopback
+    /// port).
+    pub fn bind(mut self, addr: SocketAddr) -> Self {
+        self.bind = addr;
+        self
+    }
+
+    /// Bind and start serving, on a task spawned on the current tokio
+    /// runtime.
+    ///
+    /// Fails with [`Error::InvalidConfig`] on a zero burst, an invalid
+    /// header name, a bind failure (the message names the address and the
+    /// I/O error), or when not called from within a tokio runtime.
+    pub async fn start(self) -> Result<RateLimitedServer, Error> {
+        let limit = match self.limit {
+            Some(rate) => rate,
+            None => Rate::per_second(50)?,
+        };
+        if self.burst == 0 {
+            return Err(Error::config("the test server needs a burst above zero"));
+        }
+        let api_key = HeaderName::from_bytes(self.api_key_header.as_bytes()).map_err(|_| {
+            Error::config(format!(
+                "{:?} is not a valid header name",
+                self.api_key_header
+            ))
+        })?;
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(Error::config(
+                "the test server must be started within a tokio runtime",
+            ));
+        }
+        let bind = self.bind;
+        let cannot = |what: &str, e: std::io::Error| {
+            Error::config(format!("cannot {what} the test server at {bind}: {e}"))
+        };
+        let listener = TcpListener::bind(bind)
+            .await
+            .map_err(|e| cannot("bind", e))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| cannot("find the port of", e))?;
+
+        let origin = Instant::now();
+        let app = Arc::new(App {
+            origin,
+            dialect: self.dialect,
+            api_key,
+            hops: self.hops,
+            latency: self.latency,
+            state: Mutex::new(State::new(limit, self.burst)),
+        });
+        let stop = CancellationToken::new();
+        let stopped = CancellationToken::new();
+
+        let router = Router::new().fallback(handle).with_state(Arc::clone(&app));
+        let serve = axum::serve(
+            listener,
+            router.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(stop.clone().cancelled_owned());
+        let done = stopped.clone();
+        tokio::spawn(async move {
+            // Dropped with the task, even if the runtime shuts down first.
+            let _done = done.drop_guard();
+            if let Err(e) = serve.await {
+                tracing::warn!(error = %e, "test server stopped with an error");
+            }
+        });
+
+        let mut changes = self.changes;
+        if !changes.is_empty() {
+            changes.sort_by_key(|(after, _)| *after);
+            let (app, stop) = (Arc::clone(&app), stop.clone());
+            tokio::spawn(async move {
+                for (after, rate) in changes {
+                    tokio::select! {
+                        () = tokio::time::sleep_until(origin + after) => {}
+                        () = stop.cancelled() => return,
+                    }
+                    let now = app.elapsed();
+                    app.state().set_limit(now, rate);
+                }
+            });
+        }
+
+        Ok(RateLimitedServer {
+            inner: Arc::new(Inner {
+                addr,
+                app,
+                stop,
+                stopped,
+            }),
+        })
+    }
+}
+
+async fn handle(
+    Shared(app): Shared<Arc<App>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    request: Request,
+) -> Response {
+    let (parts, body) = request.into_parts();
+    let key = client_key(&parts.headers, peer.ip(), &app.api_key, app.hops);
+    // Read the body to the end so the connection can be reused; a broken
+    // body still gets an answer.
+    let mut frames = body.into_data_stream();
+    while let Some(Ok(_)) = frames.next().await {}
+    if !app.latency.is_zero() {
+        tokio::time::sleep(app.latency).await;
+    }
+
+    let seen = Seen {
+        key,
+        method: parts.method,
+        path: parts.uri.path().to_owned(),
+    };
+    let now = app.elapsed();
+    let verdict = app.state().decide(now, seen);
+    respond(app.dialect, &verdict, SystemTime::now())
+}
+
+fn respond(dialect: Dialect, verdict: &Verdict, wall: SystemTime) -> Response {
+    let status = verdict.status();
+    let mut headers = HeaderMap::new();
+    dialect::write_date(&mut headers, wall);
+    let body = match verdict {
+        Verdict::Admitted(figures) => {
+            dialect::write(dialect, figures, wall, &mut headers);
+            "ok\n"
+        }
+        Verdict::Throttled(figures) => {
+            dialect::write(dialect, figures, wall, &mut headers);
+            "rate limited\n"
+        }
+        Verdict::Fault { retry_after, .. } => {
+            let value = retry_after.map(|r| match r {
+                RetryAfter::Seconds(secs) => secs.to_string(),
+                RetryAfter::Date(at) => http_date(at),
+                RetryAfter::DateIn(d) => http_date(wall.checked_add(d).unwrap_or(wall)),
+            });
+            if let Some(Ok(value)) = value.map(HeaderValue::try_from) {
+                headers.insert(RETRY_AFTER, value);
+            }
+            "injected fault\n"
+        }
+    };
+    headers.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() = status;
+    *response.headers_mut() = headers;
+    response
+}

@@ -1,0 +1,339 @@
+//! The server's state: one bucket per client key, the fault queue and the
+//! log. Everything here is a function of `now` (nanoseconds since the
+//! server started, on the tokio clock), with no I/O.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::time::Duration;
+
+use http::{Method, StatusCode};
+
+use super::dialect::Figures;
+use super::fault::{Fault, RetryAfter};
+use super::key::ClientKey;
+use crate::limiter::{Algorithm, Gcra, Nanos};
+use crate::Rate;
+
+/// Above this many buckets, full ones are dropped (a full bucket behaves
+/// exactly like a new one, so nothing changes but memory).
+const SWEEP_ABOVE: usize = 10_000;
+
+/// How a request was answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// The bucket had a token: `200 OK`.
+    Admitted,
+    /// The bucket was empty: `429 Too Many Requests`.
+    Throttled,
+    /// An injected [`Fault`] answered, whatever the bucket held.
+    Fault,
+}
+
+/// One request as the server saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RequestRecord {
+    /// When the limiter decided, since the server started, on the tokio
+    /// clock (exact under `tokio::time::pause()`).
+    pub at: Duration,
+    /// Whose bucket it was counted against.
+    pub key: ClientKey,
+    /// The request method.
+    pub method: Method,
+    /// The request path, without the query.
+    pub path: String,
+    /// The status answered.
+    pub status: StatusCode,
+    /// Why that status.
+    pub outcome: Outcome,
+}
+
+/// Request counts, for the whole server or one client key.
+///
+/// `requests == ok + throttled + faults`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Counts {
+    /// Every request answered.
+    pub requests: u64,
+    /// Admitted by the limiter (`200`).
+    pub ok: u64,
+    /// Refused by the limiter (`429`).
+    pub throttled: u64,
+    /// Answered by an injected [`Fault`], whatever its status.
+    pub faults: u64,
+}
+
+impl Counts {
+    fn count(&mut self, outcome: Outcome) {
+        self.requests += 1;
+        match outcome {
+            Outcome::Admitted => self.ok += 1,
+            Outcome::Throttled => self.throttled += 1,
+            Outcome::Fault => self.faults += 1,
+        }
+    }
+}
+
+/// What the server has answered so far.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ServerStats {
+    /// Over all clients.
+    pub total: Counts,
+    /// Per client key.
+    pub per_key: BTreeMap<ClientKey, Counts>,
+}
+
+/// The answer for one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    Admitted(Figures),
+    Throttled(Figures),
+    Fault {
+        status: StatusCode,
+        retry_after: Option<RetryAfter>,
+    },
+}
+
+impl Verdict {
+    pub(crate) fn status(&self) -> StatusCode {
+        match self {
+            Verdict::Admitted(_) => StatusCode::OK,
+            Verdict::Throttled(_) => StatusCode::TOO_MANY_REQUESTS,
+            Verdict::Fault { status, .. } => *status,
+        }
+    }
+
+    fn outcome(&self) -> Outcome {
+        match self {
+            Verdict::Admitted(_) => Outcome::Admitted,
+            Verdict::Throttled(_) => Outcome::Throttled,
+            Verdict::Fault { .. } => Outcome::Fault,
+        }
+    }
+}
+
+/// The request facts the log keeps.
+pub(crate) struct Seen {
+    pub(crate) key: ClientKey,
+    pub(crate) method: Method,
+    pub(crate) path: String,
+}
+
+pub(crate) struct State {
+    limit: Rate,
+    burst: u64,
+    buckets: HashMap<ClientKey, Gcra>,
+    faults: VecDeque<Fault>,
+    stats: ServerStats,
+    records: Vec<RequestRecord>,
+}
+
+fn nanos(d: Duration) -> Nanos {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The limit as the headers write it: whole requests per second.
+fn header_limit(rate: Rate) -> u64 {
+    // Finite and positive by construction of `Rate`; `as` saturates.
+    (rate.per_second_f64().round() as u64).max(1)
+}
+
+impl State {
+    /// `burst` must be at least 1 (the builder checks).
+    pub(crate) fn new(limit: Rate, burst: u64) -> State {
+        State {
+            limit,
+            burst: burst.max(1),
+            buckets: HashMap::new(),
+            faults: VecDeque::new(),
+            stats: ServerStats::default(),
+            records: Vec::new(),
+        }
+    }
+
+    pub(crate) fn limit(&self) -> Rate {
+        self.limit
+    }
+
+    pub(crate) fn burst(&self) -> u64 {
+        self.burst
+    }
+
+    /// Changes the rate of every bucket now (tokens earned are kept) and of
+    /// the buckets made from now on.
+    pub(crate) fn set_limit(&mut self, now: Duration, rate: Rate) {
+        let now = nanos(now);
+        self.limit = rate;
+        for bucket in self.buckets.values_mut() {
+            bucket.set_rate(now, rate);
+        }
+    }
+
+    pub(crate) fn inject(&mut self, fault: Fault) {
+        if fault.times > 0 {
+            self.faults.push_back(fault);
+        }
+    }
+
+    /// Decides the request `seen` at `now`, and counts and logs it.
+    pub(crate) fn decide(&mut self, now: Duration, seen: Seen) -> Verdict {
+        let verdict = match self.next_fault() {
+            Some(fault) => Verdict::Fault {
+                status: fault.status,
+                retry_after: fault.retry_after,
+            },
+            None => self.admit(nanos(now), &seen.key),
+        };
+        let outcome = verdict.outcome();
+        self.stats.total.count(outcome);
+        self.stats
+            .per_key
+            .entry(seen.key.clone())
+            .or_default()
+            .count(outcome);
+        self.records.push(RequestRecord {
+            at: now,
+            key: seen.key,
+            method: seen.method,
+            path: seen.path,
+            status: verdict.status(),
+            outcome,
+        });
+        verdict
+    }
+
+    fn next_fault(&mut self) -> Option<Fault> {
+        let front = self.faults.front_mut()?;
+        front.times -= 1;
+        let fault = front.clone();
+        if front.times == 0 {
+            self.faults.pop_front();
+        }
+        Some(fault)
+    }
+
+    fn admit(&mut self, now: Nanos, key: &ClientKey) -> Verdict {
+        if self.buckets.len() >= SWEEP_ABOVE && !self.buckets.contains_key(key) {
+            self.buckets.retain(|_, bucket| !bucket.is_idle(now));
+        }
+        let (limit, burst) = (self.limit, self.burst);
+        let bucket = self.buckets.entry(key.clone()).or_insert_with(|| {
+            // A new bucket is full at `now`: made full at instant 0, it has
+            // stayed full since.
+            Gcra::new(limit, burst, burst)
+        });
+        let admitted = bucket.try_admit(now, 1);
+        let full_at = bucket.earliest(now, bucket.capacity());
+        let figures = Figures {
+            limit: header_limit(limit),
+            remaining: bucket.available(now),
+            until_full: Duration::from_nanos(full_at.saturating_sub(now)),
+            until_one: admitted
+                .err()
+                .map(|ready| Duration::from_nanos(ready.saturating_sub(now))),
+        };
+        if figures.until_one.is_some() {
+            Verdict::Throttled(figures)
+        } else {
+            Verdict::Admitted(figures)
+        }
+    }
+
+    pub(crate) fn stats(&self) -> ServerStats {
+        self.stats.clone()
+    }
+
+    pub(crate) fn records(&self) -> Vec<RequestRecord> {
+        self.records.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn seen(key: &str) -> Seen {
+        Seen {
+            key: ClientKey::ApiKey(key.into()),
+            method: Method::GET,
+            path: "/".into(),
+        }
+    }
+
+    fn figures(v: Verdict) -> Figures {
+        match v {
+            Verdict::Admitted(f) | Verdict::Throttled(f) => f,
+            Verdict::Fault { .. } => panic!("unexpected fault"),
+        }
+    }
+
+    #[test]
+    fn burst_then_exact_refusals() {
+        let mut s = State::new(Rate::per_second(50).unwrap(), 10);
+        for left in (0..10).rev() {
+            let v = s.decide(Duration::ZERO, seen("a"));
+            assert!(matches!(v, Verdict::Admitted(_)));
+            let f = figures(v);
+            assert_eq!(f.remaining, left);
+            assert_eq!(f.until_full, (10 - left as u32) * 20 * MS);
+        }
+        let v = s.decide(5 * MS, seen("a"));
+        assert!(matches!(v, Verdict::Throttled(_)));
+        assert_eq!(
+            figures(v),
+            Figures {
+                limit: 50,
+                remaining: 0,
+                until_full: 195 * MS,
+                until_one: Some(15 * MS),
+            }
+        );
+        assert!(matches!(s.decide(20 * MS, seen("a")), Verdict::Admitted(_)));
+        assert!(matches!(s.decide(20 * MS, seen("b")), Verdict::Admitted(_)));
+        let stats = s.stats();
+        assert_eq!((stats.total.requests, stats.total.throttled), (13, 1));
+        assert_eq!(stats.per_key[&ClientKey::ApiKey("b".into())].ok, 1);
+    }
+
+    #[test]
+    fn set_limit_rescales_the_deficit() {
+        let mut s = State::new(Rate::per_second(10).unwrap(), 1);
+        s.decide(Duration::ZERO, seen("a"));
+        s.set_limit(Duration::ZERO, Rate::per_second(1).unwrap());
+        let f = figures(s.decide(100 * MS, seen("a")));
+        assert_eq!(f.limit, 1);
+        assert_eq!(f.until_one, Some(900 * MS));
+        // A key first seen after the change gets the new rate too.
+        s.decide(Duration::ZERO, seen("b"));
+        assert_eq!(
+            figures(s.decide(Duration::ZERO, seen("b"))).until_one,
+            Some(1000 * MS)
+        );
+    }
+
+    #[test]
+    fn faults_take_no_tokens() {
+        let mut s = State::new(Rate::per_second(1).unwrap(), 1);
+        s.inject(Fault::service_unavailable().times(2));
+        s.inject(Fault::internal_server_error().times(0));
+        s.inject(Fault::too_many_requests());
+        let statuses: Vec<u16> = (0..4)
+            .map(|_| s.decide(Duration::ZERO, seen("a")).status().as_u16())
+            .collect();
+        assert_eq!(statuses, [503, 503, 429, 200]);
+        let stats = s.stats();
+        assert_eq!(stats.total.faults, 3);
+        assert_eq!(s.records()[2].outcome, Outcome::Fault);
+    }
+
+    #[test]
+    fn header_limits_are_whole() {
+        assert_eq!(header_limit(Rate::per_second(3).unwrap()), 3);
+        assert_eq!(header_limit(Rate::per_minute(1).unwrap()), 1);
+        assert_eq!(header_limit(Rate::new(5, 2 * 1000 * MS).unwrap()), 3);
+    }
+}
