@@ -616,3 +616,28 @@ async fn every_dialect_round_trips_through_its_name() {
         server.shutdown().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_clients_on_a_multi_thread_runtime() {
+    let builder = RateLimitedServer::builder().limit(rate(1)).burst(5);
+    let (server, client) = start(builder).await;
+    let tasks: Vec<_> = (0..30)
+        .map(|_| {
+            let (server, client) = (server.clone(), client.clone());
+            tokio::spawn(async move { get(&client, &server).await.status() })
+        })
+        .collect();
+    let mut ok = 0;
+    for task in tasks {
+        if task.await.unwrap() == StatusCode::OK {
+            ok += 1;
+        }
+    }
+    // The burst, plus at most one token if the run took over a second.
+    assert!((5..=6).contains(&ok), "{ok} admitted");
+    let stats = server.stats();
+    assert_eq!(stats.total.requests, 30);
+    assert_eq!(stats.total.ok, ok);
+    assert_eq!(stats.total.ok + stats.total.throttled, 30);
+    server.shutdown().await;
+}
