@@ -5,9 +5,9 @@
 //!
 //! - **The server sends rate-limit headers.** Each limit of the layer's
 //!   dimension implies a sustained rate `limit / window`. The window is the
-//!   one stated (IETF `w=`), or else estimated as the longest reset seen for
-//!   that limit, rounded up to whole seconds (right after a window starts,
-//!   the reset *is* the window). When the reset is far enough away to be
+//!   one stated (IETF `w=`), or else estimated from the longest reset seen
+//!   for that limit (right after a window starts, the reset *is* the
+//!   window), less a second of rounding. When the reset is far enough away to be
 //!   meaningful (at least [`SPREAD_MIN_RESET`]; below that, the one-second
 //!   rounding of most reset headers dominates), the remaining quota is also
 //!   spread evenly until the reset: `remaining / reset`. The tightest of
@@ -17,14 +17,18 @@
 //!   than the known one by more than half a window) may raise them, so a
 //!   stale response arriving late cannot undo a newer one.
 //! - **The server sends nothing but 429s.** Then the rate follows AIMD in
-//!   the manner of AWS SDK adaptive retry: a 429 (for a request sent after
-//!   the previous decrease, so one burst of 429s counts once) multiplies the
-//!   rate by [`DECREASE`] (starting from the measured send rate), and
-//!   successes grow it back linearly, by [`INCREASE_PER_SECOND`] of the rate
-//!   at the last decrease per second, past it to probe for more.
+//!   the manner of AWS SDK adaptive retry and TCP: a 429 without
+//!   `Retry-After` (for a request sent after the previous decrease, so one
+//!   burst of 429s counts once) multiplies the rate by [`DECREASE`],
+//!   starting from the measured send rate. After the first decrease the rate
+//!   doubles per second of success (slow start) until the next 429; after
+//!   later ones it grows linearly, by [`INCREASE_PER_SECOND`] of the rate at
+//!   the decrease per second, past it to probe for more.
 //!
 //! A `Retry-After` on a 429 or 503 blocks the key until that instant in both
-//! regimes.
+//! regimes, and the key then resumes at its rate, not all at once: a key
+//! with no rate yet resumes at the rate it was sending at, one request at a
+//! time, and ramps up by slow start.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -35,7 +39,7 @@ use crate::headers::{Dimension, Limit, RateLimitSignal};
 use crate::limiter::{Adjustment, Rate};
 
 /// Resets shorter than this are not used to spread the remaining quota.
-pub(crate) const SPREAD_MIN_RESET: Duration = Duration::from_secs(2);
+pub(crate) const SPREAD_MIN_RESET: Duration = Duration::from_secs(5);
 /// The multiplicative decrease on a header-less 429.
 pub(crate) const DECREASE: f64 = 0.7;
 /// Additive increase, as a share of the rate at the last decrease, per
@@ -46,6 +50,18 @@ const MIN_RATE: f64 = 0.1;
 /// How far ahead a burst may run: the learned capacity is the rate times
 /// this, at least 1 and at most the largest `remaining` seen.
 const BURST_SPAN: Duration = Duration::from_secs(1);
+
+/// Where the header-less regime stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Nothing learned: the configured ceiling, or no limit at all.
+    Open,
+    /// After the first throttle: the rate doubles per second of success
+    /// until the next throttle.
+    SlowStart,
+    /// After a later throttle: the rate grows linearly.
+    Avoidance,
+}
 
 /// Per-key learning state.
 #[derive(Debug)]
@@ -59,8 +75,13 @@ pub(crate) struct Adaptive {
     max_remaining: u64,
     /// The rate this state last applied (tokens per second), if any.
     applied: Option<f64>,
-    /// AIMD: the rate at the last decrease and when it happened.
-    last_decrease: Option<(Instant, f64)>,
+    /// AIMD: the send sequence number at the last decrease (requests sent
+    /// up to it belong to the burst that caused it) and the rate it started
+    /// from.
+    last_decrease: Option<(u64, f64)>,
+    /// Requests sent so far.
+    sent: u64,
+    phase: Phase,
     last_increase: Option<Instant>,
     sends: SendRate,
     /// Whether any header-driven rate has been learned.
@@ -114,9 +135,13 @@ impl SendRate {
     }
 }
 
-fn round_up_to_seconds(d: Duration) -> Duration {
-    let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
-    Duration::from_secs(secs.max(1))
+/// A window estimate from one reset. Whole-second resets carry up to a
+/// second of rounding (the server rounds the reset up, its `Date` is
+/// truncated), so the estimate is the reset rounded up to whole seconds, less
+/// one second, and at least one second.
+fn window_from_reset(reset: Duration) -> Duration {
+    let secs = reset.as_secs() + u64::from(reset.subsec_nanos() > 0);
+    Duration::from_secs(secs.saturating_sub(1).max(1))
 }
 
 fn matches(dimension: &Dimension, limit: &Limit) -> bool {
@@ -139,15 +164,20 @@ impl Adaptive {
             max_remaining: 0,
             applied: ceiling.map(|r| r.per_second_f64()),
             last_decrease: None,
+            sent: 0,
+            phase: Phase::Open,
             last_increase: None,
             sends: SendRate::default(),
             header_driven: false,
         }
     }
 
-    /// A request of this key was sent at `now`.
-    pub(crate) fn on_send(&mut self, now: Instant) {
+    /// A request of this key was sent at `now`; returns its sequence
+    /// number, to hand back to [`on_response`](Self::on_response).
+    pub(crate) fn on_send(&mut self, now: Instant) -> u64 {
         self.sends.record(now);
+        self.sent += 1;
+        self.sent
     }
 
     /// The rate currently applied, in tokens per second (`None` while
@@ -162,7 +192,14 @@ impl Adaptive {
             None => per_second,
         };
         let rate = Rate::from_per_second_f64(capped.max(MIN_RATE)).ok()?;
-        self.applied = Some(rate.per_second_f64());
+        let per_second = rate.per_second_f64();
+        if let Some(applied) = self.applied {
+            // Not worth a lock and an event: the same rate to within 1 %.
+            if (per_second - applied).abs() <= applied * 0.01 {
+                return None;
+            }
+        }
+        self.applied = Some(per_second);
         Some(Adjustment::SetRate(rate))
     }
 
@@ -183,12 +220,12 @@ impl Adaptive {
         capacity.max(1)
     }
 
-    /// Learn from a response received at `now` for a request sent at
-    /// `sent_at`.
+    /// Learn from a response received at `now` for the request with send
+    /// sequence number `seq`.
     pub(crate) fn on_response(
         &mut self,
         now: Instant,
-        sent_at: Instant,
+        seq: u64,
         signal: &RateLimitSignal,
         success: bool,
     ) -> Vec<Adjustment> {
@@ -211,7 +248,7 @@ impl Adaptive {
             if let Some(w) = limit.window.filter(|w| !w.is_zero()) {
                 state.window = w;
             } else if let Some(reset) = limit.reset {
-                state.window = state.window.max(round_up_to_seconds(reset));
+                state.window = state.window.max(window_from_reset(reset));
             }
             let window = state.window;
             if let Some(quota) = limit.limit.filter(|&q| q > 0) {
@@ -262,7 +299,7 @@ impl Adaptive {
             }
             out.push(Adjustment::SetCapacity(self.capacity_for(target)));
         } else if !self.header_driven {
-            self.aimd(now, sent_at, signal, success, &mut out);
+            self.aimd(now, seq, signal, success, &mut out);
         }
 
         let throttled = signal.status == 429 || signal.status == 503;
@@ -275,34 +312,48 @@ impl Adaptive {
     fn aimd(
         &mut self,
         now: Instant,
-        sent_at: Instant,
+        seq: u64,
         signal: &RateLimitSignal,
         success: bool,
         out: &mut Vec<Adjustment>,
     ) {
-        if signal.status == 429 {
-            if let Some((at, _)) = self.last_decrease {
-                if sent_at < at {
-                    // Part of the burst that caused the last decrease.
-                    return;
-                }
+        let throttled =
+            signal.status == 429 || (signal.status == 503 && signal.retry_after.is_some());
+        if throttled {
+            if self.last_decrease.is_some_and(|(at, _)| seq <= at) {
+                // Part of the burst that caused the last decrease.
+                return;
             }
-            let measured = self.sends.per_second(now);
-            let base = match self.applied {
-                Some(applied) => applied.min(measured.max(MIN_RATE)),
-                None => measured,
-            }
-            .max(MIN_RATE);
-            self.last_decrease = Some((now, base));
+            let measured = self.sends.per_second(now).max(MIN_RATE);
+            self.last_decrease = Some((self.sent, measured));
             self.last_increase = Some(now);
+            if signal.retry_after.is_some() {
+                // The server said when to come back: keep the pace, but a
+                // key with no pace yet resumes from what it was doing, one
+                // request at a time, and ramps up from there.
+                if self.applied.is_none() {
+                    self.phase = Phase::SlowStart;
+                    if let Some(adj) = self.rate_adjustment(measured) {
+                        out.push(adj);
+                    }
+                    out.push(Adjustment::SetCapacity(1));
+                }
+                return;
+            }
+            let base = self.applied.map_or(measured, |a| a.min(measured));
+            self.last_decrease = Some((self.sent, base));
+            self.phase = match self.phase {
+                Phase::Open => Phase::SlowStart,
+                _ => Phase::Avoidance,
+            };
             let target = base * DECREASE;
             if let Some(adj) = self.rate_adjustment(target) {
                 out.push(adj);
             }
-            out.push(Adjustment::SetCapacity(self.capacity_for(target / 5.0)));
+            out.push(Adjustment::SetCapacity(burst_for(target)));
             out.push(Adjustment::LimitRemaining(0));
         } else if success {
-            let (Some((_, at_decrease)), Some(applied), Some(last)) =
+            let (Some((_, base)), Some(applied), Some(last)) =
                 (self.last_decrease, self.applied, self.last_increase)
             else {
                 return;
@@ -311,12 +362,26 @@ impl Adaptive {
             if dt <= 0.0 {
                 return;
             }
-            self.last_increase = Some(now);
-            let grown = applied + at_decrease * INCREASE_PER_SECOND * dt;
+            let grown = match self.phase {
+                Phase::SlowStart => applied * 2f64.powf(dt),
+                _ => applied + base * INCREASE_PER_SECOND * dt,
+            };
             if let Some(adj) = self.rate_adjustment(grown) {
+                self.last_increase = Some(now);
                 out.push(adj);
+                out.push(Adjustment::SetCapacity(burst_for(grown)));
             }
-            out.push(Adjustment::SetCapacity(self.capacity_for(grown / 5.0)));
         }
+    }
+}
+
+/// The burst allowed in the header-less regime: a fifth of a second of the
+/// rate, at least one request.
+fn burst_for(per_second: f64) -> u64 {
+    let burst = (per_second / 5.0).floor();
+    if burst.is_finite() && burst >= 1.0 {
+        burst as u64
+    } else {
+        1
     }
 }

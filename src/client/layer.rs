@@ -239,6 +239,12 @@ impl BuiltLayer {
         self.config.adaptive
     }
 
+    /// Whether the bucket's capacity comes from the server rather than the
+    /// configuration.
+    pub(crate) fn learns_burst(&self) -> bool {
+        self.config.adaptive && self.config.burst.is_none()
+    }
+
     pub(crate) fn probes(&self) -> bool {
         self.config.adaptive && self.config.probe
     }

@@ -382,6 +382,7 @@ impl ThrottledClient {
 
             self.check_closed(&members)?;
             let mut probes = Vec::new();
+            let mut seqs = Vec::with_capacity(members.len());
             for m in &members {
                 let layer = &inner.layers[m.layer];
                 if layer.probes() && !m.state.has_seen_response() {
@@ -403,7 +404,7 @@ impl ThrottledClient {
                     }
                 };
                 let t0 = Instant::now();
-                acquire(limiter.as_ref(), m.weight, layer.adaptive()).await?;
+                acquire(limiter.as_ref(), m.weight, layer.learns_burst()).await?;
                 let waited = t0.elapsed();
                 if !waited.is_zero() {
                     self.emit(Event::Waited {
@@ -412,7 +413,7 @@ impl ThrottledClient {
                         waited,
                     });
                 }
-                m.state.adapt().on_send(Instant::now());
+                seqs.push(m.state.adapt().on_send(Instant::now()));
             }
             // A wait may have outlasted a close set by another task.
             self.check_closed(&members)?;
@@ -422,7 +423,6 @@ impl ThrottledClient {
                 method: method.clone(),
                 url: url.clone(),
             });
-            let sent_at = Instant::now();
             let result = match send(current).await {
                 Ok(response) => Ok(response),
                 Err(SendFailure::Reqwest(e)) => Err(e),
@@ -435,8 +435,7 @@ impl ThrottledClient {
             };
             let outcome = policy.classify(result.as_ref());
             let signal = result.as_ref().ok().map(RateLimitSignal::from_response);
-            self.learn(&members, sent_at, signal.as_ref(), outcome)
-                .await;
+            self.learn(&members, &seqs, signal.as_ref(), outcome).await;
             drop(probes);
 
             let status = result.as_ref().ok().map(Response::status);
@@ -556,13 +555,13 @@ impl ThrottledClient {
     async fn learn(
         &self,
         members: &[Member],
-        sent_at: Instant,
+        seqs: &[u64],
         signal: Option<&RateLimitSignal>,
         outcome: Outcome,
     ) {
         let now = Instant::now();
         let cap = self.inner.policy.max_retry_after();
-        for m in members {
+        for (m, &seq) in members.iter().zip(seqs) {
             m.state.seen_response.store(true, Ordering::Release);
             let layer = &self.inner.layers[m.layer];
             let Some(signal) = signal else { continue };
@@ -572,7 +571,7 @@ impl ThrottledClient {
             let adjustments =
                 m.state
                     .adapt()
-                    .on_response(now, sent_at, signal, outcome == Outcome::Success);
+                    .on_response(now, seq, signal, outcome == Outcome::Success);
             if signal.is_throttled() {
                 self.emit(Event::Throttled {
                     layer: layer.config.name.clone(),
@@ -614,11 +613,11 @@ impl ThrottledClient {
     }
 }
 
-/// Acquire `weight`; for an adaptive layer whose learned burst is smaller
-/// than the weight, wait for a full bucket instead of failing.
-async fn acquire(limiter: &dyn Limiter, weight: u64, adaptive: bool) -> Result<(), Error> {
+/// Acquire `weight`; for a layer whose burst is learned (not configured)
+/// and smaller than the weight, wait for a full bucket instead of failing.
+async fn acquire(limiter: &dyn Limiter, weight: u64, learned_burst: bool) -> Result<(), Error> {
     match limiter.acquire(weight).await {
-        Err(Error::WeightExceedsCapacity { capacity, .. }) if adaptive && capacity > 0 => {
+        Err(Error::WeightExceedsCapacity { capacity, .. }) if learned_burst && capacity > 0 => {
             limiter.acquire(capacity).await
         }
         other => other,

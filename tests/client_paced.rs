@@ -1,0 +1,319 @@
+//! The throttled client against the embedded rate-limited server, both in
+//! one runtime on tokio's paused clock: exact virtual schedules.
+#![cfg(feature = "testing")]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use reqwest_pace::retry::{Backoff, Jitter, RetryPolicy};
+use reqwest_pace::testing::{Dialect, Fault, RateLimitedServer, RetryAfter};
+use reqwest_pace::{Error, Event, Layer, Rate, ThrottledClient};
+
+fn no_jitter() -> RetryPolicy {
+    RetryPolicy::default()
+        .with_backoff(Backoff::exponential(Duration::from_millis(100)).with_jitter(Jitter::None))
+}
+
+fn times(server: &RateLimitedServer) -> Vec<Duration> {
+    server.requests().iter().map(|r| r.at).collect()
+}
+
+fn ms(v: &[u64]) -> Vec<Duration> {
+    v.iter().map(|&m| Duration::from_millis(m)).collect()
+}
+
+async fn server(dialect: Dialect, per_second: u64, burst: u64) -> RateLimitedServer {
+    RateLimitedServer::builder()
+        .limit(Rate::per_second(per_second).unwrap())
+        .burst(burst)
+        .dialect(dialect)
+        .start()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_in_seconds_spaces_the_attempts_exactly() {
+    let server = server(Dialect::XRateLimit, 50, 10).await;
+    server.inject(
+        Fault::service_unavailable()
+            .times(2)
+            .retry_after(RetryAfter::Seconds(3)),
+    );
+    let client = ThrottledClient::builder(reqwest::Client::new())
+        .retry(no_jitter())
+        .build()
+        .unwrap();
+    let response = client.send(client.get(server.url())).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(times(&server), ms(&[0, 3_000, 6_000]));
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_as_an_http_date_is_measured_against_the_date_header() {
+    let server = server(Dialect::XRateLimit, 50, 10).await;
+    server
+        .inject(Fault::too_many_requests().retry_after(RetryAfter::DateIn(Duration::from_secs(4))));
+    let client = ThrottledClient::builder(reqwest::Client::new())
+        .retry(no_jitter())
+        .build()
+        .unwrap();
+    let response = client.send(client.get(server.url())).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(times(&server), ms(&[0, 4_000]));
+}
+
+#[tokio::test(start_paused = true)]
+async fn backoff_without_retry_after_follows_the_schedule() {
+    let server = server(Dialect::XRateLimit, 50, 10).await;
+    server.inject(Fault::service_unavailable().times(3));
+    let client = ThrottledClient::builder(reqwest::Client::new())
+        .retry(no_jitter())
+        .build()
+        .unwrap();
+    client.send(client.get(server.url())).await.unwrap();
+    // 100 ms doubling, no jitter.
+    assert_eq!(times(&server), ms(&[0, 100, 300, 700]));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_configured_rate_paces_exactly() {
+    let server = server(Dialect::None, 1000, 1000).await;
+    let client = ThrottledClient::builder(reqwest::Client::new())
+        .rate(Rate::per_second(20).unwrap())
+        .burst(1)
+        .build()
+        .unwrap();
+    for _ in 0..10 {
+        client.send(client.get(server.url())).await.unwrap();
+    }
+    assert_eq!(
+        times(&server),
+        ms(&[0, 50, 100, 150, 200, 250, 300, 350, 400, 450])
+    );
+}
+
+/// The first response's 429 blocks the whole key: the other 49 tasks, which
+/// had not sent yet, wait for the same instant instead of each finding out
+/// by itself, and after it the key resumes at its rate, not all at once.
+#[tokio::test(start_paused = true)]
+async fn a_429_storm_on_one_key_makes_one_pause() {
+    let server = server(Dialect::None, 1000, 1000).await;
+    server.inject(
+        Fault::too_many_requests()
+            .times(1)
+            .retry_after(RetryAfter::Seconds(2)),
+    );
+    let log: Arc<Mutex<Vec<Event>>> = Arc::default();
+    let sink = Arc::clone(&log);
+    let client = ThrottledClient::builder(reqwest::Client::new())
+        .rate(Rate::per_second(100).unwrap())
+        .burst(1)
+        .retry(no_jitter())
+        .on_event(move |e| sink.lock().unwrap().push(e.clone()))
+        .build()
+        .unwrap();
+    let tasks: Vec<_> = (0..50)
+        .map(|_| {
+            let client = client.clone();
+            let url = server.url();
+            tokio::spawn(async move { client.send(client.get(url)).await.map(|r| r.status()) })
+        })
+        .collect();
+    for t in tasks {
+        assert_eq!(t.await.unwrap().unwrap(), 200);
+    }
+    let at = times(&server);
+    assert_eq!(at.len(), 51);
+    assert_eq!(
+        server.stats().total.throttled + server.stats().total.faults,
+        1
+    );
+    assert_eq!(at[0], Duration::ZERO);
+    // Then nothing until the pause ends, and from there one every 10 ms.
+    let expected: Vec<Duration> = (0..50)
+        .map(|i| Duration::from_millis(2_000 + 10 * i))
+        .collect();
+    assert_eq!(&at[1..], &expected[..]);
+    let retries = log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|e| matches!(e, Event::Retrying { .. }))
+        .count();
+    assert_eq!(retries, 1, "one task was throttled, one pause for all");
+}
+
+/// With no rate configured, the client probes once, reads the server's
+/// headers and paces itself: after the first response no request is
+/// refused, and the whole run goes at the server's rate.
+async fn learns_the_rate(dialect: Dialect) -> (u64, Duration) {
+    let server = server(dialect, 50, 10).await;
+    let client = ThrottledClient::builder(reqwest::Client::new())
+        .retry(no_jitter())
+        .build()
+        .unwrap();
+    let start = tokio::time::Instant::now();
+    let tasks: Vec<_> = (0..32)
+        .map(|_| {
+            let client = client.clone();
+            let url = server.url();
+            tokio::spawn(async move {
+                for _ in 0..10 {
+                    let r = client.send(client.get(&url)).await.unwrap();
+                    assert_eq!(r.status(), 200);
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    (server.stats().total.throttled, start.elapsed())
+}
+
+#[tokio::test(start_paused = true)]
+async fn learned_pacing_from_x_ratelimit_headers_gets_no_429() {
+    let (throttled, elapsed) = learns_the_rate(Dialect::XRateLimit).await;
+    assert_eq!(throttled, 0);
+    // 320 requests, 10 of them from the burst, at 97 % of 50/s.
+    assert!(elapsed <= Duration::from_millis(6_800), "{elapsed:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn learned_pacing_from_github_headers_gets_no_429() {
+    let (throttled, elapsed) = learns_the_rate(Dialect::GitHub).await;
+    assert_eq!(throttled, 0);
+    assert!(elapsed <= Duration::from_millis(6_800), "{elapsed:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn learned_pacing_from_ietf_headers_gets_no_429() {
+    let (throttled, elapsed) = learns_the_rate(Dialect::Ietf).await;
+    assert_eq!(throttled, 0);
+    assert!(elapsed <= Duration::from_millis(6_800), "{elapsed:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_headers_429s_shrink_the_rate_and_success_grows_it() {
+    let server = server(Dialect::None, 50, 10).await;
+    let client = ThrottledClient::builder(reqwest::Client::new())
+        .retry(no_jitter().with_max_attempts(10))
+        .build()
+        .unwrap();
+    let tasks: Vec<_> = (0..32)
+        .map(|_| {
+            let client = client.clone();
+            let url = server.url();
+            tokio::spawn(async move {
+                for _ in 0..20 {
+                    client.send(client.get(&url)).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let stats = server.stats().total;
+    assert_eq!(stats.ok, 640);
+    // Far fewer refusals than requests: the rate was found and kept.
+    assert!(stats.throttled * 10 < stats.ok, "{stats:?}");
+    let rate = client.current_rate("host", &host_key(&server)).unwrap();
+    assert!((25.0..=75.0).contains(&rate), "settled at {rate}/s");
+}
+
+fn host_key(server: &RateLimitedServer) -> String {
+    format!("http://{}", server.addr())
+}
+
+#[tokio::test(start_paused = true)]
+async fn layered_limits_apply_the_tightest() {
+    use reqwest_pace::testing::ClientKey;
+    let server = server(Dialect::None, 1000, 1000).await;
+    let client = ThrottledClient::builder(reqwest::Client::new())
+        .rate(Rate::per_second(100).unwrap())
+        .burst(1)
+        .layer(
+            Layer::per_header("token", "x-api-key")
+                .rate(Rate::per_second(10).unwrap())
+                .burst(1),
+        )
+        .build()
+        .unwrap();
+    // Two tokens, five requests each, at once: each token is held to
+    // 10/s, the host (both together) to 100/s.
+    let mut tasks = Vec::new();
+    for token in ["a", "b"] {
+        let client = client.clone();
+        let url = server.url();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..5 {
+                client
+                    .send(client.get(&url).header("x-api-key", token))
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let records = server.requests();
+    for token in ["a", "b"] {
+        let at: Vec<Duration> = records
+            .iter()
+            .filter(|r| r.key == ClientKey::ApiKey(token.to_owned()))
+            .map(|r| r.at)
+            .collect();
+        assert_eq!(at.len(), 5);
+        let gaps: Vec<Duration> = at.windows(2).map(|w| w[1] - w[0]).collect();
+        assert_eq!(gaps, vec![Duration::from_millis(100); 4], "token {token}");
+    }
+    // Both tokens share the host bucket: no two requests closer than 10 ms.
+    assert!(records
+        .windows(2)
+        .all(|w| w[1].at - w[0].at >= Duration::from_millis(10)));
+    // A request without a token passes only the host layer: no 100 ms wait.
+    let t0 = tokio::time::Instant::now();
+    client.send(client.get(server.url())).await.unwrap();
+    assert!(t0.elapsed() <= Duration::from_millis(10));
+}
+
+#[tokio::test(start_paused = true)]
+async fn weighted_calls_spend_from_the_matching_dimension() {
+    use reqwest_pace::headers::Dimension;
+    use reqwest_pace::Cost;
+    let server = server(Dialect::None, 1000, 1000).await;
+    let client = ThrottledClient::builder(reqwest::Client::new())
+        .without_host_layer()
+        .layer(
+            Layer::global()
+                .dimension(Dimension::Tokens)
+                .rate(Rate::per_second(1_000).unwrap())
+                .burst(1_000),
+        )
+        .build()
+        .unwrap();
+    let start = tokio::time::Instant::now();
+    let cost = Cost::default().with(Dimension::Tokens, 500);
+    for _ in 0..4 {
+        client
+            .send_with_cost(client.get(server.url()), &cost)
+            .await
+            .unwrap();
+    }
+    // 1000 tokens of burst, then 500 tokens per half second.
+    assert_eq!(times(&server), ms(&[0, 0, 500, 1_000]));
+    assert_eq!(start.elapsed(), Duration::from_millis(1_000));
+    // A cost over the configured capacity is an error, not a hang.
+    let too_big = Cost::default().with(Dimension::Tokens, 5_000);
+    let err = client
+        .send_with_cost(client.get(server.url()), &too_big)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::WeightExceedsCapacity { weight: 5_000, .. }),
+        "{err:?}"
+    );
+}
