@@ -1,0 +1,200 @@
+//! The shared sliding window log.
+
+use std::fmt;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+
+use super::backend::RedisBackend;
+use super::scripts;
+use super::shared::{nanos_until, Core, Fallback, Op};
+use crate::limiter::{Adjustment, Limiter, Rate};
+use crate::Error;
+
+/// The largest count per window a sliding log accepts: the log keeps one
+/// sorted-set member per token, and a Retry-After block writes up to this
+/// many placeholders in one script run. Larger quotas belong in a
+/// [`RedisTokenBucket`](super::RedisTokenBucket).
+pub const MAX_LOG_LIMIT: u64 = 100_000;
+
+fn window_micros(limit: Rate) -> u64 {
+    // Round up: a window a hair longer is never more permissive.
+    u64::try_from(limit.per().as_nanos().div_ceil(1_000)).unwrap_or(u64::MAX)
+}
+
+fn check_limit(limit: u64) -> Result<(), Error> {
+    if limit > MAX_LOG_LIMIT {
+        return Err(Error::config(format!(
+            "a sliding log holds at most {MAX_LOG_LIMIT} per window, not {limit}"
+        )));
+    }
+    Ok(())
+}
+
+/// An exact shared quota: at most `limit.count()` tokens in any window of
+/// `limit.per()`, counted in a Redis sorted set that the script trims and
+/// counts in the same atomic step.
+///
+/// Where a token bucket allows a burst of its capacity at any time, the
+/// log never admits more than the quota in any window, which is what an
+/// API with a hard "100 per minute" counter wants. It costs one sorted-set
+/// member per token granted within the window.
+///
+/// - **Reservations**: [`acquire`](Self::acquire) books the earliest instant
+///   at which its tokens fit (a member scored in the future) and sleeps
+///   once until then.
+/// - **Cancel safety is exact**: a dropped `acquire` removes its members,
+///   which can never let a window exceed the quota, whatever was booked
+///   after it.
+/// - **Shared feedback**: a Retry-After block holds back every process; the
+///   log then resumes at the rate (one token at the end of the block, then
+///   one per `per / count`) by filling the window with placeholders that
+///   leave it one by one. Remaining counts from a server become
+///   placeholders too.
+/// - **Time** is Redis `TIME` in microseconds; windows are rounded up to
+///   whole microseconds.
+///
+/// ```no_run
+/// use reqwest_pace::redis::RedisBackend;
+/// use reqwest_pace::Rate;
+///
+/// # async fn run() -> Result<(), reqwest_pace::Error> {
+/// let backend = RedisBackend::connect("redis://127.0.0.1:6380/").await?;
+/// // At most 100 calls in any minute, across the fleet.
+/// let quota = backend.sliding_log("search-api", Rate::per_minute(100)?)?;
+/// quota.acquire(1).await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct RedisSlidingLog {
+    core: Arc<Core>,
+    limit: Rate,
+}
+
+impl RedisSlidingLog {
+    pub(crate) fn new(
+        backend: RedisBackend,
+        key: &str,
+        limit: Rate,
+    ) -> Result<RedisSlidingLog, Error> {
+        backend.validate(key)?;
+        check_limit(limit.count())?;
+        let fallback = Fallback::new(backend.fault_policy(), limit, limit.count())?;
+        let keys = vec![backend.key(key, "log"), backend.key(key, "log:meta")];
+        Ok(RedisSlidingLog {
+            core: Arc::new(Core {
+                backend,
+                script: &scripts::SLIDING_LOG,
+                keys,
+                epoch_key: 1,
+                defaults: [limit.count(), window_micros(limit)],
+                fallback,
+            }),
+            limit,
+        })
+    }
+
+    /// Wait until `weight` tokens fit in the window: one Redis call books
+    /// the turn, then a single sleep. A weight over the count per window is
+    /// [`Error::WeightExceedsCapacity`].
+    pub async fn acquire(&self, weight: u64) -> Result<(), Error> {
+        self.core.acquire(weight).await
+    }
+
+    /// Take `weight` tokens now or fail with [`Error::Throttled`] and the
+    /// wait until they would fit.
+    pub async fn try_acquire(&self, weight: u64) -> Result<(), Error> {
+        self.core.try_acquire(weight).await
+    }
+
+    /// Write server feedback to the shared state. For a log the capacity
+    /// is the count per window: [`Adjustment::SetCapacity`] changes the
+    /// count and keeps the window, [`Adjustment::SetRate`] changes both.
+    pub async fn adjust(&self, adjustment: Adjustment) -> Result<(), Error> {
+        let op = match adjustment {
+            Adjustment::SetRate(rate) => {
+                check_limit(rate.count())?;
+                Op {
+                    name: "rate",
+                    a: rate.count(),
+                    b: window_micros(rate),
+                }
+            }
+            Adjustment::SetCapacity(0) => {
+                return Err(Error::config("a limiter needs a capacity above zero"))
+            }
+            Adjustment::SetCapacity(c) => {
+                check_limit(c)?;
+                Op {
+                    name: "capacity",
+                    a: c,
+                    b: 0,
+                }
+            }
+            Adjustment::LimitRemaining(n) => Op {
+                name: "limit",
+                a: n,
+                b: 0,
+            },
+            Adjustment::SetRemaining(n) => Op {
+                name: "remaining",
+                a: n,
+                b: 0,
+            },
+            Adjustment::BlockUntil(until) => Op {
+                name: "block",
+                a: nanos_until(until),
+                b: 0,
+            },
+        };
+        self.core.adjust(adjustment, op).await
+    }
+
+    /// The Redis keys: the sorted set, then its meta hash.
+    pub fn redis_keys(&self) -> [&str; 2] {
+        [&self.core.keys[0], &self.core.keys[1]]
+    }
+
+    /// The limit this log was built with (the shared state may hold a
+    /// learned one).
+    pub fn limit(&self) -> Rate {
+        self.limit
+    }
+}
+
+impl Limiter for RedisSlidingLog {
+    fn acquire(&self, weight: u64) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(RedisSlidingLog::acquire(self, weight))
+    }
+
+    fn try_acquire(&self, weight: u64) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(RedisSlidingLog::try_acquire(self, weight))
+    }
+
+    fn adjust(&self, adjustment: Adjustment) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(RedisSlidingLog::adjust(self, adjustment))
+    }
+}
+
+impl fmt::Debug for RedisSlidingLog {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisSlidingLog")
+            .field("keys", &self.redis_keys())
+            .field("limit", &self.limit)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn windows_round_up_to_microseconds() {
+        assert_eq!(window_micros(Rate::per_minute(1).unwrap()), 60_000_000);
+        let odd = Rate::new(1, Duration::from_nanos(1_500)).unwrap();
+        assert_eq!(window_micros(odd), 2);
+    }
+}

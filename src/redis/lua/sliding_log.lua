@@ -1,0 +1,151 @@
+-- The shared sliding window log: one sorted-set member per token granted,
+-- scored with the Redis TIME (microseconds) it was granted for.
+--
+-- KEYS[1]  the log (sorted set); KEYS[2] its meta hash
+-- ARGV[1]  operation: reserve | try | refund | rate | capacity | limit | remaining | block
+-- ARGV[2]  milliseconds a key outlives the moment the log is empty again
+-- ARGV[3]  default limit L (tokens per window), used while the hash holds none
+-- ARGV[4]  default window W, microseconds (likewise)
+-- ARGV[5], ARGV[6]  the operation's operands
+--
+-- Meta fields: L, W, n = member counter (a reservation's first id), e = block
+-- counter, b = Retry-After block end (microseconds since 1970).
+-- Members: 'r<id>' for grants (scored in the future for a reservation),
+-- 'p<id>' for placeholders that stand for tokens the server says are spent.
+--
+-- Replies: {0, wait_ns, first_id, epoch} granted, {1, wait_ns} refused,
+-- {2, limit} weight over limit, {3, x} done.
+
+local log, meta = KEYS[1], KEYS[2]
+local op = ARGV[1]
+local idle = tonumber(ARGV[2])
+
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+
+local m = redis.call('HMGET', meta, 'L', 'W', 'n', 'e', 'b')
+local L = tonumber(m[1]) or tonumber(ARGV[3])
+local W = tonumber(m[2]) or tonumber(ARGV[4])
+local n = tonumber(m[3]) or 0
+local e = tonumber(m[4]) or 0
+local b = tonumber(m[5]) or 0
+
+local function int(x)
+  return string.format('%.0f', x)
+end
+
+local function num(x)
+  return string.format('%.17g', x)
+end
+
+-- A grant at s counts until s + W: it is out once s <= now - W.
+redis.call('ZREMRANGEBYSCORE', log, '-inf', num(now - W))
+
+-- Add count members named prefix..id at score(i), in chunks that stay under
+-- Lua's limit on unpacked arguments.
+local function add(count, prefix, score)
+  local args = {}
+  for i = 1, count do
+    n = n + 1
+    args[#args + 1] = num(score(i))
+    args[#args + 1] = prefix .. int(n)
+    if #args >= 1000 or i == count then
+      redis.call('ZADD', log, unpack(args))
+      args = {}
+    end
+  end
+end
+
+local function save()
+  local last = redis.call('ZRANGE', log, -1, -1, 'WITHSCORES')
+  local busy_until = b
+  if last[2] then
+    busy_until = math.max(busy_until, tonumber(last[2]) + W)
+  end
+  -- Empty and unblocked again at busy_until; milliseconds, never 0.
+  local ttl = math.max(1, math.ceil(math.max(0, busy_until - now) / 1000) + idle)
+  redis.call('HSET', meta, 'L', int(L), 'W', int(W), 'n', int(n), 'e', int(e), 'b', int(b))
+  redis.call('PEXPIRE', meta, ttl)
+  if last[2] then
+    redis.call('PEXPIRE', log, ttl)
+  end
+end
+
+local function at(score)
+  return function() return score end
+end
+
+if op == 'reserve' or op == 'try' then
+  local w = tonumber(ARGV[5])
+  if w > L then
+    save()
+    return {2, L}
+  end
+  -- With the members sorted, the k-th oldest must leave the window before w
+  -- more fit; every window holding the new grant then holds at most L.
+  local count = redis.call('ZCARD', log)
+  local r = now
+  if count + w > L then
+    local k = count + w - L
+    local entry = redis.call('ZRANGE', log, k - 1, k - 1, 'WITHSCORES')
+    r = math.max(now, tonumber(entry[2]) + W)
+  end
+  r = math.max(r, b)
+  local wait = math.ceil((r - now) * 1000)
+  if op == 'try' and r > now then
+    save()
+    return {1, wait}
+  end
+  local first = n + 1
+  add(w, 'r', at(r))
+  save()
+  return {0, wait, first, e}
+elseif op == 'refund' then
+  -- Taking members out never lets a window exceed L, wherever they are.
+  local first, w = tonumber(ARGV[5]), tonumber(ARGV[6])
+  local names = {}
+  local removed = 0
+  for i = 0, w - 1 do
+    names[#names + 1] = 'r' .. int(first + i)
+    if #names >= 1000 or i == w - 1 then
+      removed = removed + redis.call('ZREM', log, unpack(names))
+      names = {}
+    end
+  end
+  save()
+  return {3, removed}
+elseif op == 'rate' then
+  L = math.max(1, tonumber(ARGV[5]))
+  W = math.max(1, tonumber(ARGV[6]))
+elseif op == 'capacity' then
+  L = math.max(1, tonumber(ARGV[5]))
+elseif op == 'limit' then
+  -- At most r more now: stand-ins for the tokens the server counts as spent.
+  local r = tonumber(ARGV[5])
+  local count = redis.call('ZCARD', log)
+  if L - count > r then
+    add(L - count - r, 'p', at(now))
+  end
+elseif op == 'remaining' then
+  -- A new server window: forget the past, keep reservations still ahead.
+  local r = tonumber(ARGV[5])
+  redis.call('ZREMRANGEBYSCORE', log, '-inf', num(now))
+  local count = redis.call('ZCARD', log)
+  if L - count > r then
+    add(L - count - r, 'p', at(now))
+  end
+elseif op == 'block' then
+  -- Nothing before the end of the block, then one token, then one per W/L:
+  -- L-1 stand-ins that leave the window one interval apart.
+  local u = now + math.ceil(tonumber(ARGV[5]) / 1000)
+  b = math.max(b, u)
+  local step = W / L
+  if L > 1 then
+    add(L - 1, 'p', function(i) return u - W + i * step end)
+  end
+  e = e + 1
+else
+  return redis.error_reply('reqwest-pace: unknown sliding log operation')
+end
+save()
+return {3, 0}

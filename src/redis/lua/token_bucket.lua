@@ -1,0 +1,101 @@
+-- The shared token bucket: the GCRA of src/limiter/gcra.rs, run inside Redis.
+--
+-- KEYS[1]  the bucket's hash
+-- ARGV[1]  operation: reserve | try | refund | rate | capacity | limit | remaining | block
+-- ARGV[2]  milliseconds a key outlives the moment it is back to a fresh bucket
+-- ARGV[3]  default time per token, ns (used while the hash holds none)
+-- ARGV[4]  default capacity (likewise)
+-- ARGV[5], ARGV[6]  the operation's operands
+--
+-- Fields: t = when the state was written (Redis TIME, microseconds), d = ns
+-- of refill still owed at t (the GCRA's full_at - t), b = ns of Retry-After
+-- block left at t, T = ns per token, C = capacity, n = write counter (a
+-- reservation's id), e = block counter (tells a sleeping waiter a block came).
+-- Times are kept relative to t so every figure stays an exact integer in a
+-- Lua double: absolute nanoseconds since 1970 would not (2^53 ns ~ 104 days).
+--
+-- Replies: {0, wait_ns, id, epoch} granted (after wait_ns for a reservation),
+-- {1, wait_ns} refused, {2, capacity} weight over capacity, {3, x} done.
+
+local key = KEYS[1]
+local op = ARGV[1]
+local idle = tonumber(ARGV[2])
+
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+
+local s = redis.call('HMGET', key, 't', 'd', 'b', 'T', 'C', 'n', 'e')
+local T = tonumber(s[4]) or tonumber(ARGV[3])
+local C = tonumber(s[5]) or tonumber(ARGV[4])
+local n = tonumber(s[6]) or 0
+local e = tonumber(s[7]) or 0
+local d, b = 0, 0
+if s[1] then
+  -- A clock that steps back counts as no time passed, never as time owed.
+  local elapsed = math.max(0, now - tonumber(s[1])) * 1000
+  d = math.max(0, (tonumber(s[2]) or 0) - elapsed)
+  b = math.max(0, (tonumber(s[3]) or 0) - elapsed)
+end
+
+local function int(x)
+  return string.format('%.0f', x)
+end
+
+local function save()
+  n = n + 1
+  redis.call('HSET', key, 't', int(now), 'd', int(d), 'b', int(b),
+    'T', int(T), 'C', int(C), 'n', int(n), 'e', int(e))
+  -- Fresh again once refilled and unblocked; milliseconds, never 0.
+  local ttl = math.ceil(math.max(d, b) / 1000000) + idle
+  redis.call('PEXPIRE', key, math.max(1, ttl))
+end
+
+if op == 'reserve' or op == 'try' then
+  local w = tonumber(ARGV[5])
+  if w > C then
+    return {2, C}
+  end
+  local need = w * T
+  -- Earliest instant (ns from now) with max(d, t) + w*T - t <= C*T.
+  local ready = math.max(0, d + need - C * T, b)
+  if op == 'try' and ready > 0 then
+    return {1, ready}
+  end
+  d = math.max(d, ready) + need
+  save()
+  return {0, ready, n, e}
+elseif op == 'refund' then
+  -- Only the last write may be undone: a later reservation was placed after
+  -- this one, and a hole in the middle cannot be given back safely.
+  if s[1] and n == tonumber(ARGV[5]) then
+    d = math.max(0, d - tonumber(ARGV[6]) * T)
+    save()
+    return {3, 1}
+  end
+  return {3, 0}
+elseif op == 'rate' then
+  -- Keep the tokens earned: the deficit in tokens stays, its time scales.
+  local T2 = tonumber(ARGV[5])
+  d = math.floor(d * T2 / T)
+  T = T2
+elseif op == 'capacity' then
+  local tokens = math.max(0, C * T - d)
+  C = math.max(1, tonumber(ARGV[5]))
+  d = C * T - math.min(tokens, C * T)
+elseif op == 'limit' then
+  local r = tonumber(ARGV[5])
+  d = math.max(d, (C - math.min(r, C)) * T)
+elseif op == 'remaining' then
+  local r = tonumber(ARGV[5])
+  d = (C - math.min(r, C)) * T
+elseif op == 'block' then
+  -- Nothing before the block ends, then one token, then one per interval.
+  local u = tonumber(ARGV[5])
+  b = math.max(b, u)
+  d = math.max(d, u + (C - 1) * T)
+  e = e + 1
+else
+  return redis.error_reply('reqwest-pace: unknown token bucket operation')
+end
+save()
+return {3, 0}

@@ -1,0 +1,106 @@
+//! The Lua scripts, and the one shape of reply they all give.
+//!
+//! Each limiter kind is one script whose first argument names the
+//! operation, so that every decision and every adjustment is a single
+//! atomic `EVALSHA`. [`redis::Script`] sends `EVALSHA` first and, on a
+//! `NOSCRIPT` reply (after a restart, a failover or `SCRIPT FLUSH`), loads
+//! the script with `SCRIPT LOAD` and sends the `EVALSHA` again, inside the
+//! same call and so inside the same timeout.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::Script;
+
+use crate::Error;
+
+/// The token bucket (GCRA) script.
+pub(crate) static TOKEN_BUCKET: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/token_bucket.lua")));
+
+/// The sliding window log script.
+pub(crate) static SLIDING_LOG: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/sliding_log.lua")));
+
+/// Every script, for loading them up front.
+pub(crate) fn all() -> [&'static Script; 2] {
+    [&TOKEN_BUCKET, &SLIDING_LOG]
+}
+
+/// What a script answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reply {
+    /// Granted: at once when `wait` is zero, else reserved for `wait` from
+    /// now. `id` names the reservation for a refund, `epoch` is the key's
+    /// block counter when it was made.
+    Granted { wait: Duration, id: i64, epoch: i64 },
+    /// Refused (only from `try`): the same request would pass after `wait`.
+    Throttled { wait: Duration },
+    /// The weight is over what the shared state says the capacity is.
+    TooHeavy { capacity: u64 },
+    /// An adjustment or refund was applied.
+    Done,
+}
+
+fn nanos(n: i64) -> Duration {
+    Duration::from_nanos(u64::try_from(n).unwrap_or(0))
+}
+
+impl Reply {
+    /// Read a script's reply, refusing anything malformed rather than
+    /// guessing.
+    pub(crate) fn parse(reply: &[i64]) -> Result<Reply, Error> {
+        match *reply {
+            [0, wait, id, epoch] => Ok(Reply::Granted {
+                wait: nanos(wait),
+                id,
+                epoch,
+            }),
+            [1, wait] => Ok(Reply::Throttled { wait: nanos(wait) }),
+            [2, capacity] => Ok(Reply::TooHeavy {
+                capacity: u64::try_from(capacity).unwrap_or(0),
+            }),
+            [3, _] => Ok(Reply::Done),
+            _ => Err(Error::Backend {
+                message: format!("unexpected script reply {reply:?}"),
+                source: None,
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_parse() {
+        assert_eq!(
+            Reply::parse(&[0, 1_500, 7, 2]).ok(),
+            Some(Reply::Granted {
+                wait: Duration::from_nanos(1_500),
+                id: 7,
+                epoch: 2
+            })
+        );
+        assert_eq!(
+            Reply::parse(&[1, 10]).ok(),
+            Some(Reply::Throttled {
+                wait: Duration::from_nanos(10)
+            })
+        );
+        assert_eq!(
+            Reply::parse(&[2, 5]).ok(),
+            Some(Reply::TooHeavy { capacity: 5 })
+        );
+        assert_eq!(Reply::parse(&[3, 0]).ok(), Some(Reply::Done));
+        assert!(Reply::parse(&[]).is_err());
+        assert!(Reply::parse(&[0, 1]).is_err());
+        assert!(Reply::parse(&[9, 1]).is_err());
+    }
+
+    #[test]
+    fn scripts_differ() {
+        assert_ne!(TOKEN_BUCKET.get_hash(), SLIDING_LOG.get_hash());
+    }
+}

@@ -1,0 +1,310 @@
+//! The reserve, sleep, confirm flow and the fault policy, common to both
+//! shared limiters. What differs between them (the script, its keys and
+//! how an adjustment is spelled) is data in [`Core`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::Script;
+
+use super::backend::{FaultPolicy, RedisBackend};
+use super::scripts::Reply;
+use crate::limiter::{Adjustment, Rate, TokenBucket};
+use crate::Error;
+
+/// One shared limiter: its script, its keys, and its local fallback.
+pub(crate) struct Core {
+    pub(crate) backend: RedisBackend,
+    pub(crate) script: &'static Script,
+    /// Every key the script touches, in KEYS order.
+    pub(crate) keys: Vec<String>,
+    /// Which of `keys` holds the block counter `e`.
+    pub(crate) epoch_key: usize,
+    /// The configured figures (ARGV[3], ARGV[4]), used while Redis holds
+    /// none for the key.
+    pub(crate) defaults: [u64; 2],
+    /// Present under [`FaultPolicy::LocalFallback`].
+    pub(crate) fallback: Option<Fallback>,
+}
+
+/// The local bucket used while Redis is down, with its share of the budget.
+pub(crate) struct Fallback {
+    pub(crate) bucket: TokenBucket,
+    pub(crate) processes: u32,
+}
+
+/// An operation and its operands, as the scripts take them.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Op {
+    pub(crate) name: &'static str,
+    pub(crate) a: u64,
+    pub(crate) b: u64,
+}
+
+/// `rate` spread over `processes`: the same count over a period that many
+/// times longer.
+pub(crate) fn share_of_rate(rate: Rate, processes: u32) -> Result<Rate, Error> {
+    let per = rate.per().checked_mul(processes).ok_or_else(|| {
+        Error::config(format!(
+            "{rate} divided by {processes} processes is too slow"
+        ))
+    })?;
+    Rate::new(rate.count(), per)
+}
+
+/// `n` spread over `processes`, at least 1 for a capacity.
+pub(crate) fn share_of(n: u64, processes: u32) -> u64 {
+    n / u64::from(processes.max(1))
+}
+
+impl Fallback {
+    pub(crate) fn new(
+        policy: FaultPolicy,
+        rate: Rate,
+        capacity: u64,
+    ) -> Result<Option<Fallback>, Error> {
+        let FaultPolicy::LocalFallback { processes } = policy else {
+            return Ok(None);
+        };
+        let bucket = TokenBucket::new(
+            share_of_rate(rate, processes)?,
+            share_of(capacity, processes).max(1),
+        )?;
+        Ok(Some(Fallback { bucket, processes }))
+    }
+
+    /// The local counterpart of a shared adjustment: figures for the whole
+    /// fleet become this process's share.
+    fn apply(&self, adjustment: Adjustment) -> Result<(), Error> {
+        let p = self.processes;
+        let local = match adjustment {
+            Adjustment::SetRate(rate) => Adjustment::SetRate(share_of_rate(rate, p)?),
+            Adjustment::SetCapacity(c) => Adjustment::SetCapacity(share_of(c, p).max(1)),
+            Adjustment::LimitRemaining(n) => Adjustment::LimitRemaining(share_of(n, p)),
+            Adjustment::SetRemaining(n) => Adjustment::SetRemaining(share_of(n, p)),
+            Adjustment::BlockUntil(until) => Adjustment::BlockUntil(until),
+        };
+        self.bucket.apply(local)
+    }
+
+    /// Take `weight` locally, in pieces when it is over the local share of
+    /// the capacity (the rate still applies to every token).
+    async fn acquire(&self, weight: u64) -> Result<(), Error> {
+        let piece = self.bucket.capacity();
+        let mut left = weight;
+        while left > 0 {
+            let take = left.min(piece);
+            self.bucket.acquire(take).await?;
+            left -= take;
+        }
+        Ok(())
+    }
+
+    fn try_acquire(&self, weight: u64) -> Result<(), Error> {
+        let capacity = self.bucket.capacity();
+        if weight <= capacity {
+            return self.bucket.try_acquire(weight);
+        }
+        // More than the local share can ever hold at once: say how long
+        // the excess takes to refill, and admit nothing now.
+        let interval = self.bucket.rate().interval();
+        let excess = u32::try_from(weight - capacity).unwrap_or(u32::MAX);
+        Err(Error::Throttled {
+            wait: interval.saturating_mul(excess),
+        })
+    }
+}
+
+impl Core {
+    async fn run(&self, op: Op) -> Result<Reply, Error> {
+        let idle = self.backend.idle_ttl_ms().to_string();
+        let d0 = self.defaults[0].to_string();
+        let d1 = self.defaults[1].to_string();
+        let a = op.a.to_string();
+        let b = op.b.to_string();
+        let args: [&[u8]; 6] = [
+            op.name.as_bytes(),
+            idle.as_bytes(),
+            d0.as_bytes(),
+            d1.as_bytes(),
+            a.as_bytes(),
+            b.as_bytes(),
+        ];
+        let reply = self.backend.eval(self.script, &self.keys, &args).await?;
+        Reply::parse(&reply)
+    }
+
+    fn unexpected(reply: Reply) -> Error {
+        Error::Backend {
+            message: format!("unexpected script reply {reply:?}"),
+            source: None,
+        }
+    }
+
+    /// Reserve, sleep once until the reserved instant, and check that no
+    /// Retry-After block arrived meanwhile (if one did, reserve again after
+    /// it). A dropped future hands its reservation back (see the module
+    /// docs for when that is possible).
+    pub(crate) async fn acquire(self: &Arc<Self>, weight: u64) -> Result<(), Error> {
+        if weight == 0 {
+            return Ok(());
+        }
+        loop {
+            let reply = match self
+                .run(Op {
+                    name: "reserve",
+                    a: weight,
+                    b: 0,
+                })
+                .await
+            {
+                Ok(reply) => reply,
+                Err(e) => return self.acquire_on_fault(weight, e).await,
+            };
+            match reply {
+                Reply::Granted { wait, .. } if wait.is_zero() => return Ok(()),
+                Reply::Granted { wait, id, epoch } => {
+                    let refund = Refund {
+                        core: Some(Arc::clone(self)),
+                        id,
+                        weight,
+                    };
+                    tokio::time::sleep(wait).await;
+                    refund.disarm();
+                    if !self.blocked_since(epoch).await {
+                        return Ok(());
+                    }
+                    // A block came while we slept: our slot may fall inside
+                    // it. Give the slot up (the block has pushed the
+                    // bucket past it anyway) and queue again behind it.
+                }
+                Reply::TooHeavy { capacity } => {
+                    return Err(Error::WeightExceedsCapacity { weight, capacity })
+                }
+                other => return Err(Self::unexpected(other)),
+            }
+        }
+    }
+
+    /// Whether the key's block counter moved since `epoch`. A failure to
+    /// read it counts as no: the reservation stands.
+    async fn blocked_since(&self, epoch: i64) -> bool {
+        let key = &self.keys[self.epoch_key];
+        match self.backend.hget_i64(key, "e").await {
+            Some(now) => now != epoch,
+            None => false,
+        }
+    }
+
+    async fn acquire_on_fault(&self, weight: u64, error: Error) -> Result<(), Error> {
+        match (&self.fallback, self.backend.fault_policy()) {
+            (Some(fallback), _) => fallback.acquire(weight).await,
+            (None, FaultPolicy::FailOpen) => Ok(()),
+            (None, _) => Err(error),
+        }
+    }
+
+    pub(crate) async fn try_acquire(&self, weight: u64) -> Result<(), Error> {
+        if weight == 0 {
+            return Ok(());
+        }
+        match self
+            .run(Op {
+                name: "try",
+                a: weight,
+                b: 0,
+            })
+            .await
+        {
+            Ok(Reply::Granted { .. }) => Ok(()),
+            Ok(Reply::Throttled { wait }) => Err(Error::Throttled { wait }),
+            Ok(Reply::TooHeavy { capacity }) => {
+                Err(Error::WeightExceedsCapacity { weight, capacity })
+            }
+            Ok(other) => Err(Self::unexpected(other)),
+            Err(error) => match (&self.fallback, self.backend.fault_policy()) {
+                (Some(fallback), _) => fallback.try_acquire(weight),
+                (None, FaultPolicy::FailOpen) => Ok(()),
+                (None, _) => Err(error),
+            },
+        }
+    }
+
+    /// Write an adjustment to the shared state (and to the local fallback,
+    /// so that it holds during an outage that starts right after).
+    pub(crate) async fn adjust(&self, adjustment: Adjustment, op: Op) -> Result<(), Error> {
+        if let Some(fallback) = &self.fallback {
+            if let Err(e) = fallback.apply(adjustment) {
+                tracing::warn!(error = %e, "cannot apply {adjustment:?} to the local fallback");
+            }
+        }
+        match self.run(op).await {
+            Ok(Reply::Done) => Ok(()),
+            Ok(other) => Err(Self::unexpected(other)),
+            Err(error) => match self.backend.fault_policy() {
+                FaultPolicy::FailClosed => Err(error),
+                _ => Ok(()),
+            },
+        }
+    }
+
+    async fn refund(&self, id: i64, weight: u64) {
+        let id = u64::try_from(id).unwrap_or(0);
+        if let Err(e) = self
+            .run(Op {
+                name: "refund",
+                a: id,
+                b: weight,
+            })
+            .await
+        {
+            tracing::debug!(error = %e, "refund of a dropped reservation failed");
+        }
+    }
+}
+
+/// Hands a reservation back if the waiting future is dropped before its
+/// turn. The refund runs as a spawned task (a drop cannot wait), and only
+/// when there is a Tokio runtime to run it.
+struct Refund {
+    core: Option<Arc<Core>>,
+    id: i64,
+    weight: u64,
+}
+
+impl Refund {
+    fn disarm(mut self) {
+        self.core = None;
+    }
+}
+
+impl Drop for Refund {
+    fn drop(&mut self) {
+        let Some(core) = self.core.take() else { return };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (id, weight) = (self.id, self.weight);
+        runtime.spawn(async move { core.refund(id, weight).await });
+    }
+}
+
+/// Nanoseconds from now until `until`, for a block.
+pub(crate) fn nanos_until(until: tokio::time::Instant) -> u64 {
+    let left: Duration = until.saturating_duration_since(tokio::time::Instant::now());
+    u64::try_from(left.as_nanos()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shares() {
+        let rate = Rate::per_second(100).unwrap();
+        let share = share_of_rate(rate, 4).unwrap();
+        assert_eq!(share.interval(), Duration::from_millis(40));
+        assert_eq!(share_of(10, 4), 2);
+        assert_eq!(share_of(3, 4), 0);
+    }
+}
