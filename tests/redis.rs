@@ -1,0 +1,837 @@
+//! The Redis-backed limiters against real `redis-server` processes (one per
+//! test, on a free port), in real time: short rates and small waits keep
+//! the file quick.
+#![cfg(feature = "redis")]
+
+mod redis_support;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::AsyncCommands;
+use redis_support::{free_port, RedisServer};
+use reqwest_pace::redis::{FaultPolicy, RedisBackend, RedisTokenBucket};
+use reqwest_pace::{Adjustment, Error, Limiter, Rate};
+use tokio::time::Instant;
+
+const MS: Duration = Duration::from_millis(1);
+
+async fn raw(server: &RedisServer) -> MultiplexedConnection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// Redis `TIME`, in microseconds.
+async fn redis_time(conn: &mut MultiplexedConnection) -> u64 {
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(conn).await.unwrap();
+    secs * 1_000_000 + micros
+}
+
+async fn dbsize(conn: &mut MultiplexedConnection) -> u64 {
+    redis::cmd("DBSIZE").query_async(conn).await.unwrap()
+}
+
+/// The most a token bucket may grant between two `TIME` readings: the
+/// whole capacity plus one token per interval elapsed.
+fn budget(capacity: u64, rate: Rate, from_us: u64, to_us: u64) -> u64 {
+    capacity + (to_us - from_us) * 1_000 / rate.interval_nanos()
+}
+
+fn is_backend(result: &Result<(), Error>) -> bool {
+    matches!(result, Err(Error::Backend { .. }))
+}
+
+fn throttled_wait(result: Result<(), Error>) -> Duration {
+    match result {
+        Err(Error::Throttled { wait }) => wait,
+        other => panic!("expected Throttled, got {other:?}"),
+    }
+}
+
+/// `tasks` tasks, each on its own connection, hammer one key for `run`:
+/// try, and on a refusal sleep exactly the wait given, so that they all come
+/// back at the same instant. Returns the grants and the Redis TIME span.
+async fn hammer_shared_bucket(
+    server: &RedisServer,
+    tasks: usize,
+    rate: Rate,
+    capacity: u64,
+    run: Duration,
+) -> (u64, u64, u64) {
+    let mut buckets = Vec::new();
+    for _ in 0..tasks {
+        let backend = RedisBackend::connect(server.url()).await.unwrap();
+        buckets.push(backend.token_bucket("race", rate, capacity).unwrap());
+    }
+    let mut conn = raw(server).await;
+    let granted = Arc::new(AtomicU64::new(0));
+    let start_us = redis_time(&mut conn).await;
+    let deadline = Instant::now() + run;
+    let mut handles = Vec::new();
+    for bucket in buckets {
+        let granted = Arc::clone(&granted);
+        handles.push(tokio::spawn(async move {
+            while Instant::now() < deadline {
+                match bucket.try_acquire(1).await {
+                    Ok(()) => {
+                        granted.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(Error::Throttled { wait }) => tokio::time::sleep(wait).await,
+                    Err(e) => panic!("unexpected {e:?}"),
+                }
+            }
+        }));
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+    let end_us = redis_time(&mut conn).await;
+    (granted.load(Ordering::Relaxed), start_us, end_us)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixty_four_connections_never_exceed_capacity_plus_rate_times_elapsed() {
+    let server = RedisServer::start();
+    let rate = Rate::per_second(200).unwrap();
+    let capacity = 10;
+    let (granted, from, to) =
+        hammer_shared_bucket(&server, 64, rate, capacity, Duration::from_millis(600)).await;
+    let allowed = budget(capacity, rate, from, to);
+    eprintln!("scripted bucket: granted {granted}, budget {allowed}");
+    assert!(granted <= allowed, "granted {granted} > budget {allowed}");
+    // And it is not merely refusing: nearly the whole budget went out.
+    assert!(
+        granted * 10 >= allowed * 8,
+        "granted only {granted} of {allowed}"
+    );
+}
+
+/// The race the scripts exist to prevent, written out in the test: read the
+/// bucket, decide in the client, write it back, as separate commands. Under
+/// the same load it grants more than the budget, so the test above can
+/// catch a non-atomic limiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn split_get_then_set_over_admits_under_the_same_load() {
+    let server = RedisServer::start();
+    let rate = Rate::per_second(200).unwrap();
+    let capacity: u64 = 10;
+    let t = u128::from(rate.interval_nanos());
+    let span = u128::from(capacity) * t;
+    let mut conns = Vec::new();
+    for _ in 0..64 {
+        conns.push(raw(&server).await);
+    }
+    let mut clock = raw(&server).await;
+    let granted = Arc::new(AtomicU64::new(0));
+    let from = redis_time(&mut clock).await;
+    let deadline = Instant::now() + Duration::from_millis(600);
+    let mut handles = Vec::new();
+    for mut conn in conns {
+        let granted = Arc::clone(&granted);
+        handles.push(tokio::spawn(async move {
+            while Instant::now() < deadline {
+                let now = u128::from(redis_time(&mut conn).await) * 1_000;
+                let full_at: Option<String> = conn.get("naive").await.unwrap();
+                let full_at = full_at.map_or(0, |s| s.parse::<u128>().unwrap());
+                // The same GCRA as the script, but between a GET and a SET.
+                let ready = (full_at + t).saturating_sub(span).max(now);
+                if ready <= now {
+                    let next = full_at.max(now) + t;
+                    let _: () = conn.set("naive", next.to_string()).await.unwrap();
+                    granted.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    let wait = u64::try_from(ready - now).unwrap();
+                    tokio::time::sleep(Duration::from_nanos(wait)).await;
+                }
+            }
+        }));
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+    let to = redis_time(&mut clock).await;
+    let granted = granted.load(Ordering::Relaxed);
+    let allowed = budget(capacity, rate, from, to);
+    eprintln!("split GET/SET: granted {granted}, budget {allowed}");
+    assert!(
+        granted > allowed,
+        "the split version granted {granted}, within the budget {allowed}: the race went unseen"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sliding_log_race_keeps_every_window_within_the_limit() {
+    let server = RedisServer::start();
+    let limit = Rate::new(20, Duration::from_millis(200)).unwrap();
+    let mut logs = Vec::new();
+    for _ in 0..32 {
+        let backend = RedisBackend::connect(server.url()).await.unwrap();
+        logs.push(backend.sliding_log("race", limit).unwrap());
+    }
+    let mut conn = raw(&server).await;
+    let from = redis_time(&mut conn).await;
+    let granted = Arc::new(AtomicU64::new(0));
+    let deadline = Instant::now() + Duration::from_millis(500);
+    let mut handles = Vec::new();
+    for log in logs {
+        let granted = Arc::clone(&granted);
+        handles.push(tokio::spawn(async move {
+            while Instant::now() < deadline {
+                match log.try_acquire(1).await {
+                    Ok(()) => {
+                        granted.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(Error::Throttled { wait }) => tokio::time::sleep(wait).await,
+                    Err(e) => panic!("unexpected {e:?}"),
+                }
+            }
+        }));
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+    let to = redis_time(&mut conn).await;
+    // [from, to] is covered by floor(span / W) + 1 windows of W, each of
+    // which holds at most 20 grants.
+    let windows = (to - from) / 200_000 + 1;
+    let granted = granted.load(Ordering::Relaxed);
+    assert!(
+        granted <= 20 * windows,
+        "granted {granted} in {windows} windows"
+    );
+    assert!(granted >= 20 * (windows - 1), "granted only {granted}");
+}
+
+#[tokio::test]
+async fn acquire_sleeps_once_until_its_reserved_turn() {
+    let server = RedisServer::start();
+    let backend = RedisBackend::connect(server.url()).await.unwrap();
+    // Sub-second period: 1 token every 40 ms.
+    let bucket = backend
+        .token_bucket("steady", Rate::new(1, 40 * MS).unwrap(), 1)
+        .unwrap();
+    let start = Instant::now();
+    for _ in 0..6 {
+        bucket.acquire(1).await.unwrap();
+    }
+    let elapsed = start.elapsed();
+    assert!(elapsed >= 195 * MS, "too early: {elapsed:?}");
+    assert!(elapsed < 400 * MS, "too slow: {elapsed:?}");
+
+    // Eight waiters booked at once each get their own turn, 40 ms apart.
+    let bucket = Arc::new(bucket);
+    let start = Instant::now();
+    let mut handles = Vec::new();
+    for _ in 0..8 {
+        let bucket = Arc::clone(&bucket);
+        handles.push(tokio::spawn(async move {
+            bucket.acquire(1).await.unwrap();
+            start.elapsed()
+        }));
+    }
+    let mut done = Vec::new();
+    for h in handles {
+        done.push(h.await.unwrap());
+    }
+    done.sort();
+    for pair in done.windows(2) {
+        assert!(pair[1] - pair[0] >= 30 * MS, "turns too close: {done:?}");
+    }
+}
+
+#[tokio::test]
+async fn sub_hz_rates_report_the_full_wait() {
+    let server = RedisServer::start();
+    let backend = RedisBackend::connect(server.url()).await.unwrap();
+    let bucket = backend
+        .token_bucket("slow", Rate::per_minute(1).unwrap(), 1)
+        .unwrap();
+    bucket.try_acquire(1).await.unwrap();
+    let wait = throttled_wait(bucket.try_acquire(1).await);
+    assert!(
+        wait > Duration::from_secs(59) && wait <= Duration::from_secs(60),
+        "{wait:?}"
+    );
+
+    let log = backend
+        .sliding_log("slow", Rate::per_minute(2).unwrap())
+        .unwrap();
+    log.try_acquire(2).await.unwrap();
+    let wait = throttled_wait(log.try_acquire(1).await);
+    assert!(
+        wait > Duration::from_secs(59) && wait <= Duration::from_secs(60),
+        "{wait:?}"
+    );
+
+    // Sub-second window: 3 per 150 ms, exactly.
+    let fast = backend
+        .sliding_log("fast", Rate::new(3, 150 * MS).unwrap())
+        .unwrap();
+    let start = Instant::now();
+    for _ in 0..6 {
+        fast.acquire(1).await.unwrap();
+    }
+    let elapsed = start.elapsed();
+    assert!(elapsed >= 148 * MS && elapsed < 350 * MS, "{elapsed:?}");
+}
+
+#[tokio::test]
+async fn weights_are_checked_against_the_shared_capacity() {
+    let server = RedisServer::start();
+    let backend = RedisBackend::connect(server.url()).await.unwrap();
+    let bucket = backend
+        .token_bucket("heavy", Rate::per_second(10).unwrap(), 3)
+        .unwrap();
+    assert!(matches!(
+        bucket.try_acquire(4).await,
+        Err(Error::WeightExceedsCapacity {
+            weight: 4,
+            capacity: 3
+        })
+    ));
+    assert!(matches!(
+        bucket.acquire(4).await,
+        Err(Error::WeightExceedsCapacity {
+            weight: 4,
+            capacity: 3
+        })
+    ));
+    bucket.try_acquire(0).await.unwrap();
+    bucket.try_acquire(3).await.unwrap();
+    // A weight of 3 waits three intervals.
+    let wait = throttled_wait(bucket.try_acquire(3).await);
+    assert!(wait > 290 * MS && wait <= 300 * MS, "{wait:?}");
+
+    let log = backend
+        .sliding_log("heavy", Rate::per_second(2).unwrap())
+        .unwrap();
+    assert!(matches!(
+        log.acquire(3).await,
+        Err(Error::WeightExceedsCapacity {
+            weight: 3,
+            capacity: 2
+        })
+    ));
+
+    assert!(backend
+        .token_bucket("", Rate::per_second(1).unwrap(), 1)
+        .is_err());
+    assert!(backend
+        .token_bucket("k", Rate::per_second(1).unwrap(), 0)
+        .is_err());
+    assert!(backend
+        .clone()
+        .with_prefix("a{b}")
+        .token_bucket("k", Rate::per_second(1).unwrap(), 1)
+        .is_err());
+    assert!(backend
+        .token_bucket("k", Rate::per_hour(1).unwrap(), 10_000)
+        .is_err());
+}
+
+#[tokio::test]
+async fn a_retry_after_seen_by_one_backend_blocks_the_other() {
+    let server = RedisServer::start();
+    let a = RedisBackend::connect(server.url()).await.unwrap();
+    let b = RedisBackend::connect(server.url()).await.unwrap();
+    let rate = Rate::per_second(100).unwrap();
+    let seen_by_a: Arc<dyn Limiter> = Arc::new(a.token_bucket("api", rate, 10).unwrap());
+    let other = b.token_bucket("api", rate, 10).unwrap();
+
+    let start = Instant::now();
+    seen_by_a
+        .adjust(Adjustment::BlockUntil(start + 300 * MS))
+        .await
+        .unwrap();
+    let wait = throttled_wait(other.try_acquire(1).await);
+    assert!(wait > 250 * MS && wait <= 300 * MS, "{wait:?}");
+    other.acquire(1).await.unwrap();
+    assert!(start.elapsed() >= 299 * MS, "{:?}", start.elapsed());
+    // Then it resumes at the rate, not with the whole burst.
+    let wait = throttled_wait(other.try_acquire(1).await);
+    assert!(wait > 5 * MS && wait <= 10 * MS, "{wait:?}");
+
+    // The same for a sliding log: 4 per 400 ms resumes one per 100 ms.
+    let log_a = a
+        .sliding_log("api", Rate::new(4, 400 * MS).unwrap())
+        .unwrap();
+    let log_b = b
+        .sliding_log("api", Rate::new(4, 400 * MS).unwrap())
+        .unwrap();
+    let start = Instant::now();
+    log_a
+        .adjust(Adjustment::BlockUntil(start + 200 * MS))
+        .await
+        .unwrap();
+    let wait = throttled_wait(log_b.try_acquire(1).await);
+    assert!(wait > 150 * MS && wait <= 200 * MS, "{wait:?}");
+    log_b.acquire(1).await.unwrap();
+    log_b.acquire(1).await.unwrap();
+    let elapsed = start.elapsed();
+    assert!(elapsed >= 299 * MS && elapsed < 450 * MS, "{elapsed:?}");
+}
+
+#[tokio::test]
+async fn a_block_arriving_while_a_waiter_sleeps_holds_it_back() {
+    let server = RedisServer::start();
+    let a = RedisBackend::connect(server.url()).await.unwrap();
+    let b = RedisBackend::connect(server.url()).await.unwrap();
+    let rate = Rate::new(1, 200 * MS).unwrap();
+    let blocker = a.token_bucket("api", rate, 1).unwrap();
+    let sleeper = b.token_bucket("api", rate, 1).unwrap();
+    sleeper.try_acquire(1).await.unwrap();
+    let start = Instant::now();
+    let waiter = tokio::spawn(async move {
+        sleeper.acquire(1).await.unwrap(); // booked for ~200 ms
+        start.elapsed()
+    });
+    tokio::time::sleep(50 * MS).await;
+    blocker
+        .adjust(Adjustment::BlockUntil(Instant::now() + 400 * MS))
+        .await
+        .unwrap();
+    let took = waiter.await.unwrap();
+    assert!(took >= 445 * MS, "went at {took:?}, inside the block");
+    assert!(took < 800 * MS, "{took:?}");
+}
+
+#[tokio::test]
+async fn learned_limits_are_shared() {
+    let server = RedisServer::start();
+    let a = RedisBackend::connect(server.url()).await.unwrap();
+    let b = RedisBackend::connect(server.url()).await.unwrap();
+    let rate = Rate::per_second(100).unwrap();
+    let learner = a.token_bucket("api", rate, 10).unwrap();
+    let other = b.token_bucket("api", rate, 10).unwrap();
+
+    learner
+        .adjust(Adjustment::SetRate(Rate::every(300 * MS).unwrap()))
+        .await
+        .unwrap();
+    learner.adjust(Adjustment::SetCapacity(2)).await.unwrap();
+    other.try_acquire(2).await.unwrap();
+    let wait = throttled_wait(other.try_acquire(1).await);
+    assert!(wait > 250 * MS && wait <= 300 * MS, "{wait:?}");
+    assert!(matches!(
+        other.try_acquire(3).await,
+        Err(Error::WeightExceedsCapacity {
+            weight: 3,
+            capacity: 2
+        })
+    ));
+
+    // Remaining counts: lower only with LimitRemaining, raise with
+    // SetRemaining.
+    learner.adjust(Adjustment::SetRemaining(2)).await.unwrap();
+    learner.adjust(Adjustment::LimitRemaining(1)).await.unwrap();
+    learner.adjust(Adjustment::LimitRemaining(2)).await.unwrap();
+    other.try_acquire(1).await.unwrap();
+    throttled_wait(other.try_acquire(1).await);
+
+    let log_a = a
+        .sliding_log("quota", Rate::per_second(10).unwrap())
+        .unwrap();
+    let log_b = b
+        .sliding_log("quota", Rate::per_second(10).unwrap())
+        .unwrap();
+    log_a.adjust(Adjustment::LimitRemaining(2)).await.unwrap();
+    log_b.try_acquire(2).await.unwrap();
+    let wait = throttled_wait(log_b.try_acquire(1).await);
+    assert!(
+        wait > 900 * MS && wait <= Duration::from_secs(1),
+        "{wait:?}"
+    );
+    log_a.adjust(Adjustment::SetRemaining(3)).await.unwrap();
+    log_b.try_acquire(1).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_dropped_acquire_gives_its_turn_back() {
+    let server = RedisServer::start();
+    let backend = RedisBackend::connect(server.url()).await.unwrap();
+    let bucket = backend
+        .token_bucket("cancel", Rate::every(300 * MS).unwrap(), 1)
+        .unwrap();
+    bucket.try_acquire(1).await.unwrap();
+    let start = Instant::now();
+    let gave_up = tokio::time::timeout(50 * MS, bucket.acquire(1)).await;
+    assert!(gave_up.is_err());
+    tokio::time::sleep(30 * MS).await; // let the spawned refund land
+    let wait = throttled_wait(bucket.try_acquire(1).await);
+    let expected = (300 * MS).saturating_sub(start.elapsed());
+    assert!(
+        wait <= expected + 5 * MS,
+        "{wait:?}: the booked turn was kept"
+    );
+
+    let log = backend
+        .sliding_log("cancel", Rate::every(300 * MS).unwrap())
+        .unwrap();
+    log.try_acquire(1).await.unwrap();
+    let start = Instant::now();
+    assert!(tokio::time::timeout(50 * MS, log.acquire(1)).await.is_err());
+    tokio::time::sleep(30 * MS).await;
+    let wait = throttled_wait(log.try_acquire(1).await);
+    assert!(
+        wait <= (300 * MS).saturating_sub(start.elapsed()) + 5 * MS,
+        "{wait:?}"
+    );
+    let mut conn = raw(&server).await;
+    let members: u64 = conn.zcard(log.redis_keys()[0]).await.unwrap();
+    assert_eq!(
+        members, 1,
+        "the dropped reservation's member is still there"
+    );
+}
+
+#[tokio::test]
+async fn no_key_is_left_after_the_idle_period() {
+    let server = RedisServer::start();
+    let backend = RedisBackend::connect(server.url())
+        .await
+        .unwrap()
+        .with_idle_ttl(50 * MS);
+    let mut conn = raw(&server).await;
+    let bucket = backend
+        .token_bucket("idle", Rate::per_second(20).unwrap(), 2)
+        .unwrap();
+    let log = backend
+        .sliding_log("idle", Rate::new(2, 100 * MS).unwrap())
+        .unwrap();
+    bucket.try_acquire(2).await.unwrap();
+    log.try_acquire(2).await.unwrap();
+    bucket
+        .adjust(Adjustment::BlockUntil(Instant::now() + 100 * MS))
+        .await
+        .unwrap();
+    log.adjust(Adjustment::SetRate(Rate::new(2, 150 * MS).unwrap()))
+        .await
+        .unwrap();
+
+    // Every key the limiters wrote carries an expiry, in milliseconds.
+    let keys: Vec<String> = conn.keys("*").await.unwrap();
+    assert_eq!(keys.len(), 3, "{keys:?}");
+    for key in &keys {
+        let ttl: i64 = conn.pttl(key).await.unwrap();
+        assert!(ttl > 0 && ttl <= 300, "{key} has PTTL {ttl}");
+        assert!(key.starts_with("pace:{idle}:"), "{key}");
+    }
+    tokio::time::sleep(400 * MS).await;
+    assert_eq!(dbsize(&mut conn).await, 0);
+    let mut cursor = 0u64;
+    loop {
+        let (next, found): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(found.is_empty(), "{found:?}");
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn script_flush_mid_run_is_invisible() {
+    let server = RedisServer::start();
+    let rate = Rate::per_second(100).unwrap();
+    let capacity = 5;
+    let backend = RedisBackend::connect(server.url()).await.unwrap();
+    let bucket = Arc::new(backend.token_bucket("flush", rate, capacity).unwrap());
+    let mut conn = raw(&server).await;
+    let from = redis_time(&mut conn).await;
+    let deadline = Instant::now() + 400 * MS;
+    let granted = Arc::new(AtomicU64::new(0));
+    let mut handles = Vec::new();
+    for _ in 0..8 {
+        let (bucket, granted) = (Arc::clone(&bucket), Arc::clone(&granted));
+        handles.push(tokio::spawn(async move {
+            while Instant::now() < deadline {
+                match bucket.try_acquire(1).await {
+                    Ok(()) => {
+                        granted.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(Error::Throttled { wait }) => tokio::time::sleep(wait).await,
+                    Err(e) => panic!("a decision failed across SCRIPT FLUSH: {e:?}"),
+                }
+            }
+        }));
+    }
+    for _ in 0..5 {
+        tokio::time::sleep(60 * MS).await;
+        let _: () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+    let to = redis_time(&mut conn).await;
+    let granted = granted.load(Ordering::Relaxed);
+    assert!(granted <= budget(capacity, rate, from, to));
+    // The script was loaded again after the last flush.
+    bucket.try_acquire(0).await.unwrap();
+    bucket.acquire(1).await.unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(
+        info.contains("number_of_cached_scripts:1"),
+        "{}",
+        info.lines()
+            .find(|l| l.contains("cached_scripts"))
+            .unwrap_or("?")
+    );
+}
+
+/// Decide until Redis holds the bucket's key again, i.e. decisions are
+/// back on Redis; returns how long that took and the grants meanwhile.
+async fn until_back_on_redis(
+    bucket: &RedisTokenBucket,
+    conn: &mut MultiplexedConnection,
+) -> (Duration, u64) {
+    let start = Instant::now();
+    let mut granted = 0;
+    loop {
+        if bucket.try_acquire(1).await.is_ok() {
+            granted += 1;
+        }
+        let back: bool = conn.exists(bucket.redis_key()).await.unwrap();
+        if back {
+            return (start.elapsed(), granted);
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "never recovered");
+        tokio::time::sleep(20 * MS).await;
+    }
+}
+
+#[tokio::test]
+async fn killed_and_restarted_redis_fails_closed_then_recovers_within_budget() {
+    let mut server = RedisServer::start();
+    let timeout = 150 * MS;
+    let backend = RedisBackend::connect(server.url())
+        .await
+        .unwrap()
+        .with_timeout(timeout)
+        .with_cooldown(100 * MS)
+        .with_fault_policy(FaultPolicy::FailClosed);
+    let rate = Rate::per_second(50).unwrap();
+    let capacity = 5;
+    let bucket = backend.token_bucket("restart", rate, capacity).unwrap();
+    bucket.try_acquire(1).await.unwrap();
+
+    server.kill();
+    let outage = Instant::now();
+    while outage.elapsed() < 400 * MS {
+        let call = Instant::now();
+        let result = bucket.try_acquire(1).await;
+        assert!(is_backend(&result), "{result:?}");
+        assert!(call.elapsed() <= timeout + 50 * MS, "{:?}", call.elapsed());
+        let call = Instant::now();
+        assert!(is_backend(&bucket.acquire(1).await));
+        assert!(call.elapsed() <= timeout + 50 * MS, "{:?}", call.elapsed());
+        tokio::time::sleep(20 * MS).await;
+    }
+
+    server.restart();
+    let mut conn = raw(&server).await;
+    let from = redis_time(&mut conn).await;
+    let (took, mut granted) = until_back_on_redis(&bucket, &mut conn).await;
+    assert!(took < Duration::from_secs(5), "recovery took {took:?}");
+    let deadline = Instant::now() + 300 * MS;
+    while Instant::now() < deadline {
+        match bucket.try_acquire(1).await {
+            Ok(()) => granted += 1,
+            Err(Error::Throttled { wait }) => tokio::time::sleep(wait).await,
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    let to = redis_time(&mut conn).await;
+    let allowed = budget(capacity, rate, from, to);
+    assert!(
+        granted <= allowed,
+        "granted {granted} > {allowed} after the restart"
+    );
+}
+
+#[tokio::test]
+async fn killed_redis_falls_back_to_a_local_share_and_comes_back() {
+    let mut server = RedisServer::start();
+    let backend = RedisBackend::connect(server.url())
+        .await
+        .unwrap()
+        .with_timeout(150 * MS)
+        .with_cooldown(100 * MS)
+        .with_fault_policy(FaultPolicy::LocalFallback { processes: 2 });
+    // Shared: 100 per second, bursts of 10. Locally: 50 per second, 5.
+    let bucket = backend
+        .token_bucket("fallback", Rate::per_second(100).unwrap(), 10)
+        .unwrap();
+    let key = bucket.redis_key().to_owned();
+    bucket.try_acquire(1).await.unwrap();
+
+    server.kill();
+    let outage = Instant::now();
+    let mut granted = 0u64;
+    while outage.elapsed() < 500 * MS {
+        let call = Instant::now();
+        match bucket.try_acquire(1).await {
+            Ok(()) => granted += 1,
+            Err(Error::Throttled { wait }) => {
+                assert!(wait <= 20 * MS, "{wait:?}");
+                tokio::time::sleep(wait).await;
+            }
+            Err(e) => panic!("{e:?}"),
+        }
+        assert!(call.elapsed() <= 200 * MS, "{:?}", call.elapsed());
+    }
+    let local_budget = 5 + outage.elapsed().as_millis() as u64 / 20;
+    assert!(granted <= local_budget, "{granted} > {local_budget}");
+    assert!(granted >= 15, "the fallback granted only {granted}");
+    // acquire waits on the local share too.
+    bucket.acquire(2).await.unwrap();
+
+    server.restart();
+    let mut conn = raw(&server).await;
+    let (took, _) = until_back_on_redis(&bucket, &mut conn).await;
+    assert!(took < Duration::from_secs(5), "recovery took {took:?}");
+    // Back on the shared budget: the full shared burst of 10 is there.
+    tokio::time::sleep(100 * MS).await;
+    let key_ttl: i64 = conn.pttl(&key).await.unwrap();
+    assert!(key_ttl > 0);
+}
+
+#[tokio::test]
+async fn frozen_redis_is_cut_off_by_the_timeout() {
+    let server = RedisServer::start();
+    let timeout = 100 * MS;
+    let closed = RedisBackend::connect(server.url())
+        .await
+        .unwrap()
+        .with_timeout(timeout)
+        .with_cooldown(Duration::ZERO);
+    let open = closed.clone().with_fault_policy(FaultPolicy::FailOpen);
+    let rate = Rate::per_second(10).unwrap();
+    let strict = closed.token_bucket("frozen", rate, 1).unwrap();
+    let lenient = open.token_bucket("frozen", rate, 1).unwrap();
+    strict.try_acquire(1).await.unwrap();
+
+    server.freeze();
+    for _ in 0..3 {
+        let call = Instant::now();
+        assert!(is_backend(&strict.try_acquire(1).await));
+        let took = call.elapsed();
+        assert!(took >= timeout && took <= timeout + 60 * MS, "{took:?}");
+        let call = Instant::now();
+        lenient.acquire(1).await.unwrap();
+        lenient.adjust(Adjustment::SetRemaining(0)).await.unwrap();
+        assert!(
+            call.elapsed() <= 2 * timeout + 60 * MS,
+            "{:?}",
+            call.elapsed()
+        );
+    }
+    server.thaw();
+    let thawed = Instant::now();
+    while is_backend(&strict.try_acquire(1).await) {
+        assert!(thawed.elapsed() < Duration::from_secs(5), "never recovered");
+        tokio::time::sleep(20 * MS).await;
+    }
+}
+
+#[tokio::test]
+async fn unreachable_redis_follows_each_policy_within_the_timeout() {
+    let url = format!("redis://127.0.0.1:{}/", free_port());
+    let timeout = 100 * MS;
+    let call = Instant::now();
+    assert!(matches!(
+        RedisBackend::connect(url.as_str()).await,
+        Err(Error::Backend { .. })
+    ));
+    assert!(call.elapsed() <= 300 * MS, "{:?}", call.elapsed());
+
+    let backend = RedisBackend::open(url.as_str())
+        .unwrap()
+        .with_timeout(timeout)
+        .with_cooldown(Duration::ZERO);
+    let rate = Rate::per_second(10).unwrap();
+    let within = |call: Instant| {
+        let took = call.elapsed();
+        assert!(took <= timeout + 60 * MS, "{took:?}");
+    };
+
+    let closed = backend.token_bucket("down", rate, 4).unwrap();
+    let call = Instant::now();
+    assert!(is_backend(&closed.try_acquire(1).await));
+    within(call);
+    let call = Instant::now();
+    assert!(is_backend(&closed.acquire(1).await));
+    within(call);
+    let call = Instant::now();
+    assert!(is_backend(
+        &closed.adjust(Adjustment::SetRemaining(1)).await
+    ));
+    within(call);
+
+    let open = backend
+        .clone()
+        .with_fault_policy(FaultPolicy::FailOpen)
+        .sliding_log("down", rate)
+        .unwrap();
+    for _ in 0..3 {
+        let call = Instant::now();
+        open.try_acquire(1).await.unwrap();
+        open.acquire(1).await.unwrap();
+        open.adjust(Adjustment::SetRemaining(1)).await.unwrap();
+        assert!(
+            call.elapsed() <= 3 * timeout + 60 * MS,
+            "{:?}",
+            call.elapsed()
+        );
+    }
+    // With a cooldown, the calls after a failure do not even wait.
+    let cooled = backend
+        .clone()
+        .with_cooldown(Duration::from_secs(5))
+        .token_bucket("down", rate, 4)
+        .unwrap();
+    assert!(is_backend(&cooled.try_acquire(1).await));
+    let call = Instant::now();
+    for _ in 0..100 {
+        assert!(is_backend(&cooled.try_acquire(1).await));
+    }
+    assert!(call.elapsed() < 20 * MS, "{:?}", call.elapsed());
+
+    // Half of a 10-per-second, burst-4 budget: 2 at once, then 1 per 200 ms.
+    let fallback = backend
+        .clone()
+        .with_fault_policy(FaultPolicy::LocalFallback { processes: 2 })
+        .token_bucket("down", rate, 4)
+        .unwrap();
+    fallback.try_acquire(1).await.unwrap();
+    fallback.try_acquire(1).await.unwrap();
+    let wait = throttled_wait(fallback.try_acquire(1).await);
+    assert!(wait > 150 * MS && wait <= 200 * MS, "{wait:?}");
+    // A weight over the local share of the burst still goes, in pieces.
+    let call = Instant::now();
+    fallback.acquire(4).await.unwrap();
+    assert!(call.elapsed() >= 590 * MS, "{:?}", call.elapsed());
+
+    assert!(RedisBackend::open("not a url").is_err());
+    assert!(backend
+        .clone()
+        .with_fault_policy(FaultPolicy::LocalFallback { processes: 0 })
+        .token_bucket("k", rate, 1)
+        .is_err());
+}
