@@ -30,6 +30,13 @@ pub enum Event {
         /// The request's URL.
         url: String,
     },
+    /// An attempt got a response (any status).
+    Received {
+        /// 1 for the first attempt.
+        attempt: u32,
+        /// The response status.
+        status: u16,
+    },
     /// The server throttled the request (429, or 503 with Retry-After), or
     /// said its quota is spent.
     Throttled {
@@ -92,6 +99,9 @@ pub(crate) fn emit(hook: Option<&Hook>, event: Event) {
             method,
             url,
         } => tracing::debug!(target: "reqwest_pace", attempt, method, url, "sent"),
+        Event::Received { attempt, status } => {
+            tracing::debug!(target: "reqwest_pace", attempt, status, "received")
+        }
         Event::Throttled {
             layer,
             key,

@@ -433,6 +433,12 @@ impl ThrottledClient {
                     return Err(other_failure(attempt, source));
                 }
             };
+            if let Ok(response) = &result {
+                self.emit(Event::Received {
+                    attempt,
+                    status: response.status().as_u16(),
+                });
+            }
             let outcome = policy.classify(result.as_ref());
             let signal = result.as_ref().ok().map(RateLimitSignal::from_response);
             self.learn(&members, &seqs, signal.as_ref(), outcome).await;
