@@ -1,0 +1,109 @@
+//! Pacing and retries inside a reqwest-middleware chain.
+#![cfg(feature = "middleware")]
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest_middleware::{ClientBuilder, Middleware, Next};
+use reqwest_pace::retry::{Backoff, Jitter, RetryPolicy};
+use reqwest_pace::testing::{Fault, RateLimitedServer, RetryAfter};
+use reqwest_pace::{PaceMiddleware, Rate, ThrottledClient};
+
+/// Counts what reaches it: placed after the pacing middleware, it sees
+/// every attempt.
+struct Counter(Arc<AtomicU32>);
+
+#[async_trait::async_trait]
+impl Middleware for Counter {
+    async fn handle(
+        &self,
+        req: reqwest::Request,
+        extensions: &mut http::Extensions,
+        next: Next<'_>,
+    ) -> reqwest_middleware::Result<reqwest::Response> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        next.run(req, extensions).await
+    }
+}
+
+fn pace(policy: RetryPolicy) -> PaceMiddleware {
+    PaceMiddleware::new(
+        ThrottledClient::builder(reqwest::Client::new())
+            .retry(policy)
+            .build()
+            .unwrap(),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn retries_run_the_rest_of_the_chain_once_per_attempt() {
+    let server = RateLimitedServer::builder().start().await.unwrap();
+    server.inject(
+        Fault::service_unavailable()
+            .times(2)
+            .retry_after(RetryAfter::Seconds(1)),
+    );
+    let attempts = Arc::new(AtomicU32::new(0));
+    let client = ClientBuilder::new(reqwest::Client::new())
+        .with(pace(RetryPolicy::default()))
+        .with(Counter(Arc::clone(&attempts)))
+        .build();
+    let start = tokio::time::Instant::now();
+    let response = client.get(server.url()).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(attempts.load(Ordering::SeqCst), 3);
+    assert_eq!(start.elapsed(), Duration::from_secs(2));
+    let at: Vec<Duration> = server.requests().iter().map(|r| r.at).collect();
+    assert_eq!(at, [0, 1, 2].map(Duration::from_secs).to_vec());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_crate_error_comes_out_as_a_middleware_error() {
+    let server = RateLimitedServer::builder().start().await.unwrap();
+    server.inject(Fault::service_unavailable().times(10));
+    let client = ClientBuilder::new(reqwest::Client::new())
+        .with(pace(
+            RetryPolicy::default().with_max_attempts(2).with_backoff(
+                Backoff::exponential(Duration::from_millis(10)).with_jitter(Jitter::None),
+            ),
+        ))
+        .build();
+    let err = client.get(server.url()).send().await.unwrap_err();
+    let reqwest_middleware::Error::Middleware(inner) = err else {
+        panic!("expected a middleware error, got {err:?}");
+    };
+    let ours = inner.downcast_ref::<reqwest_pace::Error>().unwrap();
+    assert!(matches!(
+        ours,
+        reqwest_pace::Error::RetriesExhausted { attempts: 2, .. }
+    ));
+    assert_eq!(ours.last_status().map(|s| s.as_u16()), Some(503));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_chain_is_paced() {
+    let server = RateLimitedServer::builder()
+        .limit(Rate::per_second(1000).unwrap())
+        .burst(1000)
+        .start()
+        .await
+        .unwrap();
+    let client = ClientBuilder::new(reqwest::Client::new())
+        .with(PaceMiddleware::new(
+            ThrottledClient::builder(reqwest::Client::new())
+                .rate(Rate::per_second(10).unwrap())
+                .burst(1)
+                .build()
+                .unwrap(),
+        ))
+        .build();
+    for _ in 0..5 {
+        client.get(server.url()).send().await.unwrap();
+    }
+    let at: Vec<Duration> = server.requests().iter().map(|r| r.at).collect();
+    assert_eq!(
+        at,
+        [0, 100, 200, 300, 400].map(Duration::from_millis).to_vec()
+    );
+}
