@@ -1,6 +1,42 @@
 //! `reqwest-pace`: client-side throttling and retries for `reqwest`.
 //!
-//! (Crate documentation is written as the modules land.)
+//! Every call made through a [`ThrottledClient`] waits for a local token
+//! bucket before it is sent; every response's rate-limit signal (`429`,
+//! `Retry-After`, `X-RateLimit-*`, the IETF `RateLimit` fields and vendor
+//! dialects, read by [`headers`]) re-paces that bucket to what the server
+//! allows; failures are retried on a schedule of tokio sleeps ([`retry`]).
+//! With feature `redis`, a fleet of processes shares one budget per key
+//! ([`redis`](crate::redis)); with feature `testing`, a stateful
+//! rate-limited server lets you test your own backoff ([`testing`]).
+//!
+//! The layout follows the data, one way: a request's keys pick its buckets
+//! ([`Layer`]), it waits for them ([`limiter`]), it is sent, the response
+//! is parsed ([`headers`]), the buckets are adjusted, and the retry policy
+//! decides ([`retry`]).
+//!
+//! ```
+//! use reqwest_pace::{Rate, ThrottledClient};
+//! # use reqwest_pace::testing::RateLimitedServer;
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let server = RateLimitedServer::builder().limit(Rate::per_second(1000)?).burst(1000).start().await?;
+//! # let url = server.url();
+//! let client = ThrottledClient::builder(reqwest::Client::new())
+//!     .rate(Rate::per_second(10)?) // a ceiling per host; omit it to learn from the server
+//!     .burst(1)
+//!     .build()?;
+//! let start = tokio::time::Instant::now();
+//! for _ in 0..3 {
+//!     client.send(client.get(&url)).await?;
+//! }
+//! assert_eq!(start.elapsed(), std::time::Duration::from_millis(200));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Time is tokio's clock throughout, so tests under
+//! `#[tokio::test(start_paused = true)]` see exact waits.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -24,10 +60,17 @@ pub mod redis;
 pub mod testing;
 
 #[cfg(feature = "client")]
-pub use client::{host_key, Cost, Event, IntoRequest, Layer, ThrottledClient, ThrottledClientBuilder};
+pub use client::{
+    host_key, Cost, Event, IntoRequest, Layer, ThrottledClient, ThrottledClientBuilder,
+};
+pub use error::Error;
 #[cfg(feature = "client")]
 pub use error::NotRetriedReason;
-pub use error::Error;
+pub use limiter::{Adjustment, KeyedLimiter, Limiter, Rate, RateLimiter, TokenBucket};
 #[cfg(feature = "middleware")]
 pub use middleware::PaceMiddleware;
-pub use limiter::{Adjustment, KeyedLimiter, Limiter, Rate, RateLimiter, TokenBucket};
+
+// The README's examples are compiled and run as doc tests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
