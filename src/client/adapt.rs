@@ -385,3 +385,147 @@ fn burst_for(per_second: f64) -> u64 {
         1
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn signal(status: u16, limits: Vec<Limit>) -> RateLimitSignal {
+        RateLimitSignal {
+            status,
+            retry_after: None,
+            global: false,
+            scope: None,
+            limits,
+            ignored: Vec::new(),
+        }
+    }
+
+    fn requests(limit: u64, remaining: u64, reset_s: u64) -> Limit {
+        Limit::new("requests", Dimension::Requests)
+            .with_limit(limit)
+            .with_remaining(remaining)
+            .with_reset(Duration::from_secs(reset_s))
+    }
+
+    fn fresh() -> Adaptive {
+        Adaptive::new(Dimension::Requests, None, None, 1.0)
+    }
+
+    fn rate_in(adj: &[Adjustment]) -> Option<f64> {
+        adj.iter().find_map(|a| match a {
+            Adjustment::SetRate(r) => Some(r.per_second_f64()),
+            _ => None,
+        })
+    }
+
+    #[test]
+    fn a_stated_window_gives_the_rate() {
+        let mut a = fresh();
+        let now = Instant::now();
+        let limit = Limit::new("default", Dimension::Requests)
+            .with_limit(600)
+            .with_remaining(600)
+            .with_window(Duration::from_secs(60));
+        let adj = a.on_response(now, a.sent + 1, &signal(200, vec![limit]), true);
+        assert_eq!(rate_in(&adj), Some(10.0));
+    }
+
+    #[test]
+    fn the_remaining_quota_is_spread_until_a_distant_reset() {
+        let mut a = fresh();
+        let now = Instant::now();
+        // GitHub-like: 5000 an hour, but only 100 left for the next 1000 s.
+        let first = requests(5000, 4999, 3600);
+        a.on_response(now, 1, &signal(200, vec![first]), true);
+        // 2600 s on, the same window (its reset instant has not moved).
+        let later = requests(5000, 100, 1000);
+        let adj = a.on_response(
+            now + Duration::from_secs(2600),
+            2,
+            &signal(200, vec![later]),
+            true,
+        );
+        assert_eq!(rate_in(&adj), Some(0.1));
+        assert!(adj.contains(&Adjustment::LimitRemaining(100)));
+    }
+
+    #[test]
+    fn a_stale_response_from_an_older_window_is_ignored() {
+        let mut a = fresh();
+        let t0 = Instant::now();
+        a.on_response(t0, 1, &signal(200, vec![requests(100, 90, 60)]), true);
+        // A new window starts 60 s later: its remaining may raise tokens.
+        let t1 = t0 + Duration::from_secs(61);
+        let adj = a.on_response(t1, 2, &signal(200, vec![requests(100, 99, 60)]), true);
+        assert!(adj.contains(&Adjustment::SetRemaining(99)), "{adj:?}");
+        // A response from the old window arrives late, saying 3 are left
+        // with a reset that has nearly passed: it must not lower or raise
+        // anything.
+        let adj = a.on_response(t1, 3, &signal(200, vec![requests(100, 3, 0)]), true);
+        assert!(
+            !adj.iter().any(|a| matches!(
+                a,
+                Adjustment::LimitRemaining(_) | Adjustment::SetRemaining(_)
+            )),
+            "{adj:?}"
+        );
+        // Within the new window remaining only lowers.
+        let adj = a.on_response(t1, 4, &signal(200, vec![requests(100, 97, 59)]), true);
+        assert!(adj.contains(&Adjustment::LimitRemaining(97)), "{adj:?}");
+    }
+
+    #[test]
+    fn an_exhausted_quota_with_a_distant_reset_blocks_until_it() {
+        let mut a = fresh();
+        let now = Instant::now();
+        let adj = a.on_response(now, 1, &signal(200, vec![requests(100, 0, 30)]), true);
+        assert!(adj.contains(&Adjustment::BlockUntil(now + Duration::from_secs(30))));
+    }
+
+    #[test]
+    fn a_configured_ceiling_caps_the_learned_rate() {
+        let mut a = Adaptive::new(
+            Dimension::Requests,
+            Some(Rate::per_second(5).unwrap()),
+            None,
+            1.0,
+        );
+        let now = Instant::now();
+        let limit = Limit::new("p", Dimension::Requests)
+            .with_limit(100)
+            .with_window(Duration::from_secs(1));
+        let adj = a.on_response(now, 1, &signal(200, vec![limit]), true);
+        // Already at the ceiling: nothing to change.
+        assert_eq!(rate_in(&adj), None);
+        assert_eq!(a.applied_rate(), Some(5.0));
+    }
+
+    #[test]
+    fn header_less_429s_decrease_once_per_burst_and_recover() {
+        let mut a = fresh();
+        let t0 = Instant::now();
+        let mut seqs = Vec::new();
+        for i in 0..40 {
+            seqs.push(a.on_send(t0 + Duration::from_millis(25 * i)));
+        }
+        let now = t0 + Duration::from_secs(1);
+        // Forty sends in the last second; a burst of 429s for ten of them.
+        let adj = a.on_response(now, seqs[30], &signal(429, vec![]), false);
+        let decreased = rate_in(&adj).unwrap();
+        assert!((decreased - 28.0).abs() < 1.0, "{decreased}");
+        for &seq in &seqs[31..] {
+            let adj = a.on_response(now, seq, &signal(429, vec![]), false);
+            assert!(rate_in(&adj).is_none(), "one decrease per burst");
+        }
+        // Slow start: a second of success doubles the rate.
+        let adj = a.on_response(
+            now + Duration::from_secs(1),
+            seqs[39] + 1,
+            &signal(200, vec![]),
+            true,
+        );
+        let grown = rate_in(&adj).unwrap();
+        assert!((grown - 2.0 * decreased).abs() < 0.5, "{grown}");
+    }
+}
