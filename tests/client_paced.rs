@@ -317,3 +317,35 @@ async fn weighted_calls_spend_from_the_matching_dimension() {
         "{err:?}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_hanging_first_request_holds_the_others_for_five_seconds_at_most() {
+    let server = RateLimitedServer::builder()
+        .limit(Rate::per_second(1000).unwrap())
+        .burst(1000)
+        .latency(Duration::from_secs(60))
+        .start()
+        .await
+        .unwrap();
+    let client = ThrottledClient::builder(reqwest::Client::new())
+        .build()
+        .unwrap();
+    let probe = {
+        let client = client.clone();
+        let url = server.url();
+        tokio::spawn(async move { client.send(client.get(url)).await })
+    };
+    tokio::task::yield_now().await;
+    let start = tokio::time::Instant::now();
+    let second = {
+        let client = client.clone();
+        let url = server.url();
+        tokio::spawn(async move {
+            client.send(client.get(url)).await.unwrap();
+            start.elapsed()
+        })
+    };
+    // The second request went after 5 s, then took the server's 60 s.
+    assert_eq!(second.await.unwrap(), Duration::from_secs(65));
+    probe.await.unwrap().unwrap();
+}

@@ -28,6 +28,10 @@ use crate::Error;
 use events::{emit, Hook};
 use layer::{BuiltLayer, KeyState};
 
+/// How long a request waits for its key's first response (the probe)
+/// before it goes anyway.
+const PROBE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// What a request spends from the buckets it passes through: one request by
 /// default, plus any amount in other dimensions (tokens for a
 /// token-metered API). A layer spends the amount of its own
@@ -386,9 +390,16 @@ impl ThrottledClient {
             for m in &members {
                 let layer = &inner.layers[m.layer];
                 if layer.probes() && !m.state.has_seen_response() {
-                    let guard = m.state.probe.lock().await;
-                    if !m.state.has_seen_response() {
-                        probes.push(guard);
+                    // Wait for the key's first response, but not forever:
+                    // a probe that hangs must not hold every caller.
+                    match tokio::time::timeout(PROBE_WAIT, m.state.probe.lock()).await {
+                        Ok(guard) if !m.state.has_seen_response() => probes.push(guard),
+                        Ok(_) => {}
+                        Err(_) => tracing::debug!(
+                            target: "reqwest_pace",
+                            key = m.state.key,
+                            "no first response yet; not waiting for the probe any longer"
+                        ),
                     }
                 }
                 let limiter = match &m.state.limiter {
