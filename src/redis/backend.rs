@@ -335,7 +335,9 @@ impl RedisBackend {
     }
 
     pub(crate) fn idle_ttl_ms(&self) -> u64 {
-        u64::try_from(self.idle_ttl.as_millis()).unwrap_or(u64::MAX)
+        // Ten years is forever for a limiter, and keeps `PEXPIRE` in range.
+        const MAX_MS: u128 = 10 * 365 * 24 * 3600 * 1000;
+        u64::try_from(self.idle_ttl.as_millis().min(MAX_MS)).unwrap_or(0)
     }
 
     /// Run one script call within the timeout. Any failure (timeout, lost

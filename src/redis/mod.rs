@@ -70,7 +70,9 @@
 //! whose state is a single instant, only the latest write can be undone
 //! safely: the refund applies when nothing was written to the key since
 //! the reservation and is otherwise a no-op, leaving the slot unused
-//! (tokens are lost for the key, never granted twice).
+//! (tokens are lost for the key, never granted twice). A future dropped
+//! while its reserving call is still in flight cannot know whether the
+//! call took effect; a slot it booked likewise goes unused.
 //!
 //! **Shared feedback.** [`Limiter::adjust`](crate::Limiter::adjust) writes to the shared state: a
 //! Retry-After block seen by one process holds back every process, and
