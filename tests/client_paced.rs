@@ -147,7 +147,7 @@ async fn a_429_storm_on_one_key_makes_one_pause() {
 /// With no rate configured, the client probes once, reads the server's
 /// headers and paces itself: after the first response no request is
 /// refused, and the whole run goes at the server's rate.
-async fn learns_the_rate(dialect: Dialect) -> (u64, Duration) {
+async fn learns_the_rate(dialect: Dialect) {
     let server = server(dialect, 50, 10).await;
     let client = ThrottledClient::builder(reqwest::Client::new())
         .retry(no_jitter())
@@ -169,29 +169,29 @@ async fn learns_the_rate(dialect: Dialect) -> (u64, Duration) {
     for t in tasks {
         t.await.unwrap();
     }
-    (server.stats().total.throttled, start.elapsed())
+    assert_eq!(server.stats().total.throttled, 0, "{dialect}");
+    // 320 requests: 10 from the burst, the rest at the server's 50/s or,
+    // with the 0.97 headroom, a little slower.
+    let elapsed = start.elapsed();
+    assert!(
+        (Duration::from_millis(6_200)..=Duration::from_millis(6_800)).contains(&elapsed),
+        "{dialect}: {elapsed:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn learned_pacing_from_x_ratelimit_headers_gets_no_429() {
-    let (throttled, elapsed) = learns_the_rate(Dialect::XRateLimit).await;
-    assert_eq!(throttled, 0);
-    // 320 requests, 10 of them from the burst, at 97 % of 50/s.
-    assert!(elapsed <= Duration::from_millis(6_800), "{elapsed:?}");
+    learns_the_rate(Dialect::XRateLimit).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn learned_pacing_from_github_headers_gets_no_429() {
-    let (throttled, elapsed) = learns_the_rate(Dialect::GitHub).await;
-    assert_eq!(throttled, 0);
-    assert!(elapsed <= Duration::from_millis(6_800), "{elapsed:?}");
+    learns_the_rate(Dialect::GitHub).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn learned_pacing_from_ietf_headers_gets_no_429() {
-    let (throttled, elapsed) = learns_the_rate(Dialect::Ietf).await;
-    assert_eq!(throttled, 0);
-    assert!(elapsed <= Duration::from_millis(6_800), "{elapsed:?}");
+    learns_the_rate(Dialect::Ietf).await;
 }
 
 #[tokio::test(start_paused = true)]
