@@ -131,8 +131,8 @@ impl SlidingLog {
     }
 
     /// Bytes this key's state occupies now, inline and on the heap: at most
-    /// `size_of::<SlidingLog>() + 16·N` (plus 80 bytes while a block is
-    /// being paced out).
+    /// `size_of::<SlidingLog>() + 16·N` (88 + 16·N on 64-bit targets), plus
+    /// the 64-byte pacing bucket while a block is being paced out.
     pub fn memory_bytes(&self) -> usize {
         std::mem::size_of::<Self>()
             + self.entries.capacity() * std::mem::size_of::<Entry>()
