@@ -66,7 +66,10 @@ pub use client::{
 pub use error::Error;
 #[cfg(feature = "client")]
 pub use error::NotRetriedReason;
-pub use limiter::{Adjustment, KeyedLimiter, Limiter, Rate, RateLimiter, TokenBucket};
+pub use limiter::{
+    Adjustment, FixedWindowLimiter, KeyedLimiter, Limiter, Rate, RateLimiter,
+    SlidingCounterLimiter, SlidingLogLimiter, TokenBucket,
+};
 #[cfg(feature = "middleware")]
 pub use middleware::PaceMiddleware;
 
