@@ -14,8 +14,8 @@ mod algorithm;
 mod gcra;
 mod keyed;
 mod rate;
-mod window;
 mod wait;
+mod window;
 
 use futures::future::BoxFuture;
 use tokio::time::Instant;
