@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use reqwest::{Request, RequestBuilder, Response, StatusCode};
 use tokio::time::Instant;
+use tracing::Instrument;
 
 pub use events::Event;
 pub use layer::{host_key, Layer};
@@ -350,7 +351,29 @@ impl ThrottledClient {
     }
 
     /// The retry loop, over any way of sending one attempt.
+    ///
+    /// Runs inside a `reqwest_pace.send` span carrying the method and URL,
+    /// so every event of one call is grouped under it.
     pub(crate) async fn run<F, Fut>(
+        &self,
+        request: Request,
+        cost: &Cost,
+        send: F,
+    ) -> Result<Response, Error>
+    where
+        F: FnMut(Request) -> Fut,
+        Fut: Future<Output = Result<Response, SendFailure>>,
+    {
+        let span = tracing::debug_span!(
+            target: "reqwest_pace",
+            "reqwest_pace.send",
+            method = %request.method(),
+            url = %request.url()
+        );
+        self.attempts(request, cost, send).instrument(span).await
+    }
+
+    async fn attempts<F, Fut>(
         &self,
         request: Request,
         cost: &Cost,
