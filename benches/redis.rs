@@ -4,14 +4,19 @@
 //! `latency/*`: one call at a time. `in_flight_64/*`: 64 calls multiplexed
 //! on the one connection, reported as decisions per second.
 //!
+//! Before criterion runs, an interleaved pass (PING, then each decision,
+//! round after round) prints medians and ratios to PING measured under the
+//! same conditions, which a busy machine skews far less than back-to-back
+//! criterion groups.
+//!
 //! Run: `cargo bench --no-default-features --features redis --bench redis`
 
 #[path = "../tests/redis_support/mod.rs"]
 mod redis_support;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::{Criterion, Throughput};
 use futures::future::join_all;
 use redis::aio::ConnectionManager;
 use redis_support::RedisServer;
@@ -46,14 +51,8 @@ async fn logged(log: &RedisSlidingLog) {
     log.try_acquire(1).await.unwrap();
 }
 
-fn bench(c: &mut Criterion) {
-    let server = RedisServer::start();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let fixture = rt.block_on(async {
+async fn fixture(server: &RedisServer) -> Fixture {
+    {
         let backend = RedisBackend::connect(server.url()).await.unwrap();
         // One token per nanosecond, a burst of a million: always granted.
         let fast = Rate::new(1_000_000_000, Duration::from_secs(1)).unwrap();
@@ -76,22 +75,99 @@ fn bench(c: &mut Criterion) {
             refused,
             log,
         }
-    });
-    let f = &fixture;
+    }
+}
 
+fn median(samples: &mut [Duration]) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+fn p99(samples: &mut [Duration]) -> Duration {
+    samples.sort();
+    samples[samples.len() * 99 / 100]
+}
+
+/// PING and the three decisions in turn, `ROUNDS` times, one call at a
+/// time and then 64 in flight; prints medians and ratios to PING.
+async fn interleaved(f: &Fixture) {
+    const ROUNDS: usize = 2_000;
+    const BATCHES: usize = 200;
+    const N: usize = 64;
+    let names = [
+        "ping",
+        "token_bucket_granted",
+        "token_bucket_refused",
+        "sliding_log_granted",
+    ];
+    let mut one: [Vec<Duration>; 4] = Default::default();
+    let mut many: [Vec<Duration>; 4] = Default::default();
+    for _ in 0..ROUNDS {
+        let t = Instant::now();
+        ping(&f.conn).await;
+        one[0].push(t.elapsed());
+        let t = Instant::now();
+        granted(&f.granted).await;
+        one[1].push(t.elapsed());
+        let t = Instant::now();
+        refused(&f.refused).await;
+        one[2].push(t.elapsed());
+        let t = Instant::now();
+        logged(&f.log).await;
+        one[3].push(t.elapsed());
+    }
+    for _ in 0..BATCHES {
+        let t = Instant::now();
+        join_all((0..N).map(|_| ping(&f.conn))).await;
+        many[0].push(t.elapsed());
+        let t = Instant::now();
+        join_all((0..N).map(|_| granted(&f.granted))).await;
+        many[1].push(t.elapsed());
+        let t = Instant::now();
+        join_all((0..N).map(|_| refused(&f.refused))).await;
+        many[2].push(t.elapsed());
+        let t = Instant::now();
+        join_all((0..N).map(|_| logged(&f.log))).await;
+        many[3].push(t.elapsed());
+    }
+    let ping_one = median(&mut one[0]);
+    let ping_many = median(&mut many[0]);
+    println!("interleaved: {ROUNDS} rounds one at a time, {BATCHES} batches of {N} in flight");
+    println!(
+        "{:<22} {:>10} {:>10} {:>8} {:>14} {:>8}",
+        "op", "median", "p99", "x PING", "calls/s (64)", "x PING"
+    );
+    for i in 0..4 {
+        let med = median(&mut one[i]);
+        let tail = p99(&mut one[i]);
+        let batch = median(&mut many[i]);
+        let per_second = N as f64 / batch.as_secs_f64();
+        println!(
+            "{:<22} {:>8.1}us {:>8.1}us {:>8.2} {:>14.0} {:>8.2}",
+            names[i],
+            med.as_secs_f64() * 1e6,
+            tail.as_secs_f64() * 1e6,
+            med.as_secs_f64() / ping_one.as_secs_f64(),
+            per_second,
+            ping_many.as_secs_f64() / batch.as_secs_f64(),
+        );
+    }
+}
+
+fn bench(c: &mut Criterion, rt: &tokio::runtime::Runtime, f: &Fixture) {
     let mut group = c.benchmark_group("latency");
-    group.bench_function("ping", |b| b.to_async(&rt).iter(|| ping(&f.conn)));
+    group.bench_function("ping", |b| b.to_async(rt).iter(|| ping(&f.conn)));
     group.bench_function("token_bucket_granted", |b| {
-        b.to_async(&rt).iter(|| granted(&f.granted))
+        b.to_async(rt).iter(|| granted(&f.granted))
     });
     group.bench_function("token_bucket_refused", |b| {
-        b.to_async(&rt).iter(|| refused(&f.refused))
+        b.to_async(rt).iter(|| refused(&f.refused))
     });
     group.bench_function("token_bucket_acquire", |b| {
-        b.to_async(&rt).iter(|| f.granted.acquire(1))
+        b.to_async(rt).iter(|| f.granted.acquire(1))
     });
     group.bench_function("sliding_log_granted", |b| {
-        b.to_async(&rt).iter(|| logged(&f.log))
+        b.to_async(rt).iter(|| logged(&f.log))
     });
     group.finish();
 
@@ -99,25 +175,37 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("in_flight_64");
     group.throughput(Throughput::Elements(N as u64));
     group.bench_function("ping", |b| {
-        b.to_async(&rt)
+        b.to_async(rt)
             .iter(|| join_all((0..N).map(|_| ping(&f.conn))))
     });
     group.bench_function("token_bucket_granted", |b| {
-        b.to_async(&rt)
+        b.to_async(rt)
             .iter(|| join_all((0..N).map(|_| granted(&f.granted))))
     });
     group.bench_function("token_bucket_refused", |b| {
-        b.to_async(&rt)
+        b.to_async(rt)
             .iter(|| join_all((0..N).map(|_| refused(&f.refused))))
     });
     group.bench_function("sliding_log_granted", |b| {
-        b.to_async(&rt)
+        b.to_async(rt)
             .iter(|| join_all((0..N).map(|_| logged(&f.log))))
     });
     group.finish();
-    drop(fixture);
-    drop(server);
 }
 
-criterion_group!(benches, bench);
-criterion_main!(benches);
+fn main() {
+    let server = RedisServer::start();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let fixture = rt.block_on(fixture(&server));
+    // Only under `cargo bench` (which passes --bench), not `cargo test`.
+    if std::env::args().any(|a| a == "--bench") {
+        rt.block_on(interleaved(&fixture));
+    }
+    let mut criterion = Criterion::default().configure_from_args();
+    bench(&mut criterion, &rt, &fixture);
+    criterion.final_summary();
+}
