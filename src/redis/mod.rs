@@ -52,7 +52,10 @@
 //! must be 5.0 or later (scripts are replicated by their effects, so a
 //! non-deterministic `TIME` followed by writes is allowed), and the clock
 //! resolution is Redis's microsecond. If Redis's own clock steps back, the
-//! scripts count that as no time passed, never as tokens owed.
+//! scripts count that as no time passed, never as tokens owed. Since the
+//! decisions follow Redis's real clock, these limiters do not fit tests
+//! under `tokio::time::pause()`: a paused clock would skip a reserved wait
+//! that Redis still counts in real time.
 //!
 //! **Reservations, not polling.** [`RedisTokenBucket::acquire`] books the
 //! earliest turn in the same script that finds it, and gets back how long
