@@ -1,0 +1,113 @@
+//! The throttled client with its per-host buckets in Redis: two clients
+//! (standing for two processes, each with its own connection) share one
+//! budget and one Retry-After.
+#![cfg(all(feature = "redis", feature = "testing"))]
+
+mod redis_support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis_support::RedisServer;
+use reqwest_pace::redis::RedisBackend;
+use reqwest_pace::testing::{Dialect, Fault, RateLimitedServer, RetryAfter};
+use reqwest_pace::{Layer, Limiter, Rate, ThrottledClient};
+
+async fn shared_client(redis: &RedisServer, rate: Rate) -> ThrottledClient {
+    // Each client has its own backend: its own connection, as another
+    // process would.
+    let backend = RedisBackend::connect(redis.url()).await.unwrap();
+    let layer = Layer::per_host().rate(rate).burst(1).limiter(move |key| {
+        let bucket = backend.token_bucket(key, rate, 1)?;
+        Ok(Arc::new(bucket) as Arc<dyn Limiter>)
+    });
+    ThrottledClient::builder(reqwest::Client::new())
+        .host_layer(layer)
+        .build()
+        .unwrap()
+}
+
+async fn server() -> RateLimitedServer {
+    RateLimitedServer::builder()
+        .limit(Rate::per_second(10_000).unwrap())
+        .burst(10_000)
+        .dialect(Dialect::None)
+        .start()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_clients_share_one_budget_per_host() {
+    let redis = RedisServer::start();
+    let server = server().await;
+    let rate = Rate::per_second(20).unwrap();
+    let a = shared_client(&redis, rate).await;
+    let b = shared_client(&redis, rate).await;
+    let mut tasks = Vec::new();
+    for client in [a, b] {
+        for _ in 0..4 {
+            let client = client.clone();
+            let url = server.url();
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..5 {
+                    let r = client.send(client.get(&url)).await.unwrap();
+                    assert_eq!(r.status(), 200);
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let at: Vec<Duration> = server.requests().iter().map(|r| r.at).collect();
+    assert_eq!(at.len(), 40);
+    // One shared bucket of 20/s, burst 1: 40 requests need 39 intervals of
+    // 50 ms. Two separate buckets would have taken half as long. (Redis
+    // keeps the time, so the server's clock can only see gaps at least
+    // this long, less scheduling jitter of a millisecond or two.)
+    let span = at[39] - at[0];
+    assert!(span >= Duration::from_millis(39 * 50 - 20), "{span:?}");
+    // And in no window of one second did more than 21 go (20 + the burst).
+    for (i, &start) in at.iter().enumerate() {
+        let in_window = at[i..]
+            .iter()
+            .take_while(|&&t| t < start + Duration::from_secs(1))
+            .count();
+        assert!(in_window <= 21, "{in_window} in the second from {start:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_seen_by_one_client_holds_the_other() {
+    let redis = RedisServer::start();
+    let server = server().await;
+    let rate = Rate::per_second(100).unwrap();
+    let a = shared_client(&redis, rate).await;
+    let b = shared_client(&redis, rate).await;
+    // Both learn the server first.
+    a.send(a.get(server.url())).await.unwrap();
+    b.send(b.get(server.url())).await.unwrap();
+    server.inject(
+        Fault::too_many_requests()
+            .times(1)
+            .retry_after(RetryAfter::Seconds(1)),
+    );
+    // A is told to wait a second; it blocks the shared key and retries.
+    let start = tokio::time::Instant::now();
+    let a_task = {
+        let a = a.clone();
+        let url = server.url();
+        tokio::spawn(async move { a.send(a.get(&url)).await.map(|r| r.status()) })
+    };
+    // Give A's 429 time to land, then B sends: it must wait for the block.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let b_status = b.send(b.get(server.url())).await.unwrap().status();
+    let b_done = start.elapsed();
+    assert_eq!(b_status, 200);
+    assert_eq!(a_task.await.unwrap().unwrap(), 200);
+    assert!(
+        b_done >= Duration::from_millis(990),
+        "B went at {b_done:?}, inside A's Retry-After"
+    );
+}
