@@ -546,9 +546,9 @@ fn pace_summary(run: &Run) -> String {
     )
 }
 
-/// The server's log in slots: admitted and refused per slot, and for
-/// reqwest-pace the rate it applied at the end of the slot and what it was
-/// told.
+/// The server's log in slots: admitted and refused per slot, the tokens
+/// that refilled into a full bucket (capacity nobody used), and for
+/// reqwest-pace its retries and the rate it applied at the end of the slot.
 fn timeline(run: &Run) -> String {
     const SLOT: Duration = Duration::from_millis(250);
     let slots = (run.plan.total() + run.plan.grace).as_millis() / SLOT.as_millis();
@@ -563,10 +563,45 @@ fn timeline(run: &Run) -> String {
             }
         }
     }
+    // Replay the server's bucket from the admitted requests: a token that
+    // refills into a full bucket is capacity no client used.
+    let mut wasted = vec![0f64; counts.len()];
+    let (change, end_of_run) = (run.plan.before, run.plan.total());
+    let mut admitted: Vec<Duration> = run
+        .records
+        .iter()
+        .filter(|r| r.outcome == Outcome::Admitted)
+        .map(|r| r.at)
+        .collect();
+    admitted.sort_unstable();
+    let (mut tokens, mut now) = (BURST as f64, Duration::ZERO);
+    let mut advance = |to: Duration, tokens: &mut f64, now: &mut Duration| {
+        while *now < to {
+            let (until, rate) = if *now < change {
+                (to.min(change), LIMIT)
+            } else {
+                (to, HALVED)
+            };
+            *tokens += rate as f64 * (until - *now).as_secs_f64();
+            if *tokens > BURST as f64 {
+                if let Some(w) = wasted.get_mut(slot_of(until)) {
+                    *w += *tokens - BURST as f64;
+                }
+                *tokens = BURST as f64;
+            }
+            *now = until;
+        }
+    };
+    for at in admitted.into_iter().filter(|&at| at < end_of_run) {
+        advance(at, &mut tokens, &mut now);
+        tokens = (tokens - 1.0).max(0.0);
+    }
+    advance(end_of_run, &mut tokens, &mut now);
+
     let mut rate = None;
     let mut events = run.events.iter().peekable();
     let mut out = format!("  timeline {}/{}:\n", run.dialect, run.contender.name());
-    for (i, (ok, refused)) in counts.iter().enumerate() {
+    for (i, ((ok, refused), wasted)) in counts.iter().zip(&wasted).enumerate() {
         let end = SLOT * (i as u32 + 1);
         let mut retries = 0;
         while let Some((_, event)) = events.next_if(|(at, _)| *at < end) {
@@ -580,7 +615,7 @@ fn timeline(run: &Run) -> String {
             continue;
         }
         out.push_str(&format!(
-            "    {:>5.2} s  ok {ok:>3}  429 {refused:>5}  retries {retries:>3}  rate {}\n",
+            "    {:>5.2} s  ok {ok:>3}  429 {refused:>5}  unused {wasted:>4.1}  retries {retries:>3}  rate {}\n",
             (end - SLOT).as_secs_f64(),
             rate.map_or_else(|| "-".to_owned(), |r: f64| format!("{r:.2}")),
         ));
