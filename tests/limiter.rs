@@ -261,3 +261,30 @@ fn threads_hammering_one_bucket_never_over_admit() {
     // And the bucket is not merely refusing everything.
     assert!(got >= per_second / 10, "admitted only {got}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_heavier_than_a_lowered_capacity_fails_and_frees_the_queue() {
+    let bucket = empty_bucket(10, 8);
+    let heavy = {
+        let b = Arc::clone(&bucket);
+        tokio::spawn(async move { b.acquire(8).await })
+    };
+    tokio::task::yield_now().await;
+    let light = {
+        let b = Arc::clone(&bucket);
+        tokio::spawn(async move { b.acquire(1).await })
+    };
+    tokio::task::yield_now().await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    bucket.set_capacity(4).unwrap();
+    match heavy.await.unwrap() {
+        Err(Error::WeightExceedsCapacity {
+            weight: 8,
+            capacity: 4,
+        }) => {}
+        other => panic!("unexpected {other:?}"),
+    }
+    // The light waiter behind it is served at the rate, not stuck.
+    light.await.unwrap().unwrap();
+    assert_eq!(bucket.waiting(), 0);
+}

@@ -89,19 +89,28 @@ impl Algorithm for Gcra {
 
     fn set_rate(&mut self, now: Nanos, rate: Rate) {
         // Keep the earned tokens: the deficit in tokens is unchanged, only
-        // the time it takes to make it up changes.
-        let deficit = self.deficit(now);
+        // the time it takes to make it up changes. Time inside a block is
+        // not owed tokens: it is measured from the block's end, so a block
+        // keeps its length whatever the new rate.
+        let base = wide(now.max(self.blocked_until));
+        let deficit = self.full_at.saturating_sub(base);
         let scaled = deficit * wide(rate.interval_nanos()) / self.t();
         self.rate = rate;
-        self.full_at = wide(now) + scaled;
+        self.full_at = base + scaled;
     }
 
     fn set_capacity(&mut self, now: Nanos, capacity: u64) {
         let capacity = capacity.max(1);
-        let tokens_ns = self.span().saturating_sub(self.deficit(now));
+        // Measured from the end of any block, as above. A deficit beyond
+        // one full bucket is time already promised (a block's resume
+        // schedule): it is kept as it is, and only the bucket part changes.
+        let base = wide(now.max(self.blocked_until));
+        let deficit = self.full_at.saturating_sub(base);
+        let owed = deficit.saturating_sub(self.span());
+        let tokens_ns = self.span().saturating_sub(deficit);
         self.capacity = capacity;
         let kept = tokens_ns.min(self.span());
-        self.full_at = wide(now) + (self.span() - kept);
+        self.full_at = base + owed + (self.span() - kept);
     }
 
     fn limit_remaining(&mut self, now: Nanos, remaining: u64) {
@@ -210,6 +219,26 @@ mod tests {
         g.set_capacity(0, 20);
         assert_eq!(g.available(0), 2);
         assert_eq!(g.available(1_800 * MS), 20);
+    }
+
+    #[test]
+    fn a_rate_change_during_a_block_keeps_the_block() {
+        let mut g = bucket(10, 10);
+        g.block_until(0, 1_000 * MS);
+        g.set_rate(0, Rate::per_second(1).unwrap());
+        assert_eq!(g.try_admit(0, 1), Err(1_000 * MS));
+        assert_eq!(g.try_admit(1_000 * MS, 1), Ok(()));
+        // Then the new rate: one per second.
+        assert_eq!(g.try_admit(1_000 * MS, 1), Err(2_000 * MS));
+    }
+
+    #[test]
+    fn a_capacity_change_during_a_block_still_resumes_at_the_rate() {
+        let mut g = bucket(10, 10);
+        g.block_until(0, 1_000 * MS);
+        g.set_capacity(0, 5);
+        assert_eq!(g.try_admit(1_000 * MS, 1), Ok(()));
+        assert_eq!(g.try_admit(1_000 * MS, 1), Err(1_100 * MS));
     }
 
     #[derive(Clone, Debug)]

@@ -182,7 +182,9 @@ impl<A: Algorithm> RateLimiter<A> {
     ///
     /// Cancel-safe: dropping the future before it completes takes nothing
     /// and lets the next waiter move up. A weight over the capacity fails at
-    /// once with [`Error::WeightExceedsCapacity`].
+    /// once with [`Error::WeightExceedsCapacity`], and so does a waiter whose
+    /// weight the capacity is lowered below while it waits (when it reaches
+    /// the head of the queue), so that it cannot hold the queue for ever.
     pub fn acquire(&self, weight: u64) -> Acquire<'_, A> {
         Acquire {
             limiter: self,
@@ -341,6 +343,18 @@ impl<A: Algorithm> Future for Acquire<'_, A> {
                     state.queue[pos].waker = Some(cx.waker().clone());
                 }
                 return Poll::Pending;
+            }
+            // The capacity may have been lowered below our weight while we
+            // queued: say so rather than wait for ever (and hold the queue).
+            if let Err(e) = RateLimiter::check_weight(&state.algorithm, this.weight) {
+                state.queue.pop_front();
+                state.queued_weight -= this.weight;
+                this.id = None;
+                this.sleep = None;
+                if let Some(waker) = state.queue.front_mut().and_then(|w| w.waker.take()) {
+                    waker.wake();
+                }
+                return Poll::Ready(Err(e));
             }
             match state.algorithm.try_admit(now, this.weight) {
                 Ok(()) => {
