@@ -844,3 +844,47 @@ async fn unreachable_redis_follows_each_policy_within_the_timeout() {
         .token_bucket("k", rate, 1)
         .is_err());
 }
+
+#[tokio::test]
+async fn feedback_keeps_booked_reservations_and_blocks() {
+    let server = RedisServer::start();
+    let backend = RedisBackend::connect(server.url()).await.unwrap();
+    let bucket = Arc::new(
+        backend
+            .token_bucket("booked", Rate::per_second(10).unwrap(), 2)
+            .unwrap(),
+    );
+    bucket.try_acquire(2).await.unwrap();
+    // Four waiters book the next four turns (100 to 400 ms) and sleep.
+    let waiters: Vec<_> = (0..4)
+        .map(|_| {
+            let b = Arc::clone(&bucket);
+            tokio::spawn(async move { b.acquire(1).await })
+        })
+        .collect();
+    tokio::time::sleep(20 * MS).await;
+    // Server feedback that changes nothing, and a new window's remaining:
+    // neither may hand the booked turns out again.
+    bucket.adjust(Adjustment::SetCapacity(2)).await.unwrap();
+    bucket.adjust(Adjustment::SetRemaining(2)).await.unwrap();
+    let wait = throttled_wait(bucket.try_acquire(1).await);
+    assert!(wait > 250 * MS, "booked turns were given away: {wait:?}");
+    for w in waiters {
+        w.await.unwrap().unwrap();
+    }
+
+    // A rate change during a block keeps the block's length.
+    let blocked = backend
+        .token_bucket("blocked", Rate::per_second(10).unwrap(), 10)
+        .unwrap();
+    blocked
+        .adjust(Adjustment::BlockUntil(Instant::now() + 1_000 * MS))
+        .await
+        .unwrap();
+    blocked
+        .adjust(Adjustment::SetRate(Rate::per_second(1).unwrap()))
+        .await
+        .unwrap();
+    let wait = throttled_wait(blocked.try_acquire(1).await);
+    assert!(wait > 900 * MS && wait <= 1_000 * MS, "{wait:?}");
+}

@@ -75,19 +75,30 @@ elseif op == 'refund' then
   return {3, 0}
 elseif op == 'rate' then
   -- Keep the tokens earned: the deficit in tokens stays, its time scales.
+  -- Time inside a block is not owed tokens: measure from the block's end,
+  -- so the block keeps its length whatever the new rate.
   local T2 = tonumber(ARGV[5])
-  d = math.floor(d * T2 / T)
+  local owed = math.max(0, d - b)
+  d = b + math.floor(owed * T2 / T)
   T = T2
 elseif op == 'capacity' then
-  local tokens = math.max(0, C * T - d)
+  -- As in gcra.rs: from the block's end, a deficit beyond one full bucket is
+  -- time already booked (reservations, a block's resume schedule) and is
+  -- kept as it is; only the bucket part changes.
+  local owed = math.max(0, d - b)
+  local booked = math.max(0, owed - C * T)
+  local tokens = math.max(0, C * T - owed)
   C = math.max(1, tonumber(ARGV[5]))
-  d = C * T - math.min(tokens, C * T)
+  d = b + booked + C * T - math.min(tokens, C * T)
 elseif op == 'limit' then
   local r = tonumber(ARGV[5])
   d = math.max(d, (C - math.min(r, C)) * T)
 elseif op == 'remaining' then
+  -- A new server window: set what is at hand now, but keep what is booked
+  -- beyond one full bucket (sleeping reservations keep their turns).
   local r = tonumber(ARGV[5])
-  d = (C - math.min(r, C)) * T
+  local booked = math.max(0, d - C * T)
+  d = booked + (C - math.min(r, C)) * T
 elseif op == 'block' then
   -- Nothing before the block ends, then one token, then one per interval.
   local u = tonumber(ARGV[5])
