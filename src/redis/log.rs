@@ -108,30 +108,22 @@ impl RedisSlidingLog {
         self.core.try_acquire(weight).await
     }
 
-    /// Write server feedback to the shared state. For a log the capacity
-    /// is the count per window: [`Adjustment::SetCapacity`] changes the
-    /// count and keeps the window, [`Adjustment::SetRate`] changes both.
+    /// Write server feedback to the shared state. As for the local window
+    /// limiters, [`Adjustment::SetRate`] keeps the window and makes the
+    /// count per window the rate's share of it (`W / T` calls, at least 1,
+    /// at most [`MAX_LOG_LIMIT`]); [`Adjustment::SetCapacity`] is ignored,
+    /// since a window's burst is its count.
     pub async fn adjust(&self, adjustment: Adjustment) -> Result<(), Error> {
         let op = match adjustment {
-            Adjustment::SetRate(rate) => {
-                check_limit(rate.count())?;
-                Op {
-                    name: "rate",
-                    a: rate.count(),
-                    b: window_micros(rate),
-                }
-            }
+            Adjustment::SetRate(rate) => Op {
+                name: "rate",
+                a: rate.interval_nanos(),
+                b: MAX_LOG_LIMIT,
+            },
             Adjustment::SetCapacity(0) => {
                 return Err(Error::config("a limiter needs a capacity above zero"))
             }
-            Adjustment::SetCapacity(c) => {
-                check_limit(c)?;
-                Op {
-                    name: "capacity",
-                    a: c,
-                    b: 0,
-                }
-            }
+            Adjustment::SetCapacity(_) => return Ok(()),
             Adjustment::LimitRemaining(n) => Op {
                 name: "limit",
                 a: n,

@@ -187,19 +187,16 @@ impl Algorithm for SlidingWindowCounter {
         self.quota.earliest(now, weight, |w| self.ready(now, w))
     }
 
-    /// Take `rate.count()` as the limit and `rate.per()` as the window. The
-    /// current window keeps its start and both counts; only its end moves.
+    /// Keep the window and make the limit the rate's share of it (see
+    /// the module docs). The current window and its counts are kept.
     fn set_rate(&mut self, now: Nanos, rate: Rate) {
         self.advance(now);
         self.quota.set_rate(now, rate);
     }
 
-    /// Make the limit `capacity` per the same window (the limit and the
-    /// capacity of a window are one number). The counts are kept.
-    fn set_capacity(&mut self, now: Nanos, capacity: u64) {
-        self.advance(now);
-        self.quota.set_capacity(now, capacity);
-    }
+    /// Ignored: a window's burst is its limit, which comes with the rate
+    /// ([`set_rate`](Algorithm::set_rate)).
+    fn set_capacity(&mut self, _now: Nanos, _capacity: u64) {}
 
     /// Raise the current count until at most `remaining` are available.
     fn limit_remaining(&mut self, now: Nanos, remaining: u64) {
@@ -340,11 +337,13 @@ mod tests {
     fn a_new_rate_keeps_the_counts() {
         let mut c = counter(10, 1);
         c.try_admit(0, 10).unwrap();
-        c.set_rate(S / 2, Rate::new(20, Duration::from_secs(2)).unwrap());
+        // 10 per second per se: the window stays 1 s, the limit becomes 20.
+        c.set_rate(S / 2, Rate::new(20, Duration::from_secs(1)).unwrap());
         assert_eq!(c.capacity(), 20);
         assert_eq!(c.available(S / 2), 10);
+        // A capacity changes nothing: the limit comes with the rate.
         c.set_capacity(S / 2, 5);
-        assert_eq!(c.available(S / 2), 0);
-        assert_eq!(c.rate(), Rate::new(5, Duration::from_secs(2)).unwrap());
+        assert_eq!(c.available(S / 2), 10);
+        assert_eq!(c.rate(), Rate::per_second(20).unwrap());
     }
 }

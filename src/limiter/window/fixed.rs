@@ -140,19 +140,16 @@ impl Algorithm for FixedWindow {
         self.quota.earliest(now, weight, |w| self.ready(now, w))
     }
 
-    /// Take `rate.count()` as the limit and `rate.per()` as the window. The
-    /// current window keeps its start and its count; only its end moves.
+    /// Keep the window and make the limit the rate's share of it (see
+    /// the module docs). The current window and its counts are kept.
     fn set_rate(&mut self, now: Nanos, rate: Rate) {
         self.advance(now);
         self.quota.set_rate(now, rate);
     }
 
-    /// Make the limit `capacity` per the same window (the limit and the
-    /// capacity of a window are one number). The count is kept.
-    fn set_capacity(&mut self, now: Nanos, capacity: u64) {
-        self.advance(now);
-        self.quota.set_capacity(now, capacity);
-    }
+    /// Ignored: a window's burst is its limit, which comes with the rate
+    /// ([`set_rate`](Algorithm::set_rate)).
+    fn set_capacity(&mut self, _now: Nanos, _capacity: u64) {}
 
     /// Count the missing calls as admitted in the current window; they come
     /// back at its end.
@@ -258,26 +255,21 @@ mod tests {
     }
 
     #[test]
-    fn a_new_rate_keeps_the_count_and_moves_the_end() {
+    fn a_new_rate_keeps_the_window_and_the_count() {
         let mut w = window(10, 10);
         w.try_admit(S, 8).unwrap();
-        // 4 per 5 s: the window [0, 10 s) becomes [0, 5 s), still holding 8.
+        // 4 per 5 s is 0.8 per second: 8 per the same 10 s window.
         w.set_rate(
             2 * S,
             Rate::new(4, std::time::Duration::from_secs(5)).unwrap(),
         );
-        assert_eq!(w.capacity(), 4);
+        assert_eq!(w.capacity(), 8);
         assert_eq!(w.available(2 * S), 0);
-        assert_eq!(w.try_admit(2 * S, 1), Err(5 * S));
+        assert_eq!(w.try_admit(2 * S, 1), Err(10 * S));
+        // A capacity changes nothing.
         w.set_capacity(5 * S, 5);
-        assert_eq!(
-            w.rate(),
-            Rate::new(5, std::time::Duration::from_secs(5)).unwrap()
-        );
-        assert_eq!(w.try_admit(5 * S, 5), Ok(()));
-        // A window that would already have ended is closed at once.
-        w.set_rate(6 * S, Rate::per_second(1).unwrap());
-        assert_eq!(w.available(6 * S), 1);
+        assert_eq!(w.capacity(), 8);
+        assert_eq!(w.try_admit(10 * S, 8), Ok(()));
     }
 
     #[test]

@@ -262,19 +262,16 @@ impl Algorithm for SlidingLog {
         self.quota.earliest(now, weight, |w| self.ready(now, w))
     }
 
-    /// Take `rate.count()` as the limit and `rate.per()` as the window,
-    /// judging the admissions already logged by them.
+    /// Keep the window and make the limit the rate's share of it (see the
+    /// module docs), judging the admissions already logged by it.
     fn set_rate(&mut self, now: Nanos, rate: Rate) {
         self.quota.set_rate(now, rate);
         self.prune(now);
     }
 
-    /// Make the limit `capacity` per the same window (the limit and the
-    /// capacity of a window are one number).
-    fn set_capacity(&mut self, now: Nanos, capacity: u64) {
-        self.quota.set_capacity(now, capacity);
-        self.prune(now);
-    }
+    /// Ignored: a window's burst is its limit, which comes with the rate
+    /// ([`set_rate`](Algorithm::set_rate)).
+    fn set_capacity(&mut self, _now: Nanos, _capacity: u64) {}
 
     /// Log the missing weight as a phantom admission at `now`.
     fn limit_remaining(&mut self, now: Nanos, remaining: u64) {
@@ -403,16 +400,22 @@ mod tests {
         for i in 0..10 {
             l.try_admit(i * S / 2, 1).unwrap();
         }
-        // 3 per 10 s: only 3 entries are kept; the 7 oldest count at 3.5 s.
-        l.set_capacity(5 * S, 3);
+        // One per 3 s: 3 per the 10 s window. Only 3 entries are kept; the 7
+        // oldest count at 3.5 s.
+        l.set_rate(
+            5 * S,
+            Rate::every(std::time::Duration::from_secs(3)).unwrap(),
+        );
         assert_eq!(l.stored(), 3);
         assert_eq!(l.available(13 * S), 0);
         assert_eq!(l.try_admit(13 * S, 1), Err(13 * S + S / 2));
         assert_eq!(l.try_admit(13 * S, 2), Err(14 * S));
         assert_eq!(l.available(14 * S + S / 2), 3);
         l.set_rate(15 * S, Rate::per_second(20).unwrap());
-        assert_eq!(l.capacity(), 20);
-        assert_eq!(l.available(15 * S), 20);
+        assert_eq!(l.capacity(), 200);
+        assert_eq!(l.available(15 * S), 200);
+        l.set_capacity(15 * S, 3);
+        assert_eq!(l.capacity(), 200);
     }
 
     #[test]

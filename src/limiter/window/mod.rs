@@ -37,9 +37,11 @@
 //! (current + weight) × W` with `N × W` in 128 bits), so there is no rounding
 //! to drift.
 //!
-//! Server feedback maps onto a window as follows: a new [`Rate`] replaces the
-//! limit and the window length (the current window and its counts are
-//! kept), a new capacity replaces the limit and keeps the window length,
+//! Server feedback maps onto a window as follows: a new [`Rate`] keeps the
+//! window length and makes the limit the rate's share of it (`W / T` whole
+//! calls, at least one; the current window and its counts are kept), so a
+//! rate learned by the client means the same to a window as to a bucket; a
+//! new capacity is ignored, since a window's burst is its limit,
 //! "only `r` remain" counts the missing calls as admitted now, and a
 //! Retry-After block admits nothing before its end and then resumes at the
 //! quota's average pace (one call at the end of the block, one per W/N after
@@ -98,29 +100,19 @@ impl Quota {
         self.rate.count()
     }
 
+    /// Keep the window; make the limit the rate's share of it (`W / T`
+    /// whole calls, at least 1). A rate is "how fast", and a window
+    /// limiter's burst is its limit: so server feedback learned as a rate
+    /// means the same to a window as to a bucket.
     fn set_rate(&mut self, now: Nanos, rate: Rate) {
-        let (rate, window) = match window_nanos(rate) {
-            Some(window) => (rate, window),
-            // Longer than 584 years: keep the count, cap the window.
-            None => (
-                Rate::new(rate.count(), Duration::from_nanos(u64::MAX)).unwrap_or(rate),
-                u64::MAX,
-            ),
+        let limit = (self.window / rate.interval_nanos()).max(1);
+        let Ok(rate) = Rate::new(limit, Duration::from_nanos(self.window)) else {
+            return;
         };
         self.rate = rate;
-        self.window = window;
         if let Some(pace) = &mut self.pace {
             pace.set_rate(now, rate);
             pace.set_capacity(now, rate.count());
-        }
-    }
-
-    fn set_capacity(&mut self, now: Nanos, capacity: u64) {
-        // A Rate cannot be faster than one per nanosecond, so neither can a
-        // quota: clamp the limit to the window's length in nanoseconds.
-        let limit = capacity.clamp(1, self.window.max(1));
-        if let Ok(rate) = Rate::new(limit, Duration::from_nanos(self.window)) {
-            self.set_rate(now, rate);
         }
     }
 
@@ -281,14 +273,14 @@ mod tests {
     }
 
     #[test]
-    fn capacity_keeps_the_window_and_stays_a_valid_rate() {
-        let mut q = Quota::new(Rate::per_second(10).unwrap(), "test").unwrap();
-        q.set_capacity(0, 4);
-        assert_eq!(q.rate, Rate::per_second(4).unwrap());
-        q.set_capacity(0, u64::MAX);
-        assert_eq!(q.limit(), S);
-        q.set_capacity(0, 0);
+    fn a_rate_keeps_the_window_and_rescales_the_limit() {
+        let mut q = Quota::new(Rate::per_minute(60).unwrap(), "test").unwrap();
+        q.set_rate(0, Rate::per_second(2).unwrap());
+        assert_eq!(q.rate, Rate::per_minute(120).unwrap());
+        // Slower than one per window: at least one.
+        q.set_rate(0, Rate::per_hour(1).unwrap());
         assert_eq!(q.limit(), 1);
+        assert_eq!(q.window, 60 * S);
     }
 
     #[test]

@@ -115,10 +115,10 @@ elseif op == 'refund' then
   save()
   return {3, removed}
 elseif op == 'rate' then
-  L = math.max(1, tonumber(ARGV[5]))
-  W = math.max(1, tonumber(ARGV[6]))
-elseif op == 'capacity' then
-  L = math.max(1, tonumber(ARGV[5]))
+  -- Keep the window; the count per window becomes the rate's share of it.
+  -- ARGV[5] = ns per call, ARGV[6] = the largest count allowed; W is in us.
+  local interval = math.max(1, tonumber(ARGV[5]))
+  L = math.min(tonumber(ARGV[6]), math.max(1, math.floor(W * 1000 / interval)))
 elseif op == 'limit' then
   -- At most r more now: stand-ins for the tokens the server counts as spent.
   local r = tonumber(ARGV[5])
