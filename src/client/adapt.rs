@@ -19,9 +19,10 @@
 //! - **The server sends nothing but 429s.** Then the rate follows AIMD in
 //!   the manner of AWS SDK adaptive retry and TCP: a 429 without
 //!   `Retry-After` (for a request sent after the previous decrease, so one
-//!   burst of 429s counts once) multiplies the rate by [`DECREASE`],
-//!   starting from the measured send rate. After the first decrease the rate
-//!   doubles per second of success (slow start) until the next 429; after
+//!   burst of 429s counts once) multiplies the rate by [`DECREASE`] the
+//!   first time, starting from the measured send rate, and by
+//!   [`LATER_DECREASE`] after that. After the first decrease the rate
+//!   doubles every 250 ms of success (slow start) until the next 429; after
 //!   later ones it grows linearly, by [`INCREASE_PER_SECOND`] of the rate at
 //!   the decrease per second, past it to probe for more.
 //!
@@ -40,8 +41,14 @@ use crate::limiter::{Adjustment, Rate};
 
 /// Resets shorter than this are not used to spread the remaining quota.
 pub(crate) const SPREAD_MIN_RESET: Duration = Duration::from_secs(5);
-/// The multiplicative decrease on a header-less 429.
+/// The multiplicative decrease on the first header-less 429 (from an
+/// unknown rate, where the measured send rate may be far above the limit).
 pub(crate) const DECREASE: f64 = 0.7;
+/// The decrease on later 429s, once the rate is near the limit: shallow
+/// enough that the dip stays within what a server's burst absorbs.
+pub(crate) const LATER_DECREASE: f64 = 0.85;
+/// In slow start the rate doubles this often while requests succeed.
+const SLOW_START_DOUBLING: Duration = Duration::from_millis(250);
 /// Additive increase, as a share of the rate at the last decrease, per
 /// second of success.
 pub(crate) const INCREASE_PER_SECOND: f64 = 0.15;
@@ -75,6 +82,8 @@ pub(crate) struct Adaptive {
     max_remaining: u64,
     /// The rate this state last applied (tokens per second), if any.
     applied: Option<f64>,
+    /// The capacity this state last applied, if any.
+    capacity: Option<u64>,
     /// AIMD: the send sequence number at the last decrease (requests sent
     /// up to it belong to the burst that caused it) and the rate it started
     /// from.
@@ -163,6 +172,7 @@ impl Adaptive {
             windows: HashMap::new(),
             max_remaining: 0,
             applied: ceiling.map(|r| r.per_second_f64()),
+            capacity: None,
             last_decrease: None,
             sent: 0,
             phase: Phase::Open,
@@ -186,12 +196,14 @@ impl Adaptive {
         self.applied
     }
 
+    /// The adjustment to `per_second`, capped by the configured ceiling
+    /// (which no floor may exceed); `None` when it changes nothing.
     fn rate_adjustment(&mut self, per_second: f64) -> Option<Adjustment> {
         let capped = match self.ceiling {
             Some(c) => per_second.min(c.per_second_f64()),
             None => per_second,
         };
-        let rate = Rate::from_per_second_f64(capped.max(MIN_RATE)).ok()?;
+        let rate = Rate::from_per_second_f64(capped).ok()?;
         let per_second = rate.per_second_f64();
         if let Some(applied) = self.applied {
             // Not worth a lock and an event: the same rate to within 1 %.
@@ -201,6 +213,15 @@ impl Adaptive {
         }
         self.applied = Some(per_second);
         Some(Adjustment::SetRate(rate))
+    }
+
+    /// `SetCapacity(capacity)` unless that is the capacity already set.
+    fn capacity_adjustment(&mut self, capacity: u64) -> Option<Adjustment> {
+        if self.capacity == Some(capacity) {
+            return None;
+        }
+        self.capacity = Some(capacity);
+        Some(Adjustment::SetCapacity(capacity))
     }
 
     fn capacity_for(&self, per_second: f64) -> u64 {
@@ -297,7 +318,10 @@ impl Adaptive {
             if let Some(adj) = self.rate_adjustment(target) {
                 out.push(adj);
             }
-            out.push(Adjustment::SetCapacity(self.capacity_for(target)));
+            let capacity = self.capacity_for(target);
+            if let Some(adj) = self.capacity_adjustment(capacity) {
+                out.push(adj);
+            }
         } else if !self.header_driven {
             self.aimd(now, seq, signal, success, &mut out);
         }
@@ -336,21 +360,30 @@ impl Adaptive {
                     if let Some(adj) = self.rate_adjustment(measured) {
                         out.push(adj);
                     }
-                    out.push(Adjustment::SetCapacity(1));
+                    if let Some(adj) = self.capacity_adjustment(1) {
+                        out.push(adj);
+                    }
                 }
                 return;
             }
             let base = self.applied.map_or(measured, |a| a.min(measured));
             self.last_decrease = Some((self.sent, base));
+            let factor = if self.phase == Phase::Open {
+                DECREASE
+            } else {
+                LATER_DECREASE
+            };
             self.phase = match self.phase {
                 Phase::Open => Phase::SlowStart,
                 _ => Phase::Avoidance,
             };
-            let target = base * DECREASE;
+            let target = (base * factor).max(MIN_RATE);
             if let Some(adj) = self.rate_adjustment(target) {
                 out.push(adj);
             }
-            out.push(Adjustment::SetCapacity(burst_for(target)));
+            if let Some(adj) = self.capacity_adjustment(burst_for(target)) {
+                out.push(adj);
+            }
             out.push(Adjustment::LimitRemaining(0));
         } else if success {
             let (Some((_, base)), Some(applied), Some(last)) =
@@ -363,13 +396,15 @@ impl Adaptive {
                 return;
             }
             let grown = match self.phase {
-                Phase::SlowStart => applied * 2f64.powf(dt),
+                Phase::SlowStart => applied * 2f64.powf(dt / SLOW_START_DOUBLING.as_secs_f64()),
                 _ => applied + base * INCREASE_PER_SECOND * dt,
             };
             if let Some(adj) = self.rate_adjustment(grown) {
                 self.last_increase = Some(now);
                 out.push(adj);
-                out.push(Adjustment::SetCapacity(burst_for(grown)));
+                if let Some(adj) = self.capacity_adjustment(burst_for(grown)) {
+                    out.push(adj);
+                }
             }
         }
     }
@@ -518,9 +553,9 @@ mod tests {
             let adj = a.on_response(now, seq, &signal(429, vec![]), false);
             assert!(rate_in(&adj).is_none(), "one decrease per burst");
         }
-        // Slow start: a second of success doubles the rate.
+        // Slow start: 250 ms of success doubles the rate.
         let adj = a.on_response(
-            now + Duration::from_secs(1),
+            now + Duration::from_millis(250),
             seqs[39] + 1,
             &signal(200, vec![]),
             true,

@@ -62,6 +62,14 @@ pub fn host_key(request: &Request) -> Option<String> {
     Some(format!("{}://{}:{}", url.scheme(), host, port))
 }
 
+/// 64-bit FNV-1a: stable across processes and builds (unlike std's
+/// hashers), which a key shared through Redis needs.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| {
+        (hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
 impl Layer {
     /// A layer keyed by `key`: requests for which it returns `None` are not
     /// in this layer.
@@ -95,14 +103,17 @@ impl Layer {
     }
 
     /// One bucket per value of a request header (an API token, a tenant
-    /// id); requests without the header are not in this layer. Values are
-    /// used as keys as they are; they never leave the process.
+    /// id); requests without the header are not in this layer.
+    ///
+    /// The value is not used as the key itself: the key is
+    /// `header#<64-bit FNV-1a of the value, in hex>`, so a credential does not
+    /// appear in events, logs or (with a shared limiter) Redis key names,
+    /// while every process still computes the same key for the same value.
     pub fn per_header(name: impl Into<String>, header: &'static str) -> Self {
         Layer::keyed(name, move |r: &Request| {
             r.headers()
                 .get(header)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned)
+                .map(|v| format!("{header}#{:016x}", fnv1a(v.as_bytes())))
         })
     }
 
@@ -318,5 +329,34 @@ impl Evictable for KeyState {
             .closed()
             .is_some_and(|(until, _)| until > tokio::time::Instant::now());
         bucket_idle && !closed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_keys_hide_the_value() {
+        // The reference vectors of FNV-1a 64.
+        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+        let layer = Layer::per_header("token", "authorization");
+        let request = reqwest::Client::new()
+            .get("http://example.test/")
+            .header("authorization", "Bearer s3cret")
+            .build()
+            .unwrap();
+        let key = (layer.key)(&request).unwrap();
+        assert!(!key.contains("s3cret"), "{key}");
+        assert_eq!(
+            key,
+            format!("authorization#{:016x}", fnv1a(b"Bearer s3cret"))
+        );
+        let without = reqwest::Client::new()
+            .get("http://example.test/")
+            .build()
+            .unwrap();
+        assert_eq!((layer.key)(&without), None);
     }
 }

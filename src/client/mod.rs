@@ -275,7 +275,7 @@ impl ThrottledClient {
     /// learned) or the key is unknown.
     pub fn current_rate(&self, layer: &str, key: &str) -> Option<f64> {
         let built = self.inner.layers.iter().find(|l| l.config.name == layer)?;
-        let state = built.keyed.get(&key.to_owned());
+        let state = built.keyed.peek(&key.to_owned())?;
         let rate = state.adapt().applied_rate();
         rate
     }
@@ -393,6 +393,9 @@ impl ThrottledClient {
         let mut pending = Some(request);
         let mut attempt = 0u32;
         let mut previous_delay = None;
+        // The last status any attempt got, kept across later attempts that
+        // got none (a 503, then connect errors, still reports the 503).
+        let mut last_status: Option<StatusCode> = None;
         loop {
             attempt += 1;
             let Some(current) = pending.take() else {
@@ -478,7 +481,8 @@ impl ThrottledClient {
             self.learn(&members, &seqs, signal.as_ref(), outcome).await;
             drop(probes);
 
-            let status = result.as_ref().ok().map(Response::status);
+            let status = result.as_ref().ok().map(Response::status).or(last_status);
+            last_status = status;
             match outcome {
                 Outcome::Success | Outcome::Fatal => {
                     if let Some(budget) = &inner.budget {
@@ -628,7 +632,11 @@ impl ThrottledClient {
                     if until.saturating_duration_since(now) > cap {
                         // Do not park every caller behind a wait nobody
                         // will sit through: close the key, fail fast.
+                        // A 200 saying "0 left until an hour from now" closes
+                        // the key as a 429 would.
                         let status = StatusCode::from_u16(signal.status)
+                            .ok()
+                            .filter(|s| !s.is_success())
                             .unwrap_or(StatusCode::TOO_MANY_REQUESTS);
                         let mut closed = m.state.closed();
                         let later = closed.is_none_or(|(known, _)| known < until);
@@ -653,15 +661,23 @@ impl ThrottledClient {
     }
 }
 
-/// Acquire `weight`; for a layer whose burst is learned (not configured)
-/// and smaller than the weight, wait for a full bucket instead of failing.
+/// Acquire `weight`. For a layer whose burst is learned (not configured)
+/// and smaller than the weight, the weight is paid in pieces of at most the
+/// burst, one after the other, so a big request waits for all its tokens
+/// instead of failing (or being undercharged).
 async fn acquire(limiter: &dyn Limiter, weight: u64, learned_burst: bool) -> Result<(), Error> {
-    match limiter.acquire(weight).await {
-        Err(Error::WeightExceedsCapacity { capacity, .. }) if learned_burst && capacity > 0 => {
-            limiter.acquire(capacity).await
+    let mut left = weight;
+    let mut piece = weight;
+    while left > 0 {
+        match limiter.acquire(piece.min(left)).await {
+            Ok(()) => left -= piece.min(left),
+            Err(Error::WeightExceedsCapacity { capacity, .. }) if learned_burst && capacity > 0 => {
+                piece = capacity;
+            }
+            Err(e) => return Err(e),
         }
-        other => other,
     }
+    Ok(())
 }
 
 #[cfg(feature = "middleware")]
@@ -692,5 +708,29 @@ impl std::fmt::Debug for ThrottledClient {
             .field("policy", &self.inner.policy)
             .field("budget", &self.inner.budget)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Rate, TokenBucket};
+
+    #[tokio::test(start_paused = true)]
+    async fn a_weight_over_a_learned_burst_is_paid_in_full_in_pieces() {
+        let bucket = TokenBucket::with_initial(Rate::per_second(10).unwrap(), 4, 0).unwrap();
+        let start = Instant::now();
+        acquire(&bucket, 10, true).await.unwrap();
+        // Ten tokens at 10/s from empty: a full second, not 0.4 s.
+        assert_eq!(start.elapsed(), std::time::Duration::from_secs(1));
+        assert_eq!(bucket.available(), 0);
+        // With a configured burst the same weight is an error.
+        assert!(matches!(
+            acquire(&bucket, 10, false).await,
+            Err(Error::WeightExceedsCapacity {
+                weight: 10,
+                capacity: 4
+            })
+        ));
     }
 }

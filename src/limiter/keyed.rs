@@ -45,9 +45,10 @@ const DEFAULT_IDLE: Duration = Duration::from_secs(60);
 ///   once, so an unbounded key space (a scraper meeting millions of hosts)
 ///   cannot grow memory without limit. When a shard is full, its idle
 ///   entries go first; if none is idle, the least recently used eighth of the
-///   shard is dropped. A dropped busy entry's state is forgotten: its key
-///   starts afresh from the template, which can admit a burst early. Raise
-///   the bound if that matters more than memory.
+///   shard is dropped, preferring entries nobody holds. A dropped busy
+///   entry's state is forgotten: its key starts afresh from the template,
+///   which can admit a burst early. Raise the bound if that matters more than
+///   memory.
 ///
 /// ```
 /// use reqwest_pace::{KeyedLimiter, Rate};
@@ -214,20 +215,38 @@ where
             return;
         }
         // Nothing idle: drop the least recently used eighth, so the next
-        // inserts do not each pay for a scan.
+        // inserts do not each pay for a scan. Entries nobody holds go first:
+        // a held one is in use (a waiter, a Retry-After being waited out),
+        // and forgetting its state would let its key burst afresh.
         let drop_count = (map.len() / 8).max(1);
-        let mut ages: Vec<u64> = map.values().map(|s| s.last_used_ms).collect();
+        let unheld = map
+            .values()
+            .filter(|s| Arc::strong_count(&s.value) == 1)
+            .count();
+        let only_unheld = unheld >= drop_count;
+        let mut ages: Vec<u64> = map
+            .values()
+            .filter(|s| !only_unheld || Arc::strong_count(&s.value) == 1)
+            .map(|s| s.last_used_ms)
+            .collect();
         let (_, cutoff, _) = ages.select_nth_unstable(drop_count - 1);
         let cutoff = *cutoff;
         let mut left = drop_count;
         map.retain(|_, slot| {
-            if left > 0 && slot.last_used_ms <= cutoff {
+            let candidate = !only_unheld || Arc::strong_count(&slot.value) == 1;
+            if left > 0 && candidate && slot.last_used_ms <= cutoff {
                 left -= 1;
                 false
             } else {
                 true
             }
         });
+    }
+
+    /// The entry for `key` if there is one; never makes one.
+    pub fn peek(&self, key: &K) -> Option<Arc<L>> {
+        let shard = lock(self.shard(key));
+        shard.map.get(key).map(|slot| Arc::clone(&slot.value))
     }
 
     /// Drop every idle entry now, whatever its age. Returns how many went.
