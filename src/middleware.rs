@@ -13,7 +13,12 @@ use crate::ThrottledClient;
 /// Each attempt runs the middlewares after this one (so a tracing
 /// middleware placed after it sees every attempt; one placed before sees
 /// the whole call). The wrapped client's own `reqwest::Client` is not used:
-/// the chain's client sends. Errors of this crate come out as
+/// the chain's client sends. Every call costs one request (there is no
+/// per-call [`Cost`](crate::Cost) in a chain; use
+/// [`ThrottledClient::send_with_cost`] for weighted calls), and each attempt
+/// runs the rest of the chain with a fresh copy of the call's extensions,
+/// so what a later middleware writes into them is not seen here. Errors of
+/// this crate come out as
 /// `reqwest_middleware::Error::Middleware` wrapping an
 /// [`Error`](crate::Error), transport errors that were not retried as
 /// `reqwest_middleware::Error::Reqwest`.

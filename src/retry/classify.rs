@@ -125,8 +125,9 @@ impl RetryPolicy {
         self
     }
 
-    /// No retry starts later than this after the first send; `None` for no
-    /// time limit.
+    /// No retry is scheduled whose sleep would end later than this after
+    /// the first send; `None` for no time limit. It bounds the sleeps, not
+    /// the pacing: a retry that then waits for its bucket may go later.
     pub fn with_max_elapsed(mut self, limit: impl Into<Option<Duration>>) -> Self {
         self.max_elapsed = limit.into();
         self
