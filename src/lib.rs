@@ -6,7 +6,7 @@
 //! dialects, read by [`headers`]) re-paces that bucket to what the server
 //! allows; failures are retried on a schedule of tokio sleeps ([`retry`]).
 //! With feature `redis`, a fleet of processes shares one budget per key
-//! ([`redis`](crate::redis)); with feature `testing`, a stateful
+//! ([`redis`]); with feature `testing`, a stateful
 //! rate-limited server lets you test your own backoff ([`testing`]).
 //!
 //! The layout follows the data, one way: a request's keys pick its buckets

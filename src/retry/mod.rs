@@ -11,4 +11,4 @@ mod classify;
 
 pub use backoff::{Backoff, Jitter};
 pub use budget::RetryBudget;
-pub use classify::{Classifier, Outcome, RetryPolicy};
+pub use classify::{is_idempotent, Classifier, DefaultClassifier, Outcome, RetryPolicy};
