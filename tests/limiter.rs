@@ -288,3 +288,33 @@ async fn a_waiter_heavier_than_a_lowered_capacity_fails_and_frees_the_queue() {
     light.await.unwrap().unwrap();
     assert_eq!(bucket.waiting(), 0);
 }
+
+/// `try_acquire(1)` refuses from a published hint without the lock; its
+/// waits must be the exact ones, through every kind of change.
+#[tokio::test(start_paused = true)]
+async fn lock_free_refusals_follow_every_change_exactly() {
+    let bucket = TokenBucket::new(Rate::per_second(10).unwrap(), 1).unwrap();
+    let wait = |b: &TokenBucket| match b.try_acquire(1) {
+        Err(Error::Throttled { wait }) => Some(wait),
+        Ok(()) => None,
+        Err(e) => panic!("unexpected {e:?}"),
+    };
+    assert_eq!(wait(&bucket), None);
+    assert_eq!(wait(&bucket), Some(Duration::from_millis(100)));
+    tokio::time::advance(Duration::from_millis(30)).await;
+    assert_eq!(wait(&bucket), Some(Duration::from_millis(70)));
+    // 0.7 of a token still owed, at 20/s: 35 ms.
+    bucket.set_rate(Rate::per_second(20).unwrap());
+    assert_eq!(wait(&bucket), Some(Duration::from_millis(35)));
+    let until = Instant::now() + Duration::from_secs(1);
+    bucket.block_until(until);
+    assert_eq!(wait(&bucket), Some(Duration::from_secs(1)));
+    tokio::time::advance(Duration::from_secs(1)).await;
+    assert_eq!(wait(&bucket), None);
+    // A heavier weight takes the locked path and is just as exact.
+    bucket.set_capacity(3).unwrap();
+    match bucket.try_acquire(3) {
+        Err(Error::Throttled { wait }) => assert_eq!(wait, Duration::from_millis(150)),
+        other => panic!("unexpected {other:?}"),
+    }
+}

@@ -167,8 +167,9 @@ where
         self.max_per_shard * self.shards.len()
     }
 
-    fn now_ms(&self) -> u64 {
-        u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX)
+    fn ms(&self, at: Instant) -> u64 {
+        let since = at.saturating_duration_since(self.origin);
+        u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
     }
 
     fn shard(&self, key: &K) -> &Mutex<Shard<K, L>> {
@@ -180,7 +181,11 @@ where
 
     /// The entry for `key`, made from the template if there is none.
     pub fn get(&self, key: &K) -> Arc<L> {
-        let now = self.now_ms();
+        self.get_at(key, Instant::now())
+    }
+
+    fn get_at(&self, key: &K, at: Instant) -> Arc<L> {
+        let now = self.ms(at);
         let mut shard = lock(self.shard(key));
         if now.saturating_sub(shard.last_sweep_ms) >= self.idle_ms {
             shard.last_sweep_ms = now;
@@ -284,8 +289,23 @@ where
     }
 
     /// Take `weight` tokens of `key`'s limiter now, or say how long to wait.
+    ///
+    /// One clock read per decision, and an existing key is decided under
+    /// its shard's lock without touching its reference count.
     pub fn try_acquire(&self, key: &K, weight: u64) -> Result<(), Error> {
-        self.get(key).try_acquire(weight)
+        let at = Instant::now();
+        let now = self.ms(at);
+        {
+            let mut shard = lock(self.shard(key));
+            if now.saturating_sub(shard.last_sweep_ms) < self.idle_ms {
+                if let Some(slot) = shard.map.get_mut(key) {
+                    slot.last_used_ms = now;
+                    return slot.value.try_acquire_at(at, weight);
+                }
+            }
+        }
+        // A new key, or a sweep is due: the full path.
+        self.get_at(key, at).try_acquire_at(at, weight)
     }
 }
 

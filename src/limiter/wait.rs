@@ -10,7 +10,9 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
+use std::ops::{Deref, DerefMut};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
@@ -41,6 +43,50 @@ use crate::Error;
 pub struct RateLimiter<A> {
     origin: Instant,
     state: Mutex<State<A>>,
+    /// While nobody is queued: the earliest instant (nanoseconds since the
+    /// origin) at which a weight of 1 could be admitted, or 0 when it could
+    /// be now or nobody knows. Written under the lock by every change,
+    /// read without it, so `try_acquire(1)` can refuse with an exact wait
+    /// without taking the lock. A stale read can only refuse a call that a
+    /// change made a moment later would have let through, never admit one.
+    hint: AtomicU64,
+}
+
+/// The state, locked at `now`; on release it publishes the refusal hint.
+struct Locked<'a, A: Algorithm> {
+    state: MutexGuard<'a, State<A>>,
+    hint: &'a AtomicU64,
+    now: Nanos,
+}
+
+impl<A: Algorithm> Deref for Locked<'_, A> {
+    type Target = State<A>;
+    fn deref(&self) -> &State<A> {
+        &self.state
+    }
+}
+
+impl<A: Algorithm> DerefMut for Locked<'_, A> {
+    fn deref_mut(&mut self) -> &mut State<A> {
+        &mut self.state
+    }
+}
+
+impl<A: Algorithm> Drop for Locked<'_, A> {
+    fn drop(&mut self) {
+        // Still under the lock here: the guard field drops after this body.
+        let hint = if self.state.queue.is_empty() {
+            let ready = self.state.algorithm.earliest(self.now, 1);
+            if ready > self.now {
+                ready
+            } else {
+                0
+            }
+        } else {
+            0
+        };
+        self.hint.store(hint, Ordering::Release);
+    }
 }
 
 struct State<A> {
@@ -128,6 +174,15 @@ impl<A: Algorithm> RateLimiter<A> {
                 queued_weight: 0,
                 next_id: 0,
             }),
+            hint: AtomicU64::new(0),
+        }
+    }
+
+    fn lock_at(&self, now: Nanos) -> Locked<'_, A> {
+        Locked {
+            state: lock(&self.state),
+            hint: &self.hint,
+            now,
         }
     }
 
@@ -161,11 +216,25 @@ impl<A: Algorithm> RateLimiter<A> {
     /// else changed. A weight of 0 always succeeds; a weight over the
     /// capacity is [`Error::WeightExceedsCapacity`].
     pub fn try_acquire(&self, weight: u64) -> Result<(), Error> {
+        self.try_acquire_at(Instant::now(), weight)
+    }
+
+    /// [`try_acquire`](Self::try_acquire) at an instant the caller has just
+    /// read (so a keyed map reads the clock once per decision).
+    pub(crate) fn try_acquire_at(&self, at: Instant, weight: u64) -> Result<(), Error> {
         if weight == 0 {
             return Ok(());
         }
-        let now = self.now();
-        let mut state = lock(&self.state);
+        let now = self.nanos(at);
+        if weight == 1 {
+            let hint = self.hint.load(Ordering::Acquire);
+            if now < hint {
+                return Err(Error::Throttled {
+                    wait: std::time::Duration::from_nanos(hint - now),
+                });
+            }
+        }
+        let mut state = self.lock_at(now);
         Self::check_weight(&state.algorithm, weight)?;
         let outcome = if state.queue.is_empty() {
             state.algorithm.try_admit(now, weight)
@@ -263,7 +332,7 @@ impl<A: Algorithm> RateLimiter<A> {
     /// instant (the adjustment may have made it earlier). One wake-up.
     fn with_state(&self, f: impl FnOnce(&mut A, Nanos)) {
         let now = self.now();
-        let mut state = lock(&self.state);
+        let mut state = self.lock_at(now);
         f(&mut state.algorithm, now);
         if let Some(waker) = state.queue.front_mut().and_then(|w| w.waker.take()) {
             waker.wake();
@@ -314,7 +383,7 @@ impl<A: Algorithm> Future for Acquire<'_, A> {
         }
         loop {
             let now = limiter.now();
-            let mut state = lock(&limiter.state);
+            let mut state = limiter.lock_at(now);
             let id = match this.id {
                 Some(id) => id,
                 None => {
@@ -394,7 +463,7 @@ impl<A: Algorithm> Future for Acquire<'_, A> {
 impl<A: Algorithm> Drop for Acquire<'_, A> {
     fn drop(&mut self) {
         let Some(id) = self.id else { return };
-        let mut state = lock(&self.limiter.state);
+        let mut state = self.limiter.lock_at(self.limiter.now());
         let Some(pos) = Self::position(&state, id) else {
             return;
         };
