@@ -224,22 +224,19 @@ where
         // a held one is in use (a waiter, a Retry-After being waited out),
         // and forgetting its state would let its key burst afresh.
         let drop_count = (map.len() / 8).max(1);
-        let unheld = map
-            .values()
-            .filter(|s| Arc::strong_count(&s.value) == 1)
-            .count();
-        let only_unheld = unheld >= drop_count;
+        let unheld = |slot: &Slot<L>| Arc::strong_count(&slot.value) == 1;
+        let only_unheld = map.values().filter(|s| unheld(s)).count() >= drop_count;
+        let candidate = |slot: &Slot<L>| !only_unheld || unheld(slot);
         let mut ages: Vec<u64> = map
             .values()
-            .filter(|s| !only_unheld || Arc::strong_count(&s.value) == 1)
+            .filter(|s| candidate(s))
             .map(|s| s.last_used_ms)
             .collect();
         let (_, cutoff, _) = ages.select_nth_unstable(drop_count - 1);
         let cutoff = *cutoff;
         let mut left = drop_count;
         map.retain(|_, slot| {
-            let candidate = !only_unheld || Arc::strong_count(&slot.value) == 1;
-            if left > 0 && candidate && slot.last_used_ms <= cutoff {
+            if left > 0 && candidate(slot) && slot.last_used_ms <= cutoff {
                 left -= 1;
                 false
             } else {

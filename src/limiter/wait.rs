@@ -96,6 +96,26 @@ struct State<A> {
     next_id: u64,
 }
 
+impl<A> State<A> {
+    /// Wake the waiter at the head of the queue, if any: the one wake-up an
+    /// admission, a departure or an adjustment owes.
+    fn wake_head(&mut self) {
+        if let Some(waker) = self.queue.front_mut().and_then(|w| w.waker.take()) {
+            waker.wake();
+        }
+    }
+
+    /// Remove the waiter at `pos`; if it was the head, pass the baton.
+    fn leave(&mut self, pos: usize) {
+        if let Some(waiter) = self.queue.remove(pos) {
+            self.queued_weight -= waiter.weight;
+        }
+        if pos == 0 {
+            self.wake_head();
+        }
+    }
+}
+
 struct Waiter {
     id: u64,
     weight: u64,
@@ -334,9 +354,7 @@ impl<A: Algorithm> RateLimiter<A> {
         let now = self.now();
         let mut state = self.lock_at(now);
         f(&mut state.algorithm, now);
-        if let Some(waker) = state.queue.front_mut().and_then(|w| w.waker.take()) {
-            waker.wake();
-        }
+        state.wake_head();
     }
 }
 
@@ -415,47 +433,37 @@ impl<A: Algorithm> Future for Acquire<'_, A> {
             }
             // The capacity may have been lowered below our weight while we
             // queued: say so rather than wait for ever (and hold the queue).
-            if let Err(e) = RateLimiter::check_weight(&state.algorithm, this.weight) {
-                state.queue.pop_front();
-                state.queued_weight -= this.weight;
-                this.id = None;
-                this.sleep = None;
-                if let Some(waker) = state.queue.front_mut().and_then(|w| w.waker.take()) {
-                    waker.wake();
-                }
-                return Poll::Ready(Err(e));
-            }
-            match state.algorithm.try_admit(now, this.weight) {
-                Ok(()) => {
-                    state.queue.pop_front();
-                    state.queued_weight -= this.weight;
-                    this.id = None;
-                    this.sleep = None;
-                    // Mark done so Drop does nothing, then pass the baton.
-                    this.weight = 0;
-                    if let Some(waker) = state.queue.front_mut().and_then(|w| w.waker.take()) {
-                        waker.wake();
-                    }
-                    return Poll::Ready(Ok(()));
-                }
-                Err(ready) => {
-                    if let Some(head) = state.queue.front_mut() {
-                        head.waker = Some(cx.waker().clone());
-                    }
-                    drop(state);
-                    let deadline = limiter.instant(ready);
-                    match this.sleep.as_mut() {
-                        Some(sleep) => sleep.as_mut().reset(deadline),
-                        None => this.sleep = Some(Box::pin(tokio::time::sleep_until(deadline))),
-                    }
-                    if let Some(sleep) = this.sleep.as_mut() {
-                        if sleep.as_mut().poll(cx).is_pending() {
-                            return Poll::Pending;
+            let outcome = match RateLimiter::check_weight(&state.algorithm, this.weight) {
+                Err(e) => Err(e),
+                Ok(()) => match state.algorithm.try_admit(now, this.weight) {
+                    Ok(()) => Ok(()),
+                    Err(ready) => {
+                        if let Some(head) = state.queue.front_mut() {
+                            head.waker = Some(cx.waker().clone());
                         }
+                        drop(state);
+                        let deadline = limiter.instant(ready);
+                        match this.sleep.as_mut() {
+                            Some(sleep) => sleep.as_mut().reset(deadline),
+                            None => this.sleep = Some(Box::pin(tokio::time::sleep_until(deadline))),
+                        }
+                        if let Some(sleep) = this.sleep.as_mut() {
+                            if sleep.as_mut().poll(cx).is_pending() {
+                                return Poll::Pending;
+                            }
+                        }
+                        // The deadline has already passed: try again.
+                        continue;
                     }
-                    // The deadline has already passed: try again.
-                }
-            }
+                },
+            };
+            // Admitted or refused for good: leave the head and pass the
+            // baton; mark done so Drop does nothing.
+            state.leave(0);
+            this.id = None;
+            this.sleep = None;
+            this.weight = 0;
+            return Poll::Ready(outcome);
         }
     }
 }
@@ -467,14 +475,6 @@ impl<A: Algorithm> Drop for Acquire<'_, A> {
         let Some(pos) = Self::position(&state, id) else {
             return;
         };
-        let was_head = pos == 0;
-        if let Some(waiter) = state.queue.remove(pos) {
-            state.queued_weight -= waiter.weight;
-        }
-        if was_head {
-            if let Some(waker) = state.queue.front_mut().and_then(|w| w.waker.take()) {
-                waker.wake();
-            }
-        }
+        state.leave(pos);
     }
 }
