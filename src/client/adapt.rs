@@ -315,13 +315,9 @@ impl Adaptive {
         if let Some(rate) = header_rate {
             let target = rate * self.headroom;
             self.header_driven = true;
-            if let Some(adj) = self.rate_adjustment(target) {
-                out.push(adj);
-            }
+            out.extend(self.rate_adjustment(target));
             let capacity = self.capacity_for(target);
-            if let Some(adj) = self.capacity_adjustment(capacity) {
-                out.push(adj);
-            }
+            out.extend(self.capacity_adjustment(capacity));
         } else if !self.header_driven {
             self.aimd(now, seq, signal, success, &mut out);
         }
@@ -357,12 +353,8 @@ impl Adaptive {
                 // request at a time, and ramps up from there.
                 if self.applied.is_none() {
                     self.phase = Phase::SlowStart;
-                    if let Some(adj) = self.rate_adjustment(measured) {
-                        out.push(adj);
-                    }
-                    if let Some(adj) = self.capacity_adjustment(1) {
-                        out.push(adj);
-                    }
+                    out.extend(self.rate_adjustment(measured));
+                    out.extend(self.capacity_adjustment(1));
                 }
                 return;
             }
@@ -378,12 +370,8 @@ impl Adaptive {
                 _ => Phase::Avoidance,
             };
             let target = (base * factor).max(MIN_RATE);
-            if let Some(adj) = self.rate_adjustment(target) {
-                out.push(adj);
-            }
-            if let Some(adj) = self.capacity_adjustment(burst_for(target)) {
-                out.push(adj);
-            }
+            out.extend(self.rate_adjustment(target));
+            out.extend(self.capacity_adjustment(burst_for(target)));
             out.push(Adjustment::LimitRemaining(0));
         } else if success {
             let (Some((_, base)), Some(applied), Some(last)) =
@@ -402,9 +390,7 @@ impl Adaptive {
             if let Some(adj) = self.rate_adjustment(grown) {
                 self.last_increase = Some(now);
                 out.push(adj);
-                if let Some(adj) = self.capacity_adjustment(burst_for(grown)) {
-                    out.push(adj);
-                }
+                out.extend(self.capacity_adjustment(burst_for(grown)));
             }
         }
     }

@@ -390,7 +390,7 @@ impl ThrottledClient {
         let method = request.method().to_string();
         let url = request.url().to_string();
         let start = Instant::now();
-        let mut pending = Some(request);
+        let mut current = request;
         let mut attempt = 0u32;
         let mut previous_delay = None;
         // The last status any attempt got, kept across later attempts that
@@ -398,11 +398,6 @@ impl ThrottledClient {
         let mut last_status: Option<StatusCode> = None;
         loop {
             attempt += 1;
-            let Some(current) = pending.take() else {
-                // Unreachable by construction: every path that loops puts a
-                // request back. Said as an error rather than a panic.
-                return Err(Error::config("internal: no request to send"));
-            };
             let wants_retry = method_ok && attempt < policy.max_attempts();
             let replay = if wants_retry {
                 current.try_clone()
@@ -584,7 +579,7 @@ impl ThrottledClient {
             });
             tokio::time::sleep(delay).await;
             previous_delay = Some(delay);
-            pending = Some(next);
+            current = next;
         }
     }
 
