@@ -216,7 +216,9 @@ impl Adaptive {
     }
 
     /// `SetCapacity(capacity)` unless that is the capacity already set.
+    /// A configured burst caps every learned capacity, in both regimes.
     fn capacity_adjustment(&mut self, capacity: u64) -> Option<Adjustment> {
+        let capacity = self.burst.map_or(capacity, |b| capacity.min(b)).max(1);
         if self.capacity == Some(capacity) {
             return None;
         }
@@ -234,9 +236,6 @@ impl Adaptive {
         let mut capacity = span;
         if self.max_remaining > 0 {
             capacity = capacity.min(self.max_remaining);
-        }
-        if let Some(burst) = self.burst {
-            capacity = capacity.min(burst);
         }
         capacity.max(1)
     }
@@ -520,6 +519,29 @@ mod tests {
         // Already at the ceiling: nothing to change.
         assert_eq!(rate_in(&adj), None);
         assert_eq!(a.applied_rate(), Some(5.0));
+    }
+
+    #[test]
+    fn a_configured_burst_caps_the_header_less_regime_too() {
+        let mut a = Adaptive::new(
+            Dimension::Requests,
+            Some(Rate::per_second(100).unwrap()),
+            Some(1),
+            1.0,
+        );
+        let t0 = Instant::now();
+        for i in 0..100 {
+            a.on_send(t0 + Duration::from_millis(10 * i));
+        }
+        let now = t0 + Duration::from_secs(1);
+        let adj = a.on_response(now, a.sent, &signal(429, vec![]), false);
+        // 0.7 × 100/s would allow a burst of 14; the configured 1 holds.
+        assert!(rate_in(&adj).is_some(), "{adj:?}");
+        assert!(
+            !adj.iter()
+                .any(|x| matches!(x, Adjustment::SetCapacity(c) if *c > 1)),
+            "{adj:?}"
+        );
     }
 
     #[test]
