@@ -43,6 +43,7 @@
 
 mod error;
 pub mod limiter;
+mod sync;
 
 #[cfg(feature = "client")]
 mod client;

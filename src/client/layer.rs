@@ -304,13 +304,13 @@ impl KeyState {
     }
 
     pub(crate) fn adapt(&self) -> std::sync::MutexGuard<'_, Adaptive> {
-        self.adapt.lock().unwrap_or_else(|p| p.into_inner())
+        crate::sync::lock(&self.adapt)
     }
 
     pub(crate) fn closed(
         &self,
     ) -> std::sync::MutexGuard<'_, Option<(tokio::time::Instant, reqwest::StatusCode)>> {
-        self.closed_until.lock().unwrap_or_else(|p| p.into_inner())
+        crate::sync::lock(&self.closed_until)
     }
 
     pub(crate) fn has_seen_response(&self) -> bool {

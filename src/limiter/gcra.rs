@@ -22,11 +22,11 @@ pub struct Gcra {
     blocked_until: Nanos,
 }
 
-fn wide(n: u64) -> u128 {
+pub(super) fn wide(n: u64) -> u128 {
     u128::from(n)
 }
 
-fn narrow(n: u128) -> Nanos {
+pub(super) fn narrow(n: u128) -> Nanos {
     u64::try_from(n).unwrap_or(u64::MAX)
 }
 

@@ -3,13 +3,14 @@
 use std::collections::hash_map::{Entry, HashMap, RandomState};
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::algorithm::Algorithm;
 use super::{Rate, RateLimiter, TokenBucket};
+use crate::sync::lock;
 use crate::Error;
 
 /// What a keyed map needs to know to drop an entry: whether it is back in
@@ -79,10 +80,6 @@ struct Shard<K, L> {
 struct Slot<L> {
     value: Arc<L>,
     last_used_ms: u64,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn default_shards() -> usize {

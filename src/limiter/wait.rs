@@ -21,6 +21,7 @@ use tokio::time::{Instant, Sleep};
 use super::algorithm::{Algorithm, Nanos};
 use super::gcra::Gcra;
 use super::Rate;
+use crate::sync::lock;
 use crate::Error;
 
 /// A limiter: one [`Algorithm`]'s state behind a lock, a tokio clock and a
@@ -173,14 +174,6 @@ impl RateLimiter<Gcra> {
         }
         Ok(Self::from_algorithm(Gcra::new(rate, capacity, initial)))
     }
-}
-
-fn lock<A>(state: &Mutex<State<A>>) -> MutexGuard<'_, State<A>> {
-    // The state is consistent after every statement that can panic (none
-    // of them should), so a poisoned lock is still usable.
-    state
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl<A: Algorithm> RateLimiter<A> {

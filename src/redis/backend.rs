@@ -127,11 +127,11 @@ struct Health {
 
 impl Health {
     fn down_until(&self) -> Option<Instant> {
-        *self.down_until.lock().unwrap_or_else(|p| p.into_inner())
+        *crate::sync::lock(&self.down_until)
     }
 
     fn set(&self, until: Option<Instant>) {
-        *self.down_until.lock().unwrap_or_else(|p| p.into_inner()) = until;
+        *crate::sync::lock(&self.down_until) = until;
     }
 }
 

@@ -58,11 +58,7 @@ impl RetryBudget {
     }
 
     fn with<R>(&self, f: impl FnOnce(&mut f64) -> R) -> R {
-        let mut tokens = self
-            .tokens
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        f(&mut tokens)
+        f(&mut crate::sync::lock(&self.tokens))
     }
 
     /// A failed attempt: one token less.

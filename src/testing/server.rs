@@ -112,11 +112,7 @@ struct App {
 
 impl App {
     fn state(&self) -> MutexGuard<'_, State> {
-        // Every update leaves the state consistent, so a poisoned lock is
-        // still usable.
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::sync::lock(&self.state)
     }
 
     fn elapsed(&self) -> Duration {

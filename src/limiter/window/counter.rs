@@ -9,6 +9,7 @@
 //! `e = W − ⌊(N − c − w) × W / p⌋`.
 
 use super::{Algorithm, Nanos, Quota, Rate, RateLimiter};
+use crate::limiter::gcra::{narrow, wide};
 use crate::Error;
 
 /// Sliding-window-counter state: the fixed window's count and the previous
@@ -88,14 +89,6 @@ impl RateLimiter<SlidingWindowCounter> {
     pub fn sliding_counter(limit: Rate) -> Result<Self, Error> {
         SlidingWindowCounter::new(limit).map(Self::from_algorithm)
     }
-}
-
-fn wide(n: u64) -> u128 {
-    u128::from(n)
-}
-
-fn narrow(n: u128) -> u64 {
-    u64::try_from(n).unwrap_or(u64::MAX)
 }
 
 impl SlidingWindowCounter {
