@@ -18,6 +18,26 @@ fn times(server: &RateLimitedServer) -> Vec<Duration> {
     server.requests().iter().map(|r| r.at).collect()
 }
 
+/// `tasks` concurrent tasks, each sending `each` GETs one after the other;
+/// every call must end in a 200.
+async fn load(client: &ThrottledClient, server: &RateLimitedServer, tasks: usize, each: usize) {
+    let handles: Vec<_> = (0..tasks)
+        .map(|_| {
+            let client = client.clone();
+            let url = server.url();
+            tokio::spawn(async move {
+                for _ in 0..each {
+                    let response = client.send(client.get(&url)).await.unwrap();
+                    assert_eq!(response.status(), 200);
+                }
+            })
+        })
+        .collect();
+    for handle in handles {
+        handle.await.unwrap();
+    }
+}
+
 fn ms(v: &[u64]) -> Vec<Duration> {
     v.iter().map(|&m| Duration::from_millis(m)).collect()
 }
@@ -113,16 +133,7 @@ async fn a_429_storm_on_one_key_makes_one_pause() {
         .on_event(move |e| sink.lock().unwrap().push(e.clone()))
         .build()
         .unwrap();
-    let tasks: Vec<_> = (0..50)
-        .map(|_| {
-            let client = client.clone();
-            let url = server.url();
-            tokio::spawn(async move { client.send(client.get(url)).await.map(|r| r.status()) })
-        })
-        .collect();
-    for t in tasks {
-        assert_eq!(t.await.unwrap().unwrap(), 200);
-    }
+    load(&client, &server, 50, 1).await;
     let at = times(&server);
     assert_eq!(at.len(), 51);
     assert_eq!(
@@ -154,21 +165,7 @@ async fn learns_the_rate(dialect: Dialect) {
         .build()
         .unwrap();
     let start = tokio::time::Instant::now();
-    let tasks: Vec<_> = (0..32)
-        .map(|_| {
-            let client = client.clone();
-            let url = server.url();
-            tokio::spawn(async move {
-                for _ in 0..10 {
-                    let r = client.send(client.get(&url)).await.unwrap();
-                    assert_eq!(r.status(), 200);
-                }
-            })
-        })
-        .collect();
-    for t in tasks {
-        t.await.unwrap();
-    }
+    load(&client, &server, 32, 10).await;
     assert_eq!(server.stats().total.throttled, 0, "{dialect}");
     // 320 requests: 10 from the burst, the rest at the server's 50/s or,
     // with the 0.97 headroom, a little slower.
@@ -201,20 +198,7 @@ async fn without_headers_429s_shrink_the_rate_and_success_grows_it() {
         .retry(no_jitter().with_max_attempts(10))
         .build()
         .unwrap();
-    let tasks: Vec<_> = (0..32)
-        .map(|_| {
-            let client = client.clone();
-            let url = server.url();
-            tokio::spawn(async move {
-                for _ in 0..20 {
-                    client.send(client.get(&url)).await.unwrap();
-                }
-            })
-        })
-        .collect();
-    for t in tasks {
-        t.await.unwrap();
-    }
+    load(&client, &server, 32, 20).await;
     let stats = server.stats().total;
     assert_eq!(stats.ok, 640);
     // Far fewer refusals than requests: the rate was found and kept.
@@ -370,16 +354,7 @@ async fn fifty_requests_in_flight_throttled_at_once_resume_together_at_the_rate(
             .times(50)
             .retry_after(RetryAfter::Seconds(1)),
     );
-    let tasks: Vec<_> = (0..50)
-        .map(|_| {
-            let client = client.clone();
-            let url = server.url();
-            tokio::spawn(async move { client.send(client.get(url)).await.map(|r| r.status()) })
-        })
-        .collect();
-    for t in tasks {
-        assert_eq!(t.await.unwrap().unwrap(), 200);
-    }
+    load(&client, &server, 50, 1).await;
     let records = server.requests();
     assert_eq!(records.len(), 1 + 50 + 50);
     let storm: Vec<Duration> = records[1..51].iter().map(|r| r.at).collect();
@@ -431,20 +406,7 @@ async fn a_sliding_log_layer_keeps_the_learned_pace_exactly() {
         .retry(no_jitter())
         .build()
         .unwrap();
-    let tasks: Vec<_> = (0..16)
-        .map(|_| {
-            let client = client.clone();
-            let url = server.url();
-            tokio::spawn(async move {
-                for _ in 0..10 {
-                    client.send(client.get(&url)).await.unwrap();
-                }
-            })
-        })
-        .collect();
-    for t in tasks {
-        t.await.unwrap();
-    }
+    load(&client, &server, 16, 10).await;
     let stats = server.stats().total;
     assert_eq!(stats.ok, 160);
     // The learned 48.5/s becomes 48 per one-second window, and the log holds
