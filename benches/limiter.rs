@@ -10,12 +10,14 @@
 //! - `keyed_100k`: lookup and decision over 100 000 pre-populated keys,
 //!   strided and random, on one thread and on two;
 //! - `parts`: what one decision is made of (clock reads, the lock, the pure
-//!   GCRA step, the keyed lookup alone, a small key set that stays in
-//!   cache), to explain the totals above, and two sketches of cheaper
-//!   designs built from the crate's own `Gcra` arithmetic and tokio's clock
-//!   (bench code only, not the library): a lock-free bucket, and a keyed map
-//!   holding each key's `Gcra` inline with one clock read per decision, and
-//!   one holding only a `u64` per key.
+//!   GCRA step, a keyed `get`, a small key set that stays in cache), to
+//!   explain the totals above, and a sketch of a lock-free bucket built from
+//!   tokio's clock and one compare-and-swap (bench code only, not the
+//!   library).
+//!
+//! Every group runs governor twice: with its default clock (quanta, reading
+//! the TSC) and with `std::time::Instant` (`governor-std-clock`), the clock
+//! reqwest-pace's tokio clock reads when it is not paused.
 //!
 //! `cargo bench --bench limiter -- --warm-up-time 1 --measurement-time 3`
 
@@ -26,13 +28,18 @@ use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion};
-use governor::clock::{Clock, QuantaClock};
+use governor::clock::{Clock, MonotonicClock, QuantaClock};
 use governor::{Quota, RateLimiter as Governor};
 use reqwest_pace::limiter::{Algorithm, Gcra};
 use reqwest_pace::{KeyedLimiter, Rate, TokenBucket};
 
 /// Set in the child process that measures one map's memory.
 const MEMORY_CHILD: &str = "REQWEST_PACE_BENCH_MEMORY";
+
+/// governor on `std::time::Instant` (its `MonotonicClock`): the clock
+/// reqwest-pace reads when tokio's is not paused, so the ratio against it is
+/// the cost of everything but the clock.
+const GOVERNOR_STD: &str = "governor-std-clock";
 
 const KEYS: u64 = 100_000;
 /// A prime, so `i · STRIDE mod KEYS` visits every key before repeating.
@@ -172,15 +179,21 @@ fn memory_child(spec: &str) {
     let keys: u64 = keys.parse().expect("a key count");
     let before = rss_bytes();
     let len = match library {
-        "reqwest-pace" => {
+        "reqwest-pace" | "reqwest-pace-get" => {
             let keyed: KeyedLimiter<u64> =
                 KeyedLimiter::token_buckets(Rate::per_second(10).unwrap(), 10)
                     .unwrap()
                     .with_max_keys(2 * keys as usize);
             for key in 0..keys {
-                // `get` makes the entry and hands back a full bucket: the
-                // entry stays, idle, once the handle is dropped.
-                drop(keyed.get(&key));
+                if library == "reqwest-pace" {
+                    // One decision per key, as governor's entries below are
+                    // made: the entry stays compact.
+                    let _ = keyed.try_acquire(&key, 1);
+                } else {
+                    // `get` hands back the key's full limiter: the entry
+                    // keeps it until a sweep folds it back.
+                    drop(keyed.get(&key));
+                }
             }
             let after = rss_bytes();
             let len = keyed.len();
@@ -224,18 +237,19 @@ fn bytes_per_key(library: &str, keys: u64) -> f64 {
 
 fn memory_table() {
     println!("\n### Bytes per idle key (resident set growth / keys, u64 keys)");
-    println!("| keys | reqwest-pace | governor (dashmap) | ratio |");
-    println!("|---:|---:|---:|---:|");
+    println!("| keys | reqwest-pace | governor (dashmap) | ratio | reqwest-pace, full limiters (`get`) |");
+    println!("|---:|---:|---:|---:|---:|");
     for keys in [100_000, 1_000_000] {
         let pace = bytes_per_key("reqwest-pace", keys);
         let governor = bytes_per_key("governor", keys);
+        let full = bytes_per_key("reqwest-pace-get", keys);
         println!(
-            "| {keys} | {pace:.1} | {governor:.1} | {:.2} |",
+            "| {keys} | {pace:.1} | {governor:.1} | {:.2} | {full:.1} |",
             pace / governor
         );
     }
     println!(
-        "(size_of: reqwest-pace TokenBucket {} B behind an Arc, plus key and slot in the map; \
+        "(size_of: reqwest-pace TokenBucket {} B, behind an Arc only while a caller needs it; \
          governor InMemoryState {} B inline; Result<(), reqwest_pace::Error> {} B)\n",
         std::mem::size_of::<TokenBucket>(),
         std::mem::size_of::<governor::state::InMemoryState>(),
@@ -257,7 +271,11 @@ fn uncontended(c: &mut Criterion) {
     group.bench_function(BenchmarkId::new("governor", "admit"), |b| {
         b.iter(|| black_box(governor.check()).is_ok())
     });
-    assert!(pace.try_acquire(1).is_ok() && governor.check().is_ok());
+    let std_clock = Governor::direct_with_clock(admitting_quota(), MonotonicClock);
+    group.bench_function(BenchmarkId::new(GOVERNOR_STD, "admit"), |b| {
+        b.iter(|| black_box(std_clock.check()).is_ok())
+    });
+    assert!(pace.try_acquire(1).is_ok() && governor.check().is_ok() && std_clock.check().is_ok());
 
     let pace = refusing_pace();
     group.bench_function(BenchmarkId::new("reqwest-pace", "refuse"), |b| {
@@ -267,7 +285,14 @@ fn uncontended(c: &mut Criterion) {
     group.bench_function(BenchmarkId::new("governor", "refuse"), |b| {
         b.iter(|| black_box(governor.check()).is_err())
     });
-    assert!(pace.try_acquire(1).is_err() && governor.check().is_err());
+    let std_clock = Governor::direct_with_clock(Quota::per_hour(nz(1)), MonotonicClock);
+    std_clock.check().unwrap();
+    group.bench_function(BenchmarkId::new(GOVERNOR_STD, "refuse"), |b| {
+        b.iter(|| black_box(std_clock.check()).is_err())
+    });
+    assert!(
+        pace.try_acquire(1).is_err() && governor.check().is_err() && std_clock.check().is_err()
+    );
 
     group.finish();
 }
@@ -291,6 +316,14 @@ fn contended(c: &mut Criterion) {
             })
         })
     });
+    let std_clock = Governor::direct_with_clock(admitting_quota(), MonotonicClock);
+    group.bench_function(BenchmarkId::new(GOVERNOR_STD, "admit"), |b| {
+        b.iter_custom(|iters| {
+            on_threads(2, iters, &|_| {
+                black_box(std_clock.check().is_ok());
+            })
+        })
+    });
     assert!(pace.try_acquire(1).is_ok() && governor.check().is_ok());
 
     let pace = refusing_pace();
@@ -309,6 +342,15 @@ fn contended(c: &mut Criterion) {
             })
         })
     });
+    let std_clock = Governor::direct_with_clock(Quota::per_hour(nz(1)), MonotonicClock);
+    std_clock.check().unwrap();
+    group.bench_function(BenchmarkId::new(GOVERNOR_STD, "refuse"), |b| {
+        b.iter_custom(|iters| {
+            on_threads(2, iters, &|_| {
+                black_box(std_clock.check().is_err());
+            })
+        })
+    });
 
     group.finish();
 }
@@ -317,6 +359,10 @@ fn keyed(c: &mut Criterion) {
     let mut group = c.benchmark_group("keyed_100k");
     let pace = keyed_pace();
     let governor = keyed_governor();
+    let std_clock = Governor::dashmap_with_clock(admitting_quota(), MonotonicClock);
+    for key in 0..KEYS {
+        std_clock.check_key(&key).unwrap();
+    }
     let random = random_keys();
     let strided = |i: u64| i.wrapping_mul(STRIDE) % KEYS;
     let random_at = |i: u64| random[i as usize & (RANDOM_LEN - 1)];
@@ -335,6 +381,13 @@ fn keyed(c: &mut Criterion) {
             black_box(governor.check_key(&strided(i))).is_ok()
         })
     });
+    group.bench_function(BenchmarkId::new(GOVERNOR_STD, "strided"), |b| {
+        let mut i = 0;
+        b.iter(|| {
+            i += 1;
+            black_box(std_clock.check_key(&strided(i))).is_ok()
+        })
+    });
 
     group.bench_function(BenchmarkId::new("reqwest-pace", "random"), |b| {
         let mut i = 0;
@@ -348,6 +401,13 @@ fn keyed(c: &mut Criterion) {
         b.iter(|| {
             i += 1;
             black_box(governor.check_key(&random_at(i))).is_ok()
+        })
+    });
+    group.bench_function(BenchmarkId::new(GOVERNOR_STD, "random"), |b| {
+        let mut i = 0;
+        b.iter(|| {
+            i += 1;
+            black_box(std_clock.check_key(&random_at(i))).is_ok()
         })
     });
 
@@ -365,11 +425,19 @@ fn keyed(c: &mut Criterion) {
             })
         })
     });
+    group.bench_function(BenchmarkId::new(GOVERNOR_STD, "random_2_threads"), |b| {
+        b.iter_custom(|iters| {
+            on_threads(2, iters, &|i| {
+                black_box(std_clock.check_key(&random_at(i)).is_ok());
+            })
+        })
+    });
 
     group.finish();
     // Nothing was evicted or added: both maps still hold exactly the keys.
     assert_eq!(pace.len(), KEYS as usize);
     assert_eq!(governor.len(), KEYS as usize);
+    assert_eq!(std_clock.len(), KEYS as usize);
 }
 
 /// Sketch: the GCRA step as one compare-and-swap on `full_at`, with
@@ -401,54 +469,6 @@ impl AtomicGcra {
                 Err(seen) => full_at = seen,
             }
         }
-    }
-}
-
-/// Sketch: shards of `HashMap<u64, Gcra>`, state inline (no `Arc`, no
-/// second lock), one clock read per decision.
-struct InlineKeyed {
-    origin: tokio::time::Instant,
-    hasher: std::collections::hash_map::RandomState,
-    shards: Vec<std::sync::Mutex<std::collections::HashMap<u64, Gcra>>>,
-    template: Gcra,
-}
-
-impl InlineKeyed {
-    fn try_admit(&self, key: u64) -> Result<(), u64> {
-        use std::hash::BuildHasher;
-        let now = self.origin.elapsed().as_nanos() as u64;
-        let index = (self.hasher.hash_one(key) >> 40) as usize % self.shards.len();
-        let mut shard = self.shards[index].lock().unwrap();
-        shard
-            .entry(key)
-            .or_insert_with(|| self.template.clone())
-            .try_admit(now, 1)
-    }
-}
-
-/// Sketch: shards of `HashMap<u64, u64>`, each key only its `full_at`
-/// (rate and capacity shared from the template), one clock read.
-struct CompactKeyed {
-    origin: tokio::time::Instant,
-    hasher: std::collections::hash_map::RandomState,
-    shards: Vec<std::sync::Mutex<std::collections::HashMap<u64, u64>>>,
-    interval: u64,
-    span: u64,
-}
-
-impl CompactKeyed {
-    fn try_admit(&self, key: u64) -> Result<(), u64> {
-        use std::hash::BuildHasher;
-        let now = self.origin.elapsed().as_nanos() as u64;
-        let index = (self.hasher.hash_one(key) >> 40) as usize % self.shards.len();
-        let mut shard = self.shards[index].lock().unwrap();
-        let full_at = shard.entry(key).or_insert(0);
-        let next = (*full_at).max(now) + self.interval;
-        if next - now > self.span {
-            return Err(next - self.span);
-        }
-        *full_at = next;
-        Ok(())
     }
 }
 
@@ -487,7 +507,9 @@ fn parts(c: &mut Criterion) {
     let pace = keyed_pace();
     let random = random_keys();
     let random_at = |i: u64| random[i as usize & (RANDOM_LEN - 1)];
-    group.bench_function("keyed_100k/reqwest-pace get only (random)", |b| {
+    // `get` hands out the key's full limiter: the entries turn from compact
+    // into whole buckets as the run touches them.
+    group.bench_function("keyed_100k/reqwest-pace get (random)", |b| {
         let mut i = 0;
         b.iter(|| {
             i += 1;
@@ -505,52 +527,6 @@ fn parts(c: &mut Criterion) {
     group.bench_function("sketch: lock-free GCRA, tokio clock (admit)", |b| {
         b.iter(|| black_box(sketch.try_admit()).is_ok())
     });
-    let inline = InlineKeyed {
-        origin: tokio::time::Instant::now(),
-        hasher: Default::default(),
-        shards: (0..8).map(|_| Default::default()).collect(),
-        template: Gcra::new(
-            Rate::per_second(1_000_000_000).unwrap(),
-            1_000_000,
-            1_000_000,
-        ),
-    };
-    for key in 0..KEYS {
-        inline.try_admit(key).unwrap();
-    }
-    group.bench_function(
-        "sketch: keyed_100k inline Gcra, one clock read (random)",
-        |b| {
-            let mut i = 0;
-            b.iter(|| {
-                i += 1;
-                black_box(inline.try_admit(random_at(i))).is_ok()
-            })
-        },
-    );
-    drop(inline);
-    let compact = CompactKeyed {
-        origin: tokio::time::Instant::now(),
-        hasher: Default::default(),
-        shards: (0..8).map(|_| Default::default()).collect(),
-        interval: 1,
-        span: 1_000_000,
-    };
-    for key in 0..KEYS {
-        compact.try_admit(key).unwrap();
-    }
-    group.bench_function(
-        "sketch: keyed_100k compact u64 state, one clock read (random)",
-        |b| {
-            let mut i = 0;
-            b.iter(|| {
-                i += 1;
-                black_box(compact.try_admit(random_at(i))).is_ok()
-            })
-        },
-    );
-    drop(compact);
-
     let small = 1_000;
     let pace_small =
         KeyedLimiter::token_buckets(Rate::per_second(1_000_000_000).unwrap(), 1_000_000)

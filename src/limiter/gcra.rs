@@ -30,6 +30,26 @@ pub(super) fn narrow(n: u128) -> Nanos {
     u64::try_from(n).unwrap_or(u64::MAX)
 }
 
+/// The GCRA step on a bare `full_at`, for a keyed map's compact entries:
+/// [`Gcra::try_admit`] with no block in force and `need` (the weight times
+/// the interval) at most `span` (the capacity times the interval). Returns
+/// the new `full_at`, or the instant the weight would be admitted.
+pub(super) fn admit_compact(
+    full_at: Nanos,
+    now: Nanos,
+    need: Nanos,
+    span: Nanos,
+) -> Result<Nanos, Nanos> {
+    let next = full_at.max(now).saturating_add(need);
+    if next - now <= span {
+        Ok(next)
+    } else {
+        // Then full_at > now (need alone fits the span), so this is later
+        // than now: the same instant as `Gcra::earliest`.
+        Err(full_at + need - span)
+    }
+}
+
 impl Gcra {
     /// A bucket holding `initial` tokens (clamped to `capacity`) at instant 0.
     /// `capacity` must be at least 1; [`RateLimiter`](super::RateLimiter)
@@ -43,6 +63,24 @@ impl Gcra {
             full_at: wide(missing) * wide(rate.interval_nanos()),
             blocked_until: 0,
         }
+    }
+
+    /// A bucket that is full again at `full_at`, for a keyed map's
+    /// compact entry made whole.
+    pub(super) fn with_full_at(rate: Rate, capacity: u64, full_at: Nanos) -> Gcra {
+        Gcra {
+            rate,
+            capacity: capacity.max(1),
+            full_at: wide(full_at),
+            blocked_until: 0,
+        }
+    }
+
+    /// `full_at`, when the state at `now` is no more than that: the given
+    /// rate and capacity and no block in force.
+    pub(super) fn compact(&self, rate: Rate, capacity: u64, now: Nanos) -> Option<Nanos> {
+        let plain = self.rate == rate && self.capacity == capacity && self.blocked_until <= now;
+        plain.then(|| u64::try_from(self.full_at).ok()).flatten()
     }
 
     fn t(&self) -> u128 {
@@ -279,6 +317,30 @@ mod tests {
                 let allowance = u128::from(capacity)
                     + u128::from(now) / u128::from(rate.interval_nanos());
                 prop_assert!(admitted <= allowance, "{admitted} > {allowance}");
+            }
+        }
+
+        /// The compact step of a keyed map decides exactly as the bucket.
+        #[test]
+        fn the_compact_step_is_the_bucket(
+            per_second in 1u64..100_000,
+            capacity in 1u64..=16,
+            steps in proptest::collection::vec((0u64..20 * MS, 1u64..=16), 1..100),
+        ) {
+            let rate = Rate::per_second(per_second).unwrap();
+            let t = rate.interval_nanos();
+            let mut g = Gcra::new(rate, capacity, capacity);
+            let mut full_at = 0;
+            let mut now = 0;
+            for (advance, weight) in steps {
+                now += advance;
+                let weight = weight.min(capacity);
+                let compact = admit_compact(full_at, now, weight * t, capacity * t);
+                prop_assert_eq!(compact.map(|_| ()), g.try_admit(now, weight));
+                if let Ok(next) = compact {
+                    full_at = next;
+                }
+                prop_assert_eq!(g.compact(rate, capacity, now), Some(full_at));
             }
         }
 

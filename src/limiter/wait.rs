@@ -176,11 +176,40 @@ impl RateLimiter<Gcra> {
     }
 }
 
+impl RateLimiter<Gcra> {
+    /// The bucket as a keyed map's compact entry on the map's `origin` at
+    /// `now` (nanoseconds since it): its `full_at`, when nothing else about
+    /// it differs from a bucket of `rate` and `capacity` (nobody queued, no
+    /// block in force).
+    pub(crate) fn compact_state(
+        &self,
+        rate: Rate,
+        capacity: u64,
+        origin: Instant,
+        now: Nanos,
+    ) -> Option<Nanos> {
+        if self.origin != origin {
+            return None;
+        }
+        let state = lock(&self.state);
+        if !state.queue.is_empty() {
+            return None;
+        }
+        state.algorithm.compact(rate, capacity, now)
+    }
+}
+
 impl<A: Algorithm> RateLimiter<A> {
     /// Wrap an algorithm whose instant 0 is now.
     pub fn from_algorithm(algorithm: A) -> Self {
+        Self::from_algorithm_at(algorithm, Instant::now())
+    }
+
+    /// Wrap an algorithm whose instant 0 is `origin` (a keyed map's, so
+    /// that its compact entries and full limiters share one time line).
+    pub(crate) fn from_algorithm_at(algorithm: A, origin: Instant) -> Self {
         RateLimiter {
-            origin: Instant::now(),
+            origin,
             state: Mutex::new(State {
                 algorithm,
                 queue: VecDeque::new(),
