@@ -318,3 +318,64 @@ async fn lock_free_refusals_follow_every_change_exactly() {
         other => panic!("unexpected {other:?}"),
     }
 }
+
+/// Adjustments take the bucket's lock-free word back and re-arm it, over
+/// and over, while other threads decide by compare-and-swap: no decision
+/// may slip through with a stale state.
+#[test]
+fn adjustments_racing_lock_free_decisions_never_over_admit() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .unwrap();
+    let per_second = 20_000u64;
+    let capacity = 50u64;
+    let rate = Rate::per_second(per_second).unwrap();
+    let bucket = Arc::new(rt.block_on(async { TokenBucket::new(rate, capacity).unwrap() }));
+    let admitted = Arc::new(AtomicU64::new(0));
+    let adjustments = Arc::new(AtomicU64::new(0));
+    let start = std::time::Instant::now();
+    let run_for = Duration::from_millis(300);
+    let mut threads: Vec<_> = (0..3u64)
+        .map(|t| {
+            let bucket = Arc::clone(&bucket);
+            let admitted = Arc::clone(&admitted);
+            let handle = rt.handle().clone();
+            std::thread::spawn(move || {
+                let _guard = handle.enter();
+                let weight = 1 + t % 2;
+                while start.elapsed() < run_for {
+                    if bucket.try_acquire(weight).is_ok() {
+                        admitted.fetch_add(weight, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    {
+        let bucket = Arc::clone(&bucket);
+        let adjustments = Arc::clone(&adjustments);
+        let handle = rt.handle().clone();
+        threads.push(std::thread::spawn(move || {
+            let _guard = handle.enter();
+            while start.elapsed() < run_for {
+                // None of these changes the bucket; each disarms and re-arms.
+                bucket.set_rate(rate);
+                bucket.limit_remaining(capacity);
+                bucket.set_capacity(capacity).unwrap();
+                assert!(bucket.available() <= capacity);
+                adjustments.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+    let elapsed = start.elapsed();
+    let bound = capacity + (elapsed.as_nanos() as u64 * per_second) / 1_000_000_000;
+    let got = admitted.load(Ordering::Relaxed);
+    assert!(got <= bound, "admitted {got} > bound {bound}");
+    assert!(got >= per_second / 10, "admitted only {got}");
+    assert!(adjustments.load(Ordering::Relaxed) > 100);
+}

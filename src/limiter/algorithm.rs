@@ -55,4 +55,32 @@ pub trait Algorithm: Send + 'static {
 
     /// What is available at `now`, in whole tokens.
     fn available(&self, now: Nanos) -> u64;
+
+    /// The state at `now` as a plain token bucket, when it is no more than
+    /// that (no block in force): what lets [`RateLimiter`](super::RateLimiter)
+    /// decide calls without its lock, and a keyed map keep a key compact.
+    /// `None`, the default, decides every call under the lock.
+    fn as_bucket(&self, now: Nanos) -> Option<BucketState> {
+        let _ = now;
+        None
+    }
+
+    /// Take back the `full_at` of a state given out by
+    /// [`as_bucket`](Algorithm::as_bucket), after decisions made without the
+    /// lock moved it. Called only on algorithms that gave one out.
+    fn set_bucket_full_at(&mut self, full_at: Nanos) {
+        let _ = full_at;
+    }
+}
+
+/// A token bucket's whole state between adjustments: see
+/// [`Algorithm::as_bucket`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BucketState {
+    /// Nanoseconds per token.
+    pub interval: Nanos,
+    /// The most tokens held at once.
+    pub capacity: u64,
+    /// When the bucket is full again, in nanoseconds since the origin.
+    pub full_at: Nanos,
 }

@@ -7,7 +7,7 @@
 //! allowed when the result is at most `now + C·T`. One integer of state, no
 //! floating point, no drift: refusal times are exact to the nanosecond.
 
-use super::algorithm::{Algorithm, Nanos};
+use super::algorithm::{Algorithm, BucketState, Nanos};
 use super::Rate;
 
 /// Token-bucket state: capacity (burst) and refill rate (sustained rate)
@@ -30,7 +30,8 @@ pub(super) fn narrow(n: u128) -> Nanos {
     u64::try_from(n).unwrap_or(u64::MAX)
 }
 
-/// The GCRA step on a bare `full_at`, for a keyed map's compact entries:
+/// The GCRA step on a bare `full_at`, for decisions made outside a `Gcra`
+/// (a keyed map's compact entries, a limiter's lock-free path):
 /// [`Gcra::try_admit`] with no block in force and `need` (the weight times
 /// the interval) at most `span` (the capacity times the interval). Returns
 /// the new `full_at`, or the instant the weight would be admitted.
@@ -74,13 +75,6 @@ impl Gcra {
             full_at: wide(full_at),
             blocked_until: 0,
         }
-    }
-
-    /// `full_at`, when the state at `now` is no more than that: the given
-    /// rate and capacity and no block in force.
-    pub(super) fn compact(&self, rate: Rate, capacity: u64, now: Nanos) -> Option<Nanos> {
-        let plain = self.rate == rate && self.capacity == capacity && self.blocked_until <= now;
-        plain.then(|| u64::try_from(self.full_at).ok()).flatten()
     }
 
     fn t(&self) -> u128 {
@@ -182,6 +176,21 @@ impl Algorithm for Gcra {
         }
         let tokens_ns = self.span().saturating_sub(self.deficit(now));
         narrow(tokens_ns / self.t())
+    }
+
+    fn as_bucket(&self, now: Nanos) -> Option<BucketState> {
+        if self.blocked_until > now {
+            return None;
+        }
+        Some(BucketState {
+            interval: self.rate.interval_nanos(),
+            capacity: self.capacity,
+            full_at: u64::try_from(self.full_at).ok()?,
+        })
+    }
+
+    fn set_bucket_full_at(&mut self, full_at: Nanos) {
+        self.full_at = wide(full_at);
     }
 }
 
@@ -340,7 +349,7 @@ mod tests {
                 if let Ok(next) = compact {
                     full_at = next;
                 }
-                prop_assert_eq!(g.compact(rate, capacity, now), Some(full_at));
+                prop_assert_eq!(g.as_bucket(now).map(|b| b.full_at), Some(full_at));
             }
         }
 

@@ -194,7 +194,7 @@ where
                     )
                 },
                 shrink: |c, bucket, origin, now| {
-                    bucket.compact_state(c.rate, c.capacity, origin, now)
+                    bucket.compact_state(c.interval, c.capacity, origin, now)
                 },
             });
         Ok(map)

@@ -20,7 +20,7 @@ mod window;
 use futures::future::BoxFuture;
 use tokio::time::Instant;
 
-pub use algorithm::{Algorithm, Nanos};
+pub use algorithm::{Algorithm, BucketState, Nanos};
 pub use gcra::Gcra;
 pub use keyed::{Evictable, KeyedLimiter};
 pub use rate::Rate;

@@ -19,7 +19,7 @@ use std::task::{Context, Poll, Waker};
 use tokio::time::{Instant, Sleep};
 
 use super::algorithm::{Algorithm, Nanos};
-use super::gcra::Gcra;
+use super::gcra::{admit_compact, Gcra};
 use super::Rate;
 use crate::sync::lock;
 use crate::Error;
@@ -39,6 +39,12 @@ use crate::Error;
 /// - **Tokio time.** Time is [`tokio::time::Instant`], so tests under
 ///   `#[tokio::test(start_paused = true)]` run instantly and exactly.
 ///   Waiting needs a Tokio runtime with the time driver enabled.
+/// - **Lock-free when it can be.** A token bucket that nobody waits on, with
+///   no block in force and still on the rate and capacity it was made with,
+///   keeps its state in one atomic word: calls are then decided by one
+///   compare-and-swap, and refused by a plain load, without the lock. Every
+///   other case (waiting, adjusting, a bucket whose rate the server changed,
+///   the window algorithms) takes the lock, which first takes the word back.
 ///
 /// The token bucket is [`TokenBucket`], this type over [`Gcra`].
 pub struct RateLimiter<A> {
@@ -50,13 +56,42 @@ pub struct RateLimiter<A> {
     /// read without it, so `try_acquire(1)` can refuse with an exact wait
     /// without taking the lock. A stale read can only refuse a call that a
     /// change made a moment later would have let through, never admit one.
+    /// 0 while the bucket is armed (below).
     hint: AtomicU64,
+    /// The token bucket this limiter was made as, when its algorithm is one
+    /// ([`Algorithm::as_bucket`]): the only parameters `word` is ever
+    /// decided with.
+    fast: Option<Fast>,
+    /// While armed, the bucket's `full_at`, which then is the state: decided
+    /// by compare-and-swap without the lock. [`DISARMED`] otherwise.
+    ///
+    /// It is armed (under the lock, as the lock is released) only while
+    /// nobody is queued, no block is in force and the algorithm is still
+    /// the bucket of `fast`; taking the lock disarms it first. A decision
+    /// made without the lock therefore always uses the parameters the state
+    /// really has: whatever happened between its load and its
+    /// compare-and-swap, a word that compares equal is a `full_at` of the
+    /// same bucket.
+    word: AtomicU64,
 }
 
-/// The state, locked at `now`; on release it publishes the refusal hint.
+/// The value of [`RateLimiter::word`] when the lock decides.
+const DISARMED: u64 = u64::MAX;
+
+/// A bucket's fixed parameters, for decisions made without the lock.
+#[derive(Clone, Copy)]
+struct Fast {
+    interval: Nanos,
+    capacity: u64,
+    /// `capacity × interval`.
+    span: Nanos,
+}
+
+/// The state, locked at `now`; on release it arms the lock-free word or
+/// publishes the refusal hint.
 struct Locked<'a, A: Algorithm> {
     state: MutexGuard<'a, State<A>>,
-    hint: &'a AtomicU64,
+    limiter: &'a RateLimiter<A>,
     now: Nanos,
 }
 
@@ -76,6 +111,17 @@ impl<A: Algorithm> DerefMut for Locked<'_, A> {
 impl<A: Algorithm> Drop for Locked<'_, A> {
     fn drop(&mut self) {
         // Still under the lock here: the guard field drops after this body.
+        let limiter = self.limiter;
+        if let (Some(fast), true) = (limiter.fast, self.state.queue.is_empty()) {
+            let bucket = self.state.algorithm.as_bucket(self.now);
+            if let Some(b) = bucket.filter(|b| {
+                b.interval == fast.interval && b.capacity == fast.capacity && b.full_at != DISARMED
+            }) {
+                limiter.hint.store(0, Ordering::Release);
+                limiter.word.store(b.full_at, Ordering::Release);
+                return;
+            }
+        }
         let hint = if self.state.queue.is_empty() {
             let ready = self.state.algorithm.earliest(self.now, 1);
             if ready > self.now {
@@ -86,7 +132,7 @@ impl<A: Algorithm> Drop for Locked<'_, A> {
         } else {
             0
         };
-        self.hint.store(hint, Ordering::Release);
+        limiter.hint.store(hint, Ordering::Release);
     }
 }
 
@@ -183,7 +229,7 @@ impl RateLimiter<Gcra> {
     /// block in force).
     pub(crate) fn compact_state(
         &self,
-        rate: Rate,
+        interval: Nanos,
         capacity: u64,
         origin: Instant,
         now: Nanos,
@@ -191,11 +237,12 @@ impl RateLimiter<Gcra> {
         if self.origin != origin {
             return None;
         }
-        let state = lock(&self.state);
+        let state = self.lock_at(now);
         if !state.queue.is_empty() {
             return None;
         }
-        state.algorithm.compact(rate, capacity, now)
+        let bucket = state.algorithm.as_bucket(now)?;
+        (bucket.interval == interval && bucket.capacity == capacity).then_some(bucket.full_at)
     }
 }
 
@@ -208,7 +255,21 @@ impl<A: Algorithm> RateLimiter<A> {
     /// Wrap an algorithm whose instant 0 is `origin` (a keyed map's, so
     /// that its compact entries and full limiters share one time line).
     pub(crate) fn from_algorithm_at(algorithm: A, origin: Instant) -> Self {
+        let bucket = algorithm.as_bucket(0);
+        let fast = bucket.and_then(|b| {
+            Some(Fast {
+                interval: b.interval,
+                capacity: b.capacity,
+                span: b.interval.checked_mul(b.capacity)?,
+            })
+        });
+        let word = match (fast, bucket) {
+            (Some(_), Some(b)) => b.full_at,
+            _ => DISARMED,
+        };
         RateLimiter {
+            fast,
+            word: AtomicU64::new(word),
             origin,
             state: Mutex::new(State {
                 algorithm,
@@ -220,12 +281,51 @@ impl<A: Algorithm> RateLimiter<A> {
         }
     }
 
+    /// Lock the state, taking back the lock-free word first.
     fn lock_at(&self, now: Nanos) -> Locked<'_, A> {
+        let mut state = lock(&self.state);
+        if self.fast.is_some() {
+            let word = self.word.swap(DISARMED, Ordering::AcqRel);
+            if word != DISARMED {
+                state.algorithm.set_bucket_full_at(word);
+            }
+        }
         Locked {
-            state: lock(&self.state),
-            hint: &self.hint,
+            state,
+            limiter: self,
             now,
         }
+    }
+
+    /// Decide without the lock while the word is armed: `None` when the
+    /// lock must decide (not armed, or a weight over the capacity, whose
+    /// error the locked path gives).
+    fn try_fast(&self, now: Nanos, weight: u64) -> Option<Result<(), Nanos>> {
+        let fast = self.fast?;
+        if weight > fast.capacity {
+            return None;
+        }
+        let need = weight * fast.interval;
+        let mut word = self.word.load(Ordering::Acquire);
+        while word != DISARMED {
+            let next = match admit_compact(word, now, need, fast.span) {
+                Ok(next) => next,
+                // A refusal writes nothing.
+                Err(ready) => return Some(Err(ready)),
+            };
+            if next == DISARMED {
+                // 584 years from the origin: leave it to the lock.
+                return None;
+            }
+            match self
+                .word
+                .compare_exchange_weak(word, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Some(Ok(())),
+                Err(seen) => word = seen,
+            }
+        }
+        None
     }
 
     fn nanos(&self, at: Instant) -> Nanos {
@@ -268,6 +368,11 @@ impl<A: Algorithm> RateLimiter<A> {
             return Ok(());
         }
         let now = self.nanos(at);
+        if let Some(decided) = self.try_fast(now, weight) {
+            return decided.map_err(|ready| Error::Throttled {
+                wait: std::time::Duration::from_nanos(ready - now),
+            });
+        }
         if weight == 1 {
             let hint = self.hint.load(Ordering::Acquire);
             if now < hint {
@@ -354,7 +459,7 @@ impl<A: Algorithm> RateLimiter<A> {
     /// Whole tokens available now (0 while blocked).
     pub fn available(&self) -> u64 {
         let now = self.now();
-        lock(&self.state).algorithm.available(now)
+        self.lock_at(now).algorithm.available(now)
     }
 
     /// How many callers are waiting in [`acquire`](Self::acquire).
@@ -366,7 +471,7 @@ impl<A: Algorithm> RateLimiter<A> {
     /// waiting and the algorithm back at its starting state.
     pub fn is_idle(&self) -> bool {
         let now = self.now();
-        let state = lock(&self.state);
+        let state = self.lock_at(now);
         state.queue.is_empty() && state.algorithm.is_idle(now)
     }
 
@@ -385,7 +490,7 @@ where
     A: Algorithm + fmt::Debug,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = lock(&self.state);
+        let state = self.lock_at(self.now());
         f.debug_struct("RateLimiter")
             .field("algorithm", &state.algorithm)
             .field("waiting", &state.queue.len())
@@ -423,6 +528,10 @@ impl<A: Algorithm> Future for Acquire<'_, A> {
         }
         loop {
             let now = limiter.now();
+            if this.id.is_none() && limiter.try_fast(now, this.weight) == Some(Ok(())) {
+                this.weight = 0;
+                return Poll::Ready(Ok(()));
+            }
             let mut state = limiter.lock_at(now);
             let id = match this.id {
                 Some(id) => id,
@@ -498,5 +607,53 @@ impl<A: Algorithm> Drop for Acquire<'_, A> {
             return;
         };
         state.leave(pos);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn armed<A: Algorithm>(limiter: &RateLimiter<A>) -> bool {
+        limiter.word.load(Ordering::Acquire) != DISARMED
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_word_is_armed_only_while_the_bucket_is_as_made() {
+        let rate = Rate::per_second(10).unwrap();
+        let bucket = TokenBucket::new(rate, 2).unwrap();
+        assert!(armed(&bucket));
+        bucket.try_acquire(2).unwrap();
+        assert!(armed(&bucket), "decisions keep it armed");
+
+        bucket.set_rate(Rate::per_second(5).unwrap());
+        assert!(!armed(&bucket), "another rate is decided under the lock");
+        bucket.set_rate(rate);
+        assert!(armed(&bucket));
+
+        bucket.block_until(Instant::now() + Duration::from_secs(1));
+        assert!(!armed(&bucket), "a block is decided under the lock");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        bucket.try_acquire(1).unwrap();
+        assert!(armed(&bucket), "the first call after the block re-arms");
+
+        let waiter = bucket.acquire(1);
+        tokio::pin!(waiter);
+        assert!(futures::poll!(waiter.as_mut()).is_pending());
+        assert!(!armed(&bucket), "a queue is decided under the lock");
+        assert!(bucket.try_acquire(1).is_err(), "no barging past the queue");
+        tokio::time::advance(Duration::from_millis(100)).await;
+        assert!(waiter.await.is_ok());
+        assert!(armed(&bucket), "the queue is empty again");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn window_limiters_never_arm() {
+        let log = crate::SlidingLogLimiter::from_algorithm(
+            crate::limiter::SlidingLog::new(Rate::per_second(10).unwrap()).unwrap(),
+        );
+        log.try_acquire(1).unwrap();
+        assert!(!armed(&log));
     }
 }
