@@ -1,6 +1,5 @@
 //! Behaviour of the token bucket's waiting, on tokio's paused clock.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -219,47 +218,110 @@ async fn weighted_waiters_are_served_in_order() {
 
 /// Several OS threads hammer one bucket on the real clock; the admitted
 /// total never exceeds capacity + rate × elapsed.
-#[test]
-fn threads_hammering_one_bucket_never_over_admit() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(4)
+/// A multi-thread runtime whose handle the hammering threads enter (the
+/// bucket reads tokio's clock, here the real one).
+fn real_clock_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
         .enable_time()
         .build()
-        .unwrap();
-    let per_second = 20_000u64;
-    let capacity = 100u64;
-    let bucket = Arc::new(rt.block_on(async {
-        TokenBucket::new(Rate::per_second(per_second).unwrap(), capacity).unwrap()
-    }));
-    let admitted = Arc::new(AtomicU64::new(0));
-    let start = std::time::Instant::now();
-    let run_for = Duration::from_millis(300);
-    let threads: Vec<_> = (0..4)
-        .map(|_| {
-            let bucket = Arc::clone(&bucket);
-            let admitted = Arc::clone(&admitted);
+        .unwrap()
+}
+
+/// One OS thread per weight, each calling `try_acquire(weight)` on `bucket`
+/// until `run_for` has passed since `start`; returns the tokens admitted.
+fn hammer(
+    rt: &tokio::runtime::Runtime,
+    bucket: &Arc<TokenBucket>,
+    weights: &[u64],
+    start: std::time::Instant,
+    run_for: Duration,
+) -> Vec<std::thread::JoinHandle<u64>> {
+    weights
+        .iter()
+        .map(|&weight| {
+            let bucket = Arc::clone(bucket);
             let handle = rt.handle().clone();
             std::thread::spawn(move || {
                 let _guard = handle.enter();
+                let mut admitted = 0;
                 while start.elapsed() < run_for {
-                    if bucket.try_acquire(1).is_ok() {
-                        admitted.fetch_add(1, Ordering::Relaxed);
+                    if bucket.try_acquire(weight).is_ok() {
+                        admitted += weight;
                     }
                 }
+                admitted
             })
         })
-        .collect();
-    for t in threads {
-        t.join().unwrap();
-    }
+        .collect()
+}
+
+/// Join the threads and check that they were admitted no more than
+/// `capacity + rate × elapsed`, and not merely refused.
+fn assert_within_bound(
+    threads: Vec<std::thread::JoinHandle<u64>>,
+    start: std::time::Instant,
+    capacity: u64,
+    per_second: u64,
+) {
+    let got: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
     // Read the elapsed time after the last admission: the bound can only
     // grow with it.
     let elapsed = start.elapsed();
     let bound = capacity + (elapsed.as_nanos() as u64 * per_second) / 1_000_000_000;
-    let got = admitted.load(Ordering::Relaxed);
     assert!(got <= bound, "admitted {got} > bound {bound}");
-    // And the bucket is not merely refusing everything.
     assert!(got >= per_second / 10, "admitted only {got}");
+}
+
+#[test]
+fn threads_hammering_one_bucket_never_over_admit() {
+    let rt = real_clock_runtime();
+    let (per_second, capacity) = (20_000, 100);
+    let bucket = Arc::new(rt.block_on(async {
+        TokenBucket::new(Rate::per_second(per_second).unwrap(), capacity).unwrap()
+    }));
+    let start = std::time::Instant::now();
+    let threads = hammer(
+        &rt,
+        &bucket,
+        &[1, 1, 1, 1],
+        start,
+        Duration::from_millis(300),
+    );
+    assert_within_bound(threads, start, capacity, per_second);
+}
+
+/// Adjustments take the bucket's lock-free word back and re-arm it, over
+/// and over, while other threads decide by compare-and-swap: no decision
+/// may slip through with a stale state.
+#[test]
+fn adjustments_racing_lock_free_decisions_never_over_admit() {
+    let rt = real_clock_runtime();
+    let (per_second, capacity) = (20_000, 50);
+    let rate = Rate::per_second(per_second).unwrap();
+    let bucket = Arc::new(rt.block_on(async { TokenBucket::new(rate, capacity).unwrap() }));
+    let start = std::time::Instant::now();
+    let run_for = Duration::from_millis(300);
+    let threads = hammer(&rt, &bucket, &[1, 2, 1], start, run_for);
+    let adjuster = {
+        let bucket = Arc::clone(&bucket);
+        let handle = rt.handle().clone();
+        std::thread::spawn(move || {
+            let _guard = handle.enter();
+            let mut adjustments = 0u64;
+            while start.elapsed() < run_for {
+                // None of these changes the bucket; each disarms and re-arms.
+                bucket.set_rate(rate);
+                bucket.limit_remaining(capacity);
+                bucket.set_capacity(capacity).unwrap();
+                assert!(bucket.available() <= capacity);
+                adjustments += 1;
+            }
+            adjustments
+        })
+    };
+    assert_within_bound(threads, start, capacity, per_second);
+    assert!(adjuster.join().unwrap() > 100);
 }
 
 #[tokio::test(start_paused = true)]
@@ -317,65 +379,4 @@ async fn lock_free_refusals_follow_every_change_exactly() {
         Err(Error::Throttled { wait }) => assert_eq!(wait, Duration::from_millis(150)),
         other => panic!("unexpected {other:?}"),
     }
-}
-
-/// Adjustments take the bucket's lock-free word back and re-arm it, over
-/// and over, while other threads decide by compare-and-swap: no decision
-/// may slip through with a stale state.
-#[test]
-fn adjustments_racing_lock_free_decisions_never_over_admit() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_time()
-        .build()
-        .unwrap();
-    let per_second = 20_000u64;
-    let capacity = 50u64;
-    let rate = Rate::per_second(per_second).unwrap();
-    let bucket = Arc::new(rt.block_on(async { TokenBucket::new(rate, capacity).unwrap() }));
-    let admitted = Arc::new(AtomicU64::new(0));
-    let adjustments = Arc::new(AtomicU64::new(0));
-    let start = std::time::Instant::now();
-    let run_for = Duration::from_millis(300);
-    let mut threads: Vec<_> = (0..3u64)
-        .map(|t| {
-            let bucket = Arc::clone(&bucket);
-            let admitted = Arc::clone(&admitted);
-            let handle = rt.handle().clone();
-            std::thread::spawn(move || {
-                let _guard = handle.enter();
-                let weight = 1 + t % 2;
-                while start.elapsed() < run_for {
-                    if bucket.try_acquire(weight).is_ok() {
-                        admitted.fetch_add(weight, Ordering::Relaxed);
-                    }
-                }
-            })
-        })
-        .collect();
-    {
-        let bucket = Arc::clone(&bucket);
-        let adjustments = Arc::clone(&adjustments);
-        let handle = rt.handle().clone();
-        threads.push(std::thread::spawn(move || {
-            let _guard = handle.enter();
-            while start.elapsed() < run_for {
-                // None of these changes the bucket; each disarms and re-arms.
-                bucket.set_rate(rate);
-                bucket.limit_remaining(capacity);
-                bucket.set_capacity(capacity).unwrap();
-                assert!(bucket.available() <= capacity);
-                adjustments.fetch_add(1, Ordering::Relaxed);
-            }
-        }));
-    }
-    for t in threads {
-        t.join().unwrap();
-    }
-    let elapsed = start.elapsed();
-    let bound = capacity + (elapsed.as_nanos() as u64 * per_second) / 1_000_000_000;
-    let got = admitted.load(Ordering::Relaxed);
-    assert!(got <= bound, "admitted {got} > bound {bound}");
-    assert!(got >= per_second / 10, "admitted only {got}");
-    assert!(adjustments.load(Ordering::Relaxed) > 100);
 }
