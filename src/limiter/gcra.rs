@@ -46,8 +46,9 @@ pub(super) fn admit_compact(
         Ok(next)
     } else {
         // Then full_at > now (need alone fits the span), so this is later
-        // than now: the same instant as `Gcra::earliest`.
-        Err(full_at + need - span)
+        // than now: the same instant as `Gcra::earliest`, written so that
+        // no step overflows (span - need ≥ 0, and the result is above now).
+        Err(full_at - (span - need))
     }
 }
 

@@ -1,19 +1,19 @@
 //! Many limiters, one per key, created on first use and dropped when idle.
 //!
-//! Each shard is a [`hashbrown::HashTable`] located by one hash of the key,
-//! which also picks the shard, so a decision hashes the key once. What an
-//! entry holds depends on how the map was made:
+//! Each shard holds two [`hashbrown::HashTable`]s, located by one hash of
+//! the key, which also picks the shard, so a decision hashes the key once:
 //!
-//! - A map of token buckets made from one template
-//!   ([`KeyedLimiter::token_buckets`]) keeps each key **compact**: the key
-//!   and one instant, when its bucket is full again, decided in place under
-//!   the shard's lock with the GCRA step of [`Gcra`]. The full
-//!   [`TokenBucket`], with its own lock and waiting queue, is made only when
-//!   a caller has to wait or asks for it ([`KeyedLimiter::get`]), and the
-//!   sweep folds it back once nobody holds it and it runs on the template
-//!   again. An idle key then costs its key and 16 bytes, not a separate
-//!   allocation, and a decision touches one cache line of the table.
-//! - Any other map holds an `Arc` of its limiter per key.
+//! - **Compact entries**, in a map of token buckets made from one template
+//!   ([`KeyedLimiter::token_buckets`]): the key and one instant, when its
+//!   bucket is full again (16 bytes with a `u64` key), decided in place
+//!   under the shard's lock with the GCRA step of [`Gcra`]. An idle key
+//!   costs no allocation of its own, and a decision touches one cache line.
+//! - **Whole limiters** (`Arc<L>` with a last-used stamp): every entry of
+//!   any other map, and a bucket map's keys that a caller had to wait on or
+//!   asked for ([`KeyedLimiter::get`]). The sweep folds such a bucket back
+//!   into the compact table once nobody holds it and it runs on the
+//!   template again (nobody queued, no block, the template's rate and
+//!   capacity).
 
 use std::collections::hash_map::RandomState;
 use std::fmt;
@@ -21,7 +21,7 @@ use std::hash::{BuildHasher, Hash};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use hashbrown::{hash_table, HashTable};
+use hashbrown::HashTable;
 use tokio::time::Instant;
 
 use super::algorithm::{Algorithm, Nanos};
@@ -56,22 +56,23 @@ const DEFAULT_IDLE: Duration = Duration::from_secs(60);
 ///   lock for a hash-table probe, never across an `await`.
 /// - **Compact token buckets.** A map made by
 ///   [`token_buckets`](Self::token_buckets) keeps each key as one instant
-///   (16 bytes besides the key) until a caller has to wait on it; see the
+///   (8 bytes beside the key) until a caller has to wait on it; see the
 ///   module source for the layout.
-/// - **Idle keys are evicted automatically.** An entry that nobody holds,
-///   that is back in its fresh state (a full bucket, nobody waiting) and that
-///   has been so for the idle timeout (60 s by default) is dropped by a
-///   sweep of its shard, run lazily at most once per idle timeout from the
+/// - **Idle keys are evicted automatically.** An entry that nobody holds
+///   and that is back in its fresh state (a full bucket, nobody waiting) is
+///   dropped by a sweep of its shard once it has been unused for the idle
+///   timeout (60 s by default); a compact bucket, once it has been full for
+///   that long. Sweeps run lazily, at most once per idle timeout, from the
 ///   map's own calls. No background task is needed.
 /// - **Hard bound.** At most `max_keys` entries (100 000 by default) live at
 ///   once, so an unbounded key space (a scraper meeting millions of hosts)
 ///   cannot grow memory without limit. When a shard is full, its idle
 ///   entries go first; if none is idle, an eighth of the shard is dropped:
-///   the entries least recently used (for a compact bucket, the one that is
-///   full again soonest, so the least state is lost), preferring entries
-///   nobody holds. A dropped busy entry's state is forgotten: its key starts
-///   afresh from the template, which can admit a burst early. Raise the
-///   bound if that matters more than memory.
+///   compact buckets first, those full again soonest first (the least
+///   state is lost), then whole limiters, least recently used first and
+///   those nobody holds before held ones. A dropped busy entry's state is
+///   forgotten: its key starts afresh from the template, which can admit a
+///   burst early. Raise the bound if that matters more than memory.
 ///
 /// ```
 /// use reqwest_pace::{KeyedLimiter, Rate};
@@ -97,55 +98,54 @@ pub struct KeyedLimiter<K, L = TokenBucket> {
 }
 
 struct Shard<K, L> {
-    table: HashTable<Entry<K, L>>,
+    /// Compact entries: a key and when its bucket is full again (GCRA's
+    /// `full_at`, nanoseconds since the map's origin). Only a map of
+    /// template buckets has any.
+    compact: HashTable<(K, Nanos)>,
+    /// Whole limiters: every entry of other maps, and the keys of a bucket
+    /// map that a caller needed whole. A key is in one table at most.
+    live: HashTable<Live<K, L>>,
     last_sweep: Nanos,
 }
 
-struct Entry<K, L> {
+impl<K, L> Shard<K, L> {
+    fn len(&self) -> usize {
+        self.compact.len() + self.live.len()
+    }
+}
+
+struct Live<K, L> {
     key: K,
-    /// Nanoseconds since the map's origin: for a compact entry, when its
-    /// bucket is full again (GCRA's `full_at`); for a live one, when it was
-    /// last used. One field serves both so a compact entry stays small.
-    stamp: Nanos,
-    /// The full limiter, once a caller needed one.
-    live: Option<Arc<L>>,
+    /// When it was last used, in nanoseconds since the map's origin.
+    last_used: Nanos,
+    value: Arc<L>,
+}
+
+impl<K, L: Evictable> Live<K, L> {
+    fn unheld(&self) -> bool {
+        Arc::strong_count(&self.value) == 1
+    }
+
+    /// Back in its fresh state, and nobody holds it.
+    fn evictable(&self) -> bool {
+        self.unheld() && self.value.is_idle()
+    }
 }
 
 /// The template of a map of token buckets, and how to move one key between
-/// the compact form and a full limiter.
+/// the compact form and a whole limiter.
 struct Compact<L> {
     rate: Rate,
     capacity: u64,
     interval: Nanos,
     /// `capacity × interval`: how long an empty bucket takes to fill.
     span: Nanos,
-    /// A full limiter whose bucket is full again at `full_at`.
+    /// A whole limiter whose bucket is full again at `full_at`.
     expand: fn(&Compact<L>, Nanos, Instant) -> L,
     /// A limiter's `full_at`, when nothing else about it differs from the
     /// template (nobody queued, no block in force, the template's rate and
     /// capacity) and its instants share the map's origin.
     shrink: fn(&Compact<L>, &L, Instant, Nanos) -> Option<Nanos>,
-}
-
-impl<K, L> Entry<K, L> {
-    fn unheld(&self) -> bool {
-        self.live.as_ref().is_none_or(|l| Arc::strong_count(l) == 1)
-    }
-}
-
-impl<K, L: Evictable> Entry<K, L> {
-    /// Back in its fresh state at `now`, and nobody holds it.
-    fn evictable(&self, now: Nanos) -> bool {
-        match &self.live {
-            None => self.stamp <= now,
-            Some(l) => Arc::strong_count(l) == 1 && l.is_idle(),
-        }
-    }
-
-    /// Evictable, and has been so (compact) or unused (live) for `idle`.
-    fn expired(&self, now: Nanos, idle: Nanos) -> bool {
-        now.saturating_sub(self.stamp) >= idle && self.evictable(now)
-    }
 }
 
 fn default_shards() -> usize {
@@ -157,7 +157,8 @@ fn new_shards<K, L>(count: usize) -> Box<[Mutex<Shard<K, L>>]> {
     (0..count)
         .map(|_| {
             Mutex::new(Shard {
-                table: HashTable::new(),
+                compact: HashTable::new(),
+                live: HashTable::new(),
                 last_sweep: 0,
             })
         })
@@ -178,7 +179,7 @@ where
             RateLimiter::from_algorithm(super::Gcra::new(rate, capacity, capacity))
         });
         // A bucket whose span does not fit 584 years of nanoseconds stays a
-        // full limiter per key (its arithmetic is 128-bit).
+        // whole limiter per key (its arithmetic is 128-bit).
         map.compact = rate
             .interval_nanos()
             .checked_mul(capacity)
@@ -194,11 +195,18 @@ where
                     )
                 },
                 shrink: |c, bucket, origin, now| {
-                    bucket.compact_state(c.interval, c.capacity, origin, now)
+                    bucket.compact_state(c.rate, c.capacity, origin, now)
                 },
             });
         Ok(map)
     }
+}
+
+/// Where a key's entry is, once looked up (and inserted if need be).
+enum Found<'s, K, L> {
+    /// A compact entry's `full_at`, and the template it runs on.
+    Compact(&'s mut Nanos, &'s Compact<L>),
+    Live(&'s mut Live<K, L>),
 }
 
 impl<K, L> KeyedLimiter<K, L>
@@ -258,156 +266,243 @@ where
         self.hasher.hash_one(key)
     }
 
+    fn shard_of(&self, hash: u64) -> &Mutex<Shard<K, L>> {
+        // Bits 25 to 56, reduced by a multiply (any shard count). The tables
+        // inside place a key by its low bits and filter probes by its top
+        // seven: a shard's keys must still differ in both.
+        let index = (((hash >> 25) & 0xFFFF_FFFF) * self.shards.len() as u64) >> 32;
+        &self.shards[index as usize]
+    }
+
     /// Lock the shard of `hash`, sweeping it first when a sweep is due.
     fn shard(&self, hash: u64, now: Nanos) -> MutexGuard<'_, Shard<K, L>> {
-        // The top 32 bits, reduced by a multiply (any shard count): the
-        // table inside uses the low bits and the top seven, and a shard's
-        // keys then still differ in both.
-        let index = ((hash >> 32) * self.shards.len() as u64) >> 32;
-        let mut shard = lock(&self.shards[index as usize]);
+        let mut shard = lock(self.shard_of(hash));
         if now.saturating_sub(shard.last_sweep) >= self.idle {
             shard.last_sweep = now;
-            self.sweep_shard(&mut shard, now, |entry| entry.expired(now, self.idle));
+            let idle = self.idle;
+            self.sweep_shard(
+                &mut shard,
+                now,
+                // Full again for the idle timeout.
+                |full_at| now.saturating_sub(full_at) >= idle,
+                |live| now.saturating_sub(live.last_used) >= idle && live.evictable(),
+            );
         }
         shard
     }
 
-    /// Drop the entries `drop` picks; fold the other unheld live ones back
-    /// into the compact form where they can be.
+    /// Drop the entries the two tests pick; fold the other unheld whole
+    /// limiters back into the compact form where they can be. Returns how
+    /// many entries went.
     fn sweep_shard(
         &self,
         shard: &mut Shard<K, L>,
         now: Nanos,
-        drop: impl Fn(&Entry<K, L>) -> bool,
+        drop_compact: impl Fn(Nanos) -> bool,
+        drop_live: impl Fn(&Live<K, L>) -> bool,
     ) -> usize {
-        let before = shard.table.len();
-        shard.table.retain(|entry| {
-            if drop(entry) {
+        let before = shard.len();
+        shard.compact.retain(|(_, full_at)| !drop_compact(*full_at));
+        let Shard { compact, live, .. } = shard;
+        live.retain(|entry| {
+            if drop_live(entry) {
                 return false;
             }
-            if let (Some(compact), Some(live)) = (&self.compact, &entry.live) {
-                if Arc::strong_count(live) == 1 {
-                    if let Some(full_at) = (compact.shrink)(compact, live, self.origin, now) {
-                        entry.live = None;
-                        entry.stamp = full_at;
-                    }
-                }
-            }
-            true
+            let folded = match &self.compact {
+                Some(c) if entry.unheld() => (c.shrink)(c, &entry.value, self.origin, now),
+                _ => None,
+            };
+            let Some(full_at) = folded else { return true };
+            compact.insert_unique(
+                self.hasher.hash_one(&entry.key),
+                (entry.key.clone(), full_at),
+                |(key, _)| self.hasher.hash_one(key),
+            );
+            false
         });
-        before - shard.table.len()
+        before - shard.len()
     }
 
-    /// The entry for `key`, inserted (after making room) when there is
-    /// none: compact and full since the origin, or with no limiter yet in a
-    /// map that has no compact form (the caller makes it).
-    fn entry<'s>(
-        &self,
+    /// The entry of `key`, without making one.
+    fn find<'s>(
+        &'s self,
+        shard: &'s mut Shard<K, L>,
+        hash: u64,
+        key: &K,
+    ) -> Option<Found<'s, K, L>> {
+        if let Some(compact) = &self.compact {
+            if let Some((_, full_at)) = shard.compact.find_mut(hash, |(k, _)| k == key) {
+                return Some(Found::Compact(full_at, compact));
+            }
+        }
+        shard
+            .live
+            .find_mut(hash, |e| e.key == *key)
+            .map(Found::Live)
+    }
+
+    /// The entry of `key`, made (after making room) when there is none:
+    /// compact and full in a map of template buckets, else whole.
+    fn find_or_insert<'s>(
+        &'s self,
         shard: &'s mut Shard<K, L>,
         hash: u64,
         key: &K,
         now: Nanos,
-    ) -> &'s mut Entry<K, L> {
-        let eq = |e: &Entry<K, L>| e.key == *key;
-        if shard.table.len() >= self.max_per_shard && shard.table.find(hash, eq).is_none() {
+    ) -> Found<'s, K, L> {
+        let in_live = shard.live.find(hash, |e| e.key == *key).is_some();
+        if !in_live
+            && shard.len() >= self.max_per_shard
+            && shard.compact.find(hash, |(k, _)| k == key).is_none()
+        {
             self.make_room(shard, now);
         }
-        match shard
-            .table
-            .entry(hash, eq, |e| self.hasher.hash_one(&e.key))
-        {
-            hash_table::Entry::Occupied(entry) => entry.into_mut(),
-            hash_table::Entry::Vacant(vacant) => vacant
-                .insert(Entry {
+        match (&self.compact, in_live) {
+            (Some(compact), false) => {
+                let entry =
+                    shard
+                        .compact
+                        .entry(hash, |(k, _)| k == key, |(k, _)| self.hasher.hash_one(k));
+                // A new key is full since the origin.
+                let (_, full_at) = entry.or_insert_with(|| (key.clone(), 0)).into_mut();
+                Found::Compact(full_at, compact)
+            }
+            _ => {
+                let entry =
+                    shard
+                        .live
+                        .entry(hash, |e| e.key == *key, |e| self.hasher.hash_one(&e.key));
+                let entry = entry.or_insert_with(|| Live {
                     key: key.clone(),
-                    stamp: 0,
-                    live: None,
-                })
-                .into_mut(),
+                    last_used: now,
+                    value: Arc::new((self.factory)(key)),
+                });
+                Found::Live(entry.into_mut())
+            }
         }
     }
 
     fn make_room(&self, shard: &mut Shard<K, L>, now: Nanos) {
-        self.sweep_shard(shard, now, |entry| entry.evictable(now));
-        let len = shard.table.len();
+        self.sweep_shard(shard, now, |full_at| full_at <= now, Live::evictable);
+        let len = shard.len();
         if len < self.max_per_shard {
             return;
         }
-        // Nothing idle: drop the least recently used eighth, so the next
-        // inserts do not each pay for a scan. Entries nobody holds go first:
-        // a held one is in use (a waiter, a Retry-After being waited out),
-        // and forgetting its state would let its key burst afresh.
+        // Nothing idle: drop an eighth, so the next inserts do not each pay
+        // for a scan. Compact entries go first, those whose buckets are full
+        // again soonest first (the least state is lost): a compact entry is
+        // only a bucket's level, while a whole limiter is one a caller
+        // needed (a waiter, a Retry-After block, a rate the server set).
+        // Then whole limiters, least recently used first, those nobody
+        // holds before held ones, whose state a waiter is counting on.
         let drop_count = (len / 8).max(1);
-        let only_unheld = shard.table.iter().filter(|e| e.unheld()).count() >= drop_count;
-        let candidate = |entry: &Entry<K, L>| !only_unheld || entry.unheld();
-        let mut ages: Vec<Nanos> = shard
-            .table
-            .iter()
-            .filter(|e| candidate(e))
-            .map(|e| e.stamp)
-            .collect();
-        let (_, cutoff, _) = ages.select_nth_unstable(drop_count - 1);
-        let cutoff = *cutoff;
-        let mut left = drop_count;
-        shard.table.retain(|entry| {
-            if left > 0 && candidate(entry) && entry.stamp <= cutoff {
-                left -= 1;
-                false
-            } else {
-                true
-            }
+        let from_compact = drop_count.min(shard.compact.len());
+        drop_oldest(&mut shard.compact, from_compact, |(_, full_at)| {
+            Some(*full_at)
+        });
+        let from_live = drop_count - from_compact;
+        let only_unheld = shard.live.iter().filter(|e| e.unheld()).count() >= from_live;
+        drop_oldest(&mut shard.live, from_live, |e| {
+            (!only_unheld || e.unheld()).then_some(e.last_used)
         });
     }
 
-    /// The full limiter of `entry`, made (from its compact form, or by the
-    /// factory) if need be; marks the entry used at `now`.
-    fn live(&self, entry: &mut Entry<K, L>, now: Nanos) -> Arc<L> {
-        let full_at = std::mem::replace(&mut entry.stamp, now);
-        let live = entry.live.get_or_insert_with(|| {
-            Arc::new(match &self.compact {
-                Some(compact) => (compact.expand)(compact, full_at, self.origin),
-                None => (self.factory)(&entry.key),
-            })
+    /// The key's whole limiter, made from its compact form if need be (the
+    /// entry moves to the live table). `get` (`used` set) marks it used at
+    /// `now` and makes it from the template first if the key has none;
+    /// `peek` does neither, and stamps a compact entry made whole with the
+    /// last instant it can have been used (`now` or when it is full again,
+    /// whichever is earlier), so that looking at a key does not keep it.
+    fn whole(
+        &self,
+        shard: &mut Shard<K, L>,
+        hash: u64,
+        key: &K,
+        now: Nanos,
+        used: bool,
+    ) -> Option<Arc<L>> {
+        let found = if used {
+            self.find_or_insert(shard, hash, key, now)
+        } else {
+            self.find(shard, hash, key)?
+        };
+        let full_at = match found {
+            Found::Live(entry) => {
+                if used {
+                    entry.last_used = now;
+                }
+                return Some(Arc::clone(&entry.value));
+            }
+            Found::Compact(full_at, _) => *full_at,
+        };
+        let last_used = if used { now } else { now.min(full_at) };
+        if let Ok(entry) = shard.compact.find_entry(hash, |(k, _)| k == key) {
+            entry.remove();
+        }
+        let value = Arc::new(match &self.compact {
+            Some(compact) => (compact.expand)(compact, full_at, self.origin),
+            // Only a map of template buckets has compact entries.
+            None => (self.factory)(key),
         });
-        Arc::clone(live)
+        shard.live.insert_unique(
+            hash,
+            Live {
+                key: key.clone(),
+                last_used,
+                value: Arc::clone(&value),
+            },
+            |e| self.hasher.hash_one(&e.key),
+        );
+        Some(value)
     }
 
     /// The entry for `key`, made from the template if there is none.
     ///
-    /// In a map of token buckets this turns a compact entry into a full
+    /// In a map of token buckets this turns a compact entry into a whole
     /// limiter, which stays one while the returned handle is held.
     pub fn get(&self, key: &K) -> Arc<L> {
         let now = self.nanos(Instant::now());
         let hash = self.hash(key);
         let mut shard = self.shard(hash, now);
-        let entry = self.entry(&mut shard, hash, key, now);
-        self.live(entry, now)
+        match self.whole(&mut shard, hash, key, now, true) {
+            Some(value) => value,
+            // `whole` inserts when asked to; this only keeps `get` total.
+            None => Arc::new((self.factory)(key)),
+        }
     }
 
-    /// The entry for `key` if there is one; never makes one (but, like
-    /// [`get`](Self::get), makes a compact entry's full limiter).
+    /// The entry for `key` if there is one; never makes one, does not
+    /// count as a use (it keeps no key from eviction), and runs no sweep.
+    /// Like [`get`](Self::get) it makes a compact entry's whole limiter,
+    /// which the next sweep folds back once the handle is dropped.
     pub fn peek(&self, key: &K) -> Option<Arc<L>> {
         let now = self.nanos(Instant::now());
         let hash = self.hash(key);
-        let mut shard = self.shard(hash, now);
-        let entry = shard.table.find_mut(hash, |e| e.key == *key)?;
-        Some(self.live(entry, now))
+        let mut shard = lock(self.shard_of(hash));
+        self.whole(&mut shard, hash, key, now, false)
     }
 
-    /// Drop every idle entry now, whatever its age, and fold unheld full
+    /// Drop every idle entry now, whatever its age, and fold unheld whole
     /// limiters back into the compact form where they can be. Returns how
     /// many entries went.
     pub fn sweep(&self) -> usize {
         let now = self.nanos(Instant::now());
         self.shards
             .iter()
-            .map(|shard| self.sweep_shard(&mut lock(shard), now, |e| e.evictable(now)))
+            .map(|shard| {
+                self.sweep_shard(
+                    &mut lock(shard),
+                    now,
+                    |full_at| full_at <= now,
+                    Live::evictable,
+                )
+            })
             .sum()
     }
 
     /// Live keys.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| lock(s).table.len()).sum()
+        self.shards.iter().map(|s| lock(s).len()).sum()
     }
 
     /// Whether no key is live.
@@ -425,7 +520,7 @@ where
     pub async fn acquire(&self, key: &K, weight: u64) -> Result<(), Error> {
         if self.compact.is_some() {
             // Most calls need no wait: decide them in place, and make the
-            // key's full limiter (with its queue) only to wait on it.
+            // key's whole limiter (with its queue) only to wait on it.
             match self.try_acquire(key, weight) {
                 Err(Error::Throttled { .. }) => {}
                 done => return done,
@@ -444,32 +539,65 @@ where
         let now = self.nanos(at);
         let hash = self.hash(key);
         let mut shard = self.shard(hash, now);
-        let entry = self.entry(&mut shard, hash, key, now);
-        if let (Some(compact), None) = (&self.compact, &entry.live) {
-            if weight > compact.capacity {
-                return Err(Error::WeightExceedsCapacity {
-                    weight,
-                    capacity: compact.capacity,
-                });
+        // The common case first: a compact key, found by one probe.
+        if let Some(compact) = &self.compact {
+            if let Some((_, full_at)) = shard.compact.find_mut(hash, |(k, _)| k == key) {
+                return decide_compact(compact, full_at, now, weight);
             }
-            // weight ≤ capacity, so weight × interval ≤ span fits.
-            let need = weight * compact.interval;
-            return match admit_compact(entry.stamp, now, need, compact.span) {
-                Ok(full_at) => {
-                    entry.stamp = full_at;
-                    Ok(())
-                }
-                Err(ready) => Err(Error::Throttled {
-                    wait: Duration::from_nanos(ready - now),
-                }),
-            };
         }
-        entry.stamp = now;
-        let factory = &self.factory;
-        let live = entry
-            .live
-            .get_or_insert_with(|| Arc::new(factory(&entry.key)));
-        live.try_acquire_at(at, weight)
+        match self.find_or_insert(&mut shard, hash, key, now) {
+            Found::Live(entry) => {
+                entry.last_used = now;
+                entry.value.try_acquire_at(at, weight)
+            }
+            Found::Compact(full_at, compact) => decide_compact(compact, full_at, now, weight),
+        }
+    }
+}
+
+/// Drop the `count` entries of `table` with the smallest ages (`None`: not
+/// to be dropped).
+fn drop_oldest<T>(table: &mut HashTable<T>, count: usize, age: impl Fn(&T) -> Option<Nanos>) {
+    let mut ages: Vec<Nanos> = table.iter().filter_map(&age).collect();
+    if count == 0 || ages.is_empty() {
+        return;
+    }
+    let nth = count.min(ages.len()) - 1;
+    let cutoff = *ages.select_nth_unstable(nth).1;
+    let mut left = count;
+    table.retain(|entry| {
+        let goes = left > 0 && age(entry).is_some_and(|a| a <= cutoff);
+        left -= usize::from(goes);
+        !goes
+    });
+}
+
+/// Decide a compact entry at `now`, as its whole bucket would.
+fn decide_compact<L>(
+    compact: &Compact<L>,
+    full_at: &mut Nanos,
+    now: Nanos,
+    weight: u64,
+) -> Result<(), Error> {
+    if weight == 0 {
+        return Ok(());
+    }
+    if weight > compact.capacity {
+        return Err(Error::WeightExceedsCapacity {
+            weight,
+            capacity: compact.capacity,
+        });
+    }
+    // weight ≤ capacity, so weight × interval ≤ span fits.
+    let need = weight * compact.interval;
+    match admit_compact(*full_at, now, need, compact.span) {
+        Ok(next) => {
+            *full_at = next;
+            Ok(())
+        }
+        Err(ready) => Err(Error::Throttled {
+            wait: Duration::from_nanos(ready - now),
+        }),
     }
 }
 
@@ -550,13 +678,84 @@ mod tests {
     fn is_compact<K: Hash + Eq + Clone>(keyed: &KeyedLimiter<K>, key: &K) -> bool {
         let hash = keyed.hash(key);
         let shard = keyed.shard(hash, 0);
-        let entry = shard.table.find(hash, |e| e.key == *key);
-        entry.is_some_and(|e| e.live.is_none())
+        let compact = shard.compact.find(hash, |(k, _)| k == key).is_some();
+        let live = shard.live.find(hash, |e| e.key == *key).is_some();
+        assert!(compact != live, "a key is in exactly one table");
+        compact
     }
 
-    #[test]
-    fn a_compact_entry_is_its_key_and_two_words() {
-        assert_eq!(std::mem::size_of::<Entry<u64, TokenBucket>>(), 24);
+    #[tokio::test(start_paused = true)]
+    async fn the_bound_spares_held_keys_and_their_state() {
+        let keyed = KeyedLimiter::token_buckets(Rate::per_minute(1).unwrap(), 1)
+            .unwrap()
+            .with_shards(1)
+            .with_max_keys(100);
+        let held = keyed.get(&u32::MAX);
+        held.try_acquire(1).unwrap();
+        for key in 0..10_000u32 {
+            // Every bucket is emptied, so none is idle: the LRU path runs.
+            keyed.try_acquire(&key, 1).unwrap();
+            assert!(keyed.len() <= 100);
+        }
+        assert!(!is_compact(&keyed, &u32::MAX));
+        assert!(
+            keyed.try_acquire(&u32::MAX, 1).is_err(),
+            "the held key kept its empty bucket"
+        );
+        drop(held);
+        // The most recent keys are still there, with their state.
+        assert!(keyed.try_acquire(&9_999, 1).is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_bound_drops_compact_buckets_before_a_blocked_key() {
+        let keyed = KeyedLimiter::token_buckets(Rate::per_second(1).unwrap(), 1)
+            .unwrap()
+            .with_shards(1)
+            .with_max_keys(8);
+        for key in 0..7u32 {
+            keyed.try_acquire(&key, 1).unwrap();
+        }
+        tokio::time::advance(Duration::from_millis(10)).await;
+        keyed
+            .get(&100)
+            .block_until(Instant::now() + Duration::from_secs(3_600));
+        // The shard is full: one entry goes, and it is a compact one.
+        keyed.try_acquire(&7, 1).unwrap();
+        assert_eq!(keyed.len(), 8);
+        assert!(
+            keyed.try_acquire(&100, 1).is_err(),
+            "the block is remembered"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn peek_does_not_keep_an_idle_key_alive() {
+        let keyed = KeyedLimiter::new(|_: &u32| {
+            TokenBucket::new(Rate::per_second(10).unwrap(), 1).unwrap()
+        })
+        .with_shards(1)
+        .with_idle_timeout(Duration::from_secs(5));
+        keyed.try_acquire(&1, 1).unwrap();
+        for _ in 0..10 {
+            tokio::time::advance(Duration::from_secs(3)).await;
+            assert!(keyed.peek(&1).is_some());
+        }
+        keyed.get(&2); // runs the lazy sweep
+        assert!(keyed.peek(&1).is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_token_in_300_years_is_refused_exactly() {
+        let interval = Duration::from_secs(300 * 365 * 86_400);
+        let rate = Rate::every(interval).unwrap();
+        let keyed = KeyedLimiter::token_buckets(rate, 1).unwrap();
+        let bucket = TokenBucket::new(rate, 1).unwrap();
+        keyed.try_acquire(&1, 1).unwrap();
+        bucket.try_acquire(1).unwrap();
+        for refused in [keyed.try_acquire(&1, 1), bucket.try_acquire(1)] {
+            assert!(matches!(refused, Err(Error::Throttled { wait }) if wait == interval));
+        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -229,7 +229,7 @@ impl RateLimiter<Gcra> {
     /// block in force).
     pub(crate) fn compact_state(
         &self,
-        interval: Nanos,
+        rate: Rate,
         capacity: u64,
         origin: Instant,
         now: Nanos,
@@ -238,11 +238,11 @@ impl RateLimiter<Gcra> {
             return None;
         }
         let state = self.lock_at(now);
-        if !state.queue.is_empty() {
+        if !state.queue.is_empty() || state.algorithm.rate() != rate {
             return None;
         }
         let bucket = state.algorithm.as_bucket(now)?;
-        (bucket.interval == interval && bucket.capacity == capacity).then_some(bucket.full_at)
+        (bucket.capacity == capacity).then_some(bucket.full_at)
     }
 }
 
