@@ -283,8 +283,8 @@ where
             self.sweep_shard(
                 &mut shard,
                 now,
-                // Full again for the idle timeout.
-                |full_at| now.saturating_sub(full_at) >= idle,
+                // Full again, and for the idle timeout.
+                |full_at| full_at <= now && now - full_at >= idle,
                 |live| now.saturating_sub(live.last_used) >= idle && live.evictable(),
             );
         }
@@ -641,6 +641,17 @@ mod tests {
         drop(held);
         assert_eq!(keyed.sweep(), 1);
         assert!(keyed.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_zero_idle_timeout_still_keeps_buckets_that_are_not_full() {
+        let keyed = KeyedLimiter::token_buckets(Rate::per_second(1).unwrap(), 1)
+            .unwrap()
+            .with_idle_timeout(Duration::ZERO);
+        keyed.try_acquire(&"a", 1).unwrap();
+        keyed.try_acquire(&"b", 1).unwrap(); // sweeps the shard of "b"
+        assert!(keyed.try_acquire(&"a", 1).is_err());
+        assert_eq!(keyed.len(), 2);
     }
 
     #[tokio::test(start_paused = true)]
