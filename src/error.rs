@@ -161,4 +161,12 @@ impl Error {
     pub(crate) fn config(message: impl Into<String>) -> Self {
         Error::InvalidConfig(message.into())
     }
+
+    /// A refusal at `now` of a call that could go at `ready` (nanoseconds
+    /// on one limiter's time line).
+    pub(crate) fn throttled(ready: u64, now: u64) -> Self {
+        Error::Throttled {
+            wait: std::time::Duration::from_nanos(ready.saturating_sub(now)),
+        }
+    }
 }

@@ -595,9 +595,7 @@ fn decide_compact<L>(
             *full_at = next;
             Ok(())
         }
-        Err(ready) => Err(Error::Throttled {
-            wait: Duration::from_nanos(ready - now),
-        }),
+        Err(ready) => Err(Error::throttled(ready, now)),
     }
 }
 

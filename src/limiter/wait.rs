@@ -369,16 +369,12 @@ impl<A: Algorithm> RateLimiter<A> {
         }
         let now = self.nanos(at);
         if let Some(decided) = self.try_fast(now, weight) {
-            return decided.map_err(|ready| Error::Throttled {
-                wait: std::time::Duration::from_nanos(ready - now),
-            });
+            return decided.map_err(|ready| Error::throttled(ready, now));
         }
         if weight == 1 {
             let hint = self.hint.load(Ordering::Acquire);
             if now < hint {
-                return Err(Error::Throttled {
-                    wait: std::time::Duration::from_nanos(hint - now),
-                });
+                return Err(Error::throttled(hint, now));
             }
         }
         let mut state = self.lock_at(now);
@@ -388,9 +384,7 @@ impl<A: Algorithm> RateLimiter<A> {
         } else {
             Err(state.algorithm.earliest(now, state.queued_weight + weight))
         };
-        outcome.map_err(|ready| Error::Throttled {
-            wait: std::time::Duration::from_nanos(ready.saturating_sub(now)),
-        })
+        outcome.map_err(|ready| Error::throttled(ready, now))
     }
 
     /// Wait until `weight` tokens can be taken, in FIFO order, then take
