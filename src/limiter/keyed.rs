@@ -56,14 +56,17 @@ const DEFAULT_IDLE: Duration = Duration::from_secs(60);
 ///   lock for a hash-table probe, never across an `await`.
 /// - **Compact token buckets.** A map made by
 ///   [`token_buckets`](Self::token_buckets) keeps each key as one instant
-///   (8 bytes beside the key) until a caller has to wait on it; see the
+///   (8 bytes beside the key) until a caller has to wait on it or asks for
+///   its whole limiter ([`get`](Self::get), [`peek`](Self::peek)); see the
 ///   module source for the layout.
 /// - **Idle keys are evicted automatically.** An entry that nobody holds
 ///   and that is back in its fresh state (a full bucket, nobody waiting) is
 ///   dropped by a sweep of its shard once it has been unused for the idle
 ///   timeout (60 s by default); a compact bucket, once it has been full for
-///   that long. Sweeps run lazily, at most once per idle timeout, from the
-///   map's own calls. No background task is needed.
+///   that long. Each shard sweeps itself lazily, at most once per idle
+///   timeout (on every call with a zero timeout), from the map's own calls;
+///   [`sweep`](Self::sweep) and a full shard sweep too. No background task
+///   is needed.
 /// - **Hard bound.** At most `max_keys` entries (100 000 by default) live at
 ///   once, so an unbounded key space (a scraper meeting millions of hosts)
 ///   cannot grow memory without limit. When a shard is full, its idle
@@ -178,11 +181,14 @@ where
         let mut map = Self::new(move |_| {
             RateLimiter::from_algorithm(super::Gcra::new(rate, capacity, capacity))
         });
-        // A bucket whose span does not fit 584 years of nanoseconds stays a
-        // whole limiter per key (its arithmetic is 128-bit).
+        // A compact entry's `full_at` is a u64 of nanoseconds: a bucket whose
+        // span is over half of that range (292 years) stays a whole limiter
+        // per key (its arithmetic is 128-bit), so that `full_at`, at most
+        // `now + span`, cannot saturate within 292 years of the map's life.
         map.compact = rate
             .interval_nanos()
             .checked_mul(capacity)
+            .filter(|span| *span <= u64::MAX / 2)
             .map(|span| Compact {
                 rate,
                 capacity,
@@ -255,7 +261,7 @@ where
 
     /// The most entries this map will hold.
     pub fn max_keys(&self) -> usize {
-        self.max_per_shard * self.shards.len()
+        self.max_per_shard.saturating_mul(self.shards.len())
     }
 
     fn nanos(&self, at: Instant) -> Nanos {
@@ -401,9 +407,15 @@ where
             Some(*full_at)
         });
         let from_live = drop_count - from_compact;
-        let only_unheld = shard.live.iter().filter(|e| e.unheld()).count() >= from_live;
-        drop_oldest(&mut shard.live, from_live, |e| {
-            (!only_unheld || e.unheld()).then_some(e.last_used)
+        let unheld = shard.live.iter().filter(|e| e.unheld()).count();
+        let from_unheld = from_live.min(unheld);
+        drop_oldest(&mut shard.live, from_unheld, |e| {
+            e.unheld().then_some(e.last_used)
+        });
+        // Only held ones are left to choose from (a dropped held entry's
+        // waiters keep their limiter, but the key starts afresh beside it).
+        drop_oldest(&mut shard.live, from_live - from_unheld, |e| {
+            Some(e.last_used)
         });
     }
 
@@ -500,7 +512,7 @@ where
             .sum()
     }
 
-    /// Live keys.
+    /// Keys held, compact or whole.
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| lock(s).len()).sum()
     }
@@ -538,11 +550,19 @@ where
         let at = Instant::now();
         let now = self.nanos(at);
         let hash = self.hash(key);
+        if weight == 0 {
+            return Ok(());
+        }
         let mut shard = self.shard(hash, now);
         // The common case first: a compact key, found by one probe.
         if let Some(compact) = &self.compact {
             if let Some((_, full_at)) = shard.compact.find_mut(hash, |(k, _)| k == key) {
                 return decide_compact(compact, full_at, now, weight);
+            }
+            // A new key's bucket is the template's: a weight it can never
+            // hold fails without making room for the key.
+            if weight > compact.capacity && shard.live.find(hash, |e| e.key == *key).is_none() {
+                return decide_compact(compact, &mut 0, now, weight);
             }
         }
         match self.find_or_insert(&mut shard, hash, key, now) {
@@ -562,13 +582,18 @@ fn drop_oldest<T>(table: &mut HashTable<T>, count: usize, age: impl Fn(&T) -> Op
     if count == 0 || ages.is_empty() {
         return;
     }
-    let nth = count.min(ages.len()) - 1;
-    let cutoff = *ages.select_nth_unstable(nth).1;
-    let mut left = count;
-    table.retain(|entry| {
-        let goes = left > 0 && age(entry).is_some_and(|a| a <= cutoff);
-        left -= usize::from(goes);
-        !goes
+    let count = count.min(ages.len());
+    let cutoff = *ages.select_nth_unstable(count - 1).1;
+    // Every entry older than the cutoff goes; of those at it, only as many
+    // as make up the count.
+    let mut ties = count - ages.iter().filter(|&&a| a < cutoff).count();
+    table.retain(|entry| match age(entry) {
+        Some(a) if a < cutoff => false,
+        Some(a) if a == cutoff && ties > 0 => {
+            ties -= 1;
+            false
+        }
+        _ => true,
     });
 }
 
@@ -607,7 +632,10 @@ impl<K, L> fmt::Debug for KeyedLimiter<K, L> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedLimiter")
             .field("shards", &self.shards.len())
-            .field("max_keys", &(self.max_per_shard * self.shards.len()))
+            .field(
+                "max_keys",
+                &self.max_per_shard.saturating_mul(self.shards.len()),
+            )
             .field("idle", &Duration::from_nanos(self.idle))
             .field("compact", &self.compact.is_some())
             .finish()
@@ -765,6 +793,89 @@ mod tests {
         for refused in [keyed.try_acquire(&1, 1), bucket.try_acquire(1)] {
             assert!(matches!(refused, Err(Error::Throttled { wait }) if wait == interval));
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_bound_drops_unheld_whole_buckets_before_held_ones() {
+        let keyed = KeyedLimiter::token_buckets(Rate::per_second(1).unwrap(), 1)
+            .unwrap()
+            .with_shards(1)
+            .with_max_keys(16);
+        let mut held = Vec::new();
+        for key in 0..15u32 {
+            let bucket = keyed.get(&key);
+            bucket.try_acquire(1).unwrap();
+            held.push(bucket);
+            tokio::time::advance(Duration::from_millis(1)).await;
+        }
+        // The newest whole bucket, held by nobody (its own rate keeps it
+        // from folding back).
+        let unheld = keyed.get(&100);
+        unheld.set_rate(Rate::per_second(2).unwrap());
+        unheld.try_acquire(1).unwrap();
+        drop(unheld);
+        keyed.try_acquire(&200, 1).unwrap(); // drops two entries
+        assert!(keyed.peek(&100).is_none(), "the unheld one went first");
+        let kept = (0..15u32).filter(|k| keyed.peek(k).is_some()).count();
+        assert_eq!(kept, 14, "then the oldest held one");
+        assert!(keyed.peek(&0).is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_bound_drops_the_bucket_full_again_soonest_among_ties() {
+        for _ in 0..20 {
+            let keyed = KeyedLimiter::token_buckets(Rate::per_second(1).unwrap(), 1)
+                .unwrap()
+                .with_shards(1)
+                .with_max_keys(16);
+            keyed.try_acquire(&0u32, 1).unwrap();
+            tokio::time::advance(Duration::from_millis(1)).await;
+            for key in 1..16u32 {
+                keyed.try_acquire(&key, 1).unwrap();
+            }
+            keyed.try_acquire(&99, 1).unwrap(); // drops two entries
+            assert!(
+                keyed.try_acquire(&0, 1).is_ok(),
+                "key 0, full again first, went"
+            );
+        }
+    }
+
+    #[test]
+    fn an_unbounded_map_reports_its_bound_without_overflow() {
+        let keyed = KeyedLimiter::<u32>::token_buckets(Rate::per_second(1).unwrap(), 1)
+            .unwrap()
+            .with_shards(8)
+            .with_max_keys(usize::MAX);
+        assert_eq!(keyed.max_keys(), usize::MAX);
+        assert_eq!(keyed.with_shards(3).max_keys(), usize::MAX);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_bucket_spanning_centuries_is_kept_whole_and_exact() {
+        let rate = Rate::per_second(1).unwrap();
+        let capacity = u64::MAX / 1_000_000_000;
+        let keyed = KeyedLimiter::token_buckets(rate, capacity).unwrap();
+        let bucket = TokenBucket::new(rate, capacity).unwrap();
+        tokio::time::advance(Duration::from_secs(1)).await;
+        keyed.try_acquire(&1, capacity).unwrap();
+        bucket.try_acquire(capacity).unwrap();
+        assert!(bucket.try_acquire(1).is_err());
+        assert!(keyed.try_acquire(&1, 1).is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn weights_of_zero_or_over_the_capacity_make_no_key() {
+        let keyed = KeyedLimiter::token_buckets(Rate::per_second(1).unwrap(), 2).unwrap();
+        assert!(keyed.try_acquire(&"a", 0).is_ok());
+        assert!(matches!(
+            keyed.try_acquire(&"a", 3),
+            Err(Error::WeightExceedsCapacity {
+                weight: 3,
+                capacity: 2
+            })
+        ));
+        assert!(keyed.is_empty());
     }
 
     #[tokio::test(start_paused = true)]
