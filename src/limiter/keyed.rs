@@ -140,7 +140,6 @@ impl<K, L: Evictable> Live<K, L> {
 struct Compact<L> {
     rate: Rate,
     capacity: u64,
-    interval: Nanos,
     /// `capacity × interval`: how long an empty bucket takes to fill.
     span: Nanos,
     /// A whole limiter whose bucket is full again at `full_at`.
@@ -192,7 +191,6 @@ where
             .map(|span| Compact {
                 rate,
                 capacity,
-                interval: rate.interval_nanos(),
                 span,
                 expand: |c, full_at, origin| {
                     RateLimiter::from_algorithm_at(
@@ -205,6 +203,13 @@ where
                 },
             });
         Ok(map)
+    }
+}
+
+impl<K, L> KeyedLimiter<K, L> {
+    /// The most entries this map will hold.
+    pub fn max_keys(&self) -> usize {
+        self.max_per_shard.saturating_mul(self.shards.len())
     }
 }
 
@@ -257,11 +262,6 @@ where
     pub fn with_idle_timeout(mut self, idle: Duration) -> Self {
         self.idle = nanos(idle);
         self
-    }
-
-    /// The most entries this map will hold.
-    pub fn max_keys(&self) -> usize {
-        self.max_per_shard.saturating_mul(self.shards.len())
     }
 
     fn nanos(&self, at: Instant) -> Nanos {
@@ -388,8 +388,14 @@ where
         }
     }
 
+    /// [`sweep_shard`](Self::sweep_shard) dropping every entry that is back
+    /// in its fresh state at `now`, whatever its age.
+    fn sweep_idle(&self, shard: &mut Shard<K, L>, now: Nanos) -> usize {
+        self.sweep_shard(shard, now, |full_at| full_at <= now, Live::evictable)
+    }
+
     fn make_room(&self, shard: &mut Shard<K, L>, now: Nanos) {
-        self.sweep_shard(shard, now, |full_at| full_at <= now, Live::evictable);
+        self.sweep_idle(shard, now);
         let len = shard.len();
         if len < self.max_per_shard {
             return;
@@ -501,14 +507,7 @@ where
         let now = self.nanos(Instant::now());
         self.shards
             .iter()
-            .map(|shard| {
-                self.sweep_shard(
-                    &mut lock(shard),
-                    now,
-                    |full_at| full_at <= now,
-                    Live::evictable,
-                )
-            })
+            .map(|shard| self.sweep_idle(&mut lock(shard), now))
             .sum()
     }
 
@@ -547,12 +546,12 @@ where
     /// One clock read and one hash per decision, under the key's shard's
     /// lock; a compact bucket is decided in place.
     pub fn try_acquire(&self, key: &K, weight: u64) -> Result<(), Error> {
-        let at = Instant::now();
-        let now = self.nanos(at);
-        let hash = self.hash(key);
         if weight == 0 {
             return Ok(());
         }
+        let at = Instant::now();
+        let now = self.nanos(at);
+        let hash = self.hash(key);
         let mut shard = self.shard(hash, now);
         // The common case first: a compact key, found by one probe.
         if let Some(compact) = &self.compact {
@@ -597,16 +596,14 @@ fn drop_oldest<T>(table: &mut HashTable<T>, count: usize, age: impl Fn(&T) -> Op
     });
 }
 
-/// Decide a compact entry at `now`, as its whole bucket would.
+/// Decide a compact entry at `now`, as its whole bucket would, for a weight
+/// of at least 1.
 fn decide_compact<L>(
     compact: &Compact<L>,
     full_at: &mut Nanos,
     now: Nanos,
     weight: u64,
 ) -> Result<(), Error> {
-    if weight == 0 {
-        return Ok(());
-    }
     if weight > compact.capacity {
         return Err(Error::WeightExceedsCapacity {
             weight,
@@ -614,7 +611,7 @@ fn decide_compact<L>(
         });
     }
     // weight ≤ capacity, so weight × interval ≤ span fits.
-    let need = weight * compact.interval;
+    let need = weight * compact.rate.interval_nanos();
     match admit_compact(*full_at, now, need, compact.span) {
         Ok(next) => {
             *full_at = next;
@@ -632,10 +629,7 @@ impl<K, L> fmt::Debug for KeyedLimiter<K, L> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedLimiter")
             .field("shards", &self.shards.len())
-            .field(
-                "max_keys",
-                &self.max_per_shard.saturating_mul(self.shards.len()),
-            )
+            .field("max_keys", &self.max_keys())
             .field("idle", &Duration::from_nanos(self.idle))
             .field("compact", &self.compact.is_some())
             .finish()

@@ -263,10 +263,9 @@ impl<A: Algorithm> RateLimiter<A> {
                 span: b.interval.checked_mul(b.capacity)?,
             })
         });
-        let word = match (fast, bucket) {
-            (Some(_), Some(b)) => b.full_at,
-            _ => DISARMED,
-        };
+        // Armed at once when the algorithm is a bucket: `fast` is set
+        // only then.
+        let word = fast.and(bucket).map_or(DISARMED, |b| b.full_at);
         RateLimiter {
             fast,
             word: AtomicU64::new(word),
