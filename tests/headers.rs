@@ -682,6 +682,50 @@ fn ietf_old_fields_with_quota_policies() {
 }
 
 #[test]
+fn ietf_draft7_dictionary_with_its_policy() {
+    // express-rate-limit's `standardHeaders: 'draft-7'`.
+    let signal = parse(
+        200,
+        &[
+            ("ratelimit", "limit=20, remaining=19, reset=2"),
+            ("ratelimit-policy", "20;w=2"),
+        ],
+    );
+    assert_eq!(
+        signal.limits,
+        [Limit::new("requests", Dimension::Requests)
+            .with_limit(20)
+            .with_remaining(19)
+            .with_reset(secs(2))
+            .with_window(secs(2))]
+    );
+    assert!(signal.ignored.is_empty(), "{:?}", notes(&signal));
+
+    // Without a policy, and with bad members noted, not dropped silently.
+    let signal = parse(429, &[("ratelimit", "limit=20, remaining=-1, reset=1.5")]);
+    assert_eq!(
+        signal.limits,
+        [Limit::new("requests", Dimension::Requests).with_limit(20)]
+    );
+    assert_eq!(
+        notes(&signal),
+        [
+            "ratelimit: remaining is negative",
+            "ratelimit: reset is not an integer"
+        ]
+    );
+
+    // A structured List is still read as one, not as a dictionary.
+    let signal = parse(200, &[("ratelimit", "default;r=50;t=5")]);
+    assert_eq!(
+        signal.limits,
+        [Limit::new("default", Dimension::Requests)
+            .with_remaining(50)
+            .with_reset(secs(5))]
+    );
+}
+
+#[test]
 fn ietf_old_fields_reject_bad_values() {
     let signal = parse(
         200,

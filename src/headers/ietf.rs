@@ -8,7 +8,13 @@
 //!   partition key. Parameters: `q` quota (`l` in draft 07), `qu` quota unit,
 //!   `w` window in seconds, `pk` partition key, `r` remaining, `t` reset.
 //!   Unknown parameters are extensions and are skipped silently.
-//! - **Old style** (drafts up to 07, and GitLab): `RateLimit-Limit`,
+//! - **Draft 07** (`RateLimit: limit=20, remaining=19, reset=2`): one
+//!   Structured Field Dictionary carrying the three old-style values, beside
+//!   an integer `RateLimit-Policy: 20;w=2` that gives the window. A
+//!   `RateLimit` field that parses as a Dictionary with a `limit`,
+//!   `remaining` or `reset` member is read this way; anything else is read
+//!   as the structured List above.
+//! - **Old style** (drafts up to 06, and GitLab): `RateLimit-Limit`,
 //!   `RateLimit-Remaining`, `RateLimit-Reset`. `RateLimit-Limit` may carry
 //!   policies (`10, 10;w=1, 1000;w=3600`: the first member is the limit, a
 //!   later member with the same quota gives its window), and an old
@@ -21,7 +27,7 @@
 use std::time::Duration;
 
 use http::HeaderMap;
-use sfv::{BareItem, List, ListEntry, Parameters, Parser};
+use sfv::{BareItem, Dictionary, List, ListEntry, Parameters, Parser};
 
 use super::field::{clamp_window, count, name, reset, texts, Clock, Keep, Notes};
 use super::value::{base64, Number};
@@ -39,9 +45,61 @@ pub(super) fn parse(
 ) {
     let (policies, legacy_windows) = policies(headers, notes);
     let mut structured = policies;
-    counters(headers, clock, notes, &mut structured);
-    old_style(headers, clock, notes, &legacy_windows, limits);
+    let draft7 = draft7(headers, clock, notes);
+    if draft7.is_none() {
+        counters(headers, clock, notes, &mut structured);
+    }
+    old_style(headers, clock, notes, &legacy_windows, draft7, limits);
     limits.extend(structured);
+}
+
+/// The three values of a draft-07 `RateLimit` dictionary.
+#[derive(Clone, Copy, Debug, Default)]
+struct Draft7 {
+    limit: Option<u64>,
+    remaining: Option<u64>,
+    reset: Option<Duration>,
+}
+
+/// Reads `RateLimit` as a draft-07 Dictionary (`limit=20, remaining=19,
+/// reset=2`); `None` when it is not one, so the List reading applies.
+fn draft7(headers: &HeaderMap, clock: &Clock, notes: &mut Notes) -> Option<Draft7> {
+    const KEYS: [&str; 3] = ["limit", "remaining", "reset"];
+    let texts = texts(headers, RATELIMIT, notes);
+    if texts.is_empty() {
+        return None;
+    }
+    let joined = texts.join(", ");
+    let dictionary = Parser::new(&joined).parse::<Dictionary>().ok()?;
+    if !dictionary.keys().any(|k| KEYS.contains(&k.as_str())) {
+        return None;
+    }
+    let mut value = |key: &str| -> Option<u64> {
+        let ListEntry::Item(item) = dictionary.get(key)? else {
+            notes.push(RATELIMIT, format!("{key}: inner list where a number was expected"));
+            return None;
+        };
+        match item.bare_item.as_integer().map(i64::from).map(u64::try_from) {
+            Some(Ok(v)) => Some(v),
+            Some(Err(_)) => {
+                notes.push(RATELIMIT, format!("{key} is negative"));
+                None
+            }
+            None => {
+                notes.push(RATELIMIT, format!("{key} is not an integer"));
+                None
+            }
+        }
+    };
+    let limit = value("limit");
+    let remaining = value("remaining");
+    let reset = value("reset");
+    Some(Draft7 {
+        limit,
+        remaining,
+        reset: reset
+            .and_then(|t| clock.reset_from_number(RATELIMIT, Number { int: t, nanos: 0 }, notes)),
+    })
 }
 
 /// Joins every line of a structured field, as RFC 9651 §4.2 says, and parses
@@ -241,13 +299,18 @@ fn old_style(
     clock: &Clock,
     notes: &mut Notes,
     legacy_windows: &[(u64, Duration)],
+    draft7: Option<Draft7>,
     limits: &mut Vec<Limit>,
 ) {
+    let draft7 = draft7.unwrap_or_default();
     let (limit, mut window) = limit_with_window(headers, notes);
-    let remaining = count(headers, notes, "ratelimit-remaining", Keep::Smallest);
+    let limit = limit.or(draft7.limit);
+    let remaining =
+        count(headers, notes, "ratelimit-remaining", Keep::Smallest).or(draft7.remaining);
     let observed = count(headers, notes, "ratelimit-observed", Keep::Largest);
     let reset = reset(headers, clock, notes, "ratelimit-reset")
-        .or_else(|| reset_time(headers, clock, notes));
+        .or_else(|| reset_time(headers, clock, notes))
+        .or(draft7.reset);
     let throttle = name(headers, notes, "ratelimit-name");
 
     if limit.is_none() && remaining.is_none() && observed.is_none() && reset.is_none() {
