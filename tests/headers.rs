@@ -1045,7 +1045,8 @@ fn from_response_reads_a_reqwest_response() {
 #[test]
 fn throttled_statuses() {
     assert!(parse(429, &[]).is_throttled());
-    assert!(!parse(503, &[]).is_throttled());
+    // A bare 503 is congestion: an overloaded server or nginx's limit_req.
+    assert!(parse(503, &[]).is_throttled());
     assert!(parse(503, &[("retry-after", "5")]).is_throttled());
     assert!(!parse(403, &[]).is_throttled());
     assert!(parse(403, &[("x-ratelimit-remaining", "0")]).is_throttled());

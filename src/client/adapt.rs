@@ -4,70 +4,83 @@
 //! [`Adjustment`]s to apply. Two regimes:
 //!
 //! - **The server sends rate-limit headers.** Each limit of the layer's
-//!   dimension implies a sustained rate `limit / window`. The window is the
-//!   one stated (IETF `w=`), or else estimated from the longest reset seen
-//!   for that limit (right after a window starts, the reset *is* the
-//!   window), less a second of rounding. When the reset is far enough away to be
-//!   meaningful (at least [`SPREAD_MIN_RESET`]; below that, the one-second
-//!   rounding of most reset headers dominates), the remaining quota is also
-//!   spread evenly until the reset: `remaining / reset`. The tightest of
-//!   these, times a headroom factor, becomes the bucket's rate, capped by
-//!   any configured rate. Within a window `remaining` only ever lowers the
-//!   tokens; only a response from a newer window (its reset instant later
-//!   than the known one by more than half a window) may raise them, so a
-//!   stale response arriving late cannot undo a newer one.
-//! - **The server sends nothing but 429s.** Then the rate follows AIMD in
-//!   the manner of AWS SDK adaptive retry and TCP: a 429 without
-//!   `Retry-After` (for a request sent after the previous decrease, so one
-//!   burst of 429s counts once) multiplies the rate by [`DECREASE`] the
-//!   first time, starting from the measured send rate, and by
-//!   [`LATER_DECREASE`] after that. After the first decrease the rate
-//!   doubles every 250 ms of success (slow start) until the next 429; after
-//!   later ones it grows linearly, by [`INCREASE_PER_SECOND`] of the rate at
-//!   the decrease per second, past it to probe for more.
+//!   dimension is followed by a [`Series`](super::infer::Series), which
+//!   infers from how `remaining` moves against this key's own admissions
+//!   whether the server counts a fixed window, a moving window or a
+//!   refilling bucket, and how fast it really allows (see
+//!   [`infer`](super::infer)). The tightest limit, times a headroom factor,
+//!   becomes the bucket's rate, capped by any configured rate; the bucket
+//!   holds one request at a time, so requests go evenly spaced. Every
+//!   response also lowers the bucket's tokens to what the server says
+//!   remains, less this key's requests sent after it and still unanswered,
+//!   so the client never sends more than the server says remains; when
+//!   nothing remains the key waits for the end of the window (or one unit
+//!   of refill).
+//! - **The server sends none.** A 429, a 503, or a 403 with `Retry-After`
+//!   is a congestion signal (the one definition of
+//!   [`RateLimitSignal::is_throttled`]). A key that has never been throttled
+//!   starts at [`COLD_START`] and doubles every [`SLOW_START_DOUBLING`] of
+//!   sending until it is. A throttle (for a request sent after the previous
+//!   decrease, so one burst counts once) lowers the rate to [`DECREASE`]
+//!   of the delivered send rate the first time and [`LATER_DECREASE`] after
+//!   that, and remembers the rate that was too fast; success brings the rate
+//!   quickly back to [`RECOVER_TO`] of it, then probes beyond it by
+//!   [`PROBE_PER_SECOND`] of it per second, slowly enough that the server's
+//!   burst absorbs the overshoot for several seconds.
 //!
-//! A `Retry-After` on a 429 or 503 blocks the key until that instant in both
-//! regimes, and the key then resumes at its rate, not all at once: a key
-//! with no rate yet resumes at the rate it was sending at, one request at a
-//! time, and ramps up by slow start.
+//! Growth counts only time spent sending at the current pace (at most two
+//! intervals between responses), never time spent blocked, so a long
+//! `Retry-After` does not compound into a burst. A `Retry-After` on a
+//! throttled response blocks the key until that instant in both regimes.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::infer::{Reading, Series};
 use crate::headers::{Dimension, Limit, RateLimitSignal};
 use crate::limiter::{Adjustment, Rate};
 
-/// Resets shorter than this are not used to spread the remaining quota.
-pub(crate) const SPREAD_MIN_RESET: Duration = Duration::from_secs(5);
-/// The multiplicative decrease on the first header-less 429 (from an
-/// unknown rate, where the measured send rate may be far above the limit).
-pub(crate) const DECREASE: f64 = 0.7;
-/// The decrease on later 429s, once the rate is near the limit: shallow
-/// enough that the dip stays within what a server's burst absorbs.
-pub(crate) const LATER_DECREASE: f64 = 0.85;
+/// The rate a never-throttled, header-less key starts at: ten requests a
+/// second, in the spirit of TCP's initial window of ten segments.
+pub(crate) const COLD_START: f64 = 10.0;
 /// In slow start the rate doubles this often while requests succeed.
-const SLOW_START_DOUBLING: Duration = Duration::from_millis(250);
-/// Additive increase, as a share of the rate at the last decrease, per
-/// second of success.
-pub(crate) const INCREASE_PER_SECOND: f64 = 0.15;
-/// The slowest rate AIMD goes down to (one request per 10 s).
+pub(crate) const SLOW_START_DOUBLING: Duration = Duration::from_millis(250);
+/// The decrease on the first throttle (from slow start, which overshoots).
+pub(crate) const DECREASE: f64 = 0.7;
+/// The decrease on later throttles, once the rate is near the limit.
+pub(crate) const LATER_DECREASE: f64 = 0.9;
+/// After a decrease the rate climbs back quickly to this share of the rate
+/// that was too fast ...
+pub(crate) const RECOVER_TO: f64 = 0.95;
+/// ... within about this long ...
+const RECOVERY: Duration = Duration::from_millis(500);
+/// ... and then probes beyond it by this share of it per second.
+pub(crate) const PROBE_PER_SECOND: f64 = 0.02;
+/// Fewer sends than this in the last second measure no rate: a throttle
+/// then lowers nothing.
+const MIN_SAMPLE: f64 = 4.0;
+/// The slowest rate the header-less regime goes down to (one request per
+/// 10 s).
 const MIN_RATE: f64 = 0.1;
-/// How far ahead a burst may run: the learned capacity is the rate times
-/// this, at least 1 and at most the largest `remaining` seen.
-const BURST_SPAN: Duration = Duration::from_secs(1);
+/// The fastest rate any regime sets: a server that says more is not
+/// believed, and the rate cannot run away.
+const MAX_RATE: f64 = 1_000_000.0;
+/// Requests unanswered for longer than this no longer count as in flight
+/// (their caller gave up without telling).
+const IN_FLIGHT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Where the header-less regime stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     /// Nothing learned: the configured ceiling, or no limit at all.
     Open,
-    /// After the first throttle: the rate doubles per second of success
-    /// until the next throttle.
+    /// Never throttled: doubling from [`COLD_START`].
     SlowStart,
-    /// After a later throttle: the rate grows linearly.
-    Avoidance,
+    /// Throttled before: recovering towards, then probing past, the rate
+    /// that was too fast.
+    Steady,
 }
 
 /// Per-key learning state.
@@ -77,30 +90,35 @@ pub(crate) struct Adaptive {
     ceiling: Option<Rate>,
     burst: Option<u64>,
     headroom: f64,
-    /// Per limit name: estimated window and the newest window's reset.
-    windows: HashMap<String, WindowState>,
-    max_remaining: u64,
+    /// Per limit (name and partition): what its readings show.
+    series: HashMap<(String, Option<String>), Series>,
+    /// Requests sent and not yet answered: sequence number and send instant.
+    in_flight: VecDeque<(u64, Instant)>,
     /// The rate this state last applied (tokens per second), if any.
     applied: Option<f64>,
     /// The capacity this state last applied, if any.
     capacity: Option<u64>,
-    /// AIMD: the send sequence number at the last decrease (requests sent
-    /// up to it belong to the burst that caused it) and the rate it started
-    /// from.
-    last_decrease: Option<(u64, f64)>,
     /// Requests sent so far.
     sent: u64,
-    phase: Phase,
-    last_increase: Option<Instant>,
     sends: SendRate,
     /// Whether any header-driven rate has been learned.
     header_driven: bool,
+    /// Whether the headers were found to contradict themselves (warned
+    /// once per key).
+    warned: bool,
+    congestion: Congestion,
 }
 
+/// The header-less regime's state.
 #[derive(Debug, Clone, Copy)]
-struct WindowState {
-    window: Duration,
-    reset_at: Option<Instant>,
+struct Congestion {
+    phase: Phase,
+    /// Requests sent up to this sequence number belong to the burst that
+    /// caused the last decrease.
+    decreased_at: Option<u64>,
+    /// The delivered rate that was too fast.
+    too_fast: f64,
+    grown_at: Option<Instant>,
 }
 
 /// A two-slot sliding counter of sends, for the measured send rate.
@@ -144,17 +162,11 @@ impl SendRate {
     }
 }
 
-/// A window estimate from one reset. Whole-second resets carry up to a
-/// second of rounding (the server rounds the reset up, its `Date` is
-/// truncated), so the estimate is the reset rounded up to whole seconds, less
-/// one second, and at least one second.
-fn window_from_reset(reset: Duration) -> Duration {
-    let secs = reset.as_secs() + u64::from(reset.subsec_nanos() > 0);
-    Duration::from_secs(secs.saturating_sub(1).max(1))
-}
-
-fn matches(dimension: &Dimension, limit: &Limit) -> bool {
-    &limit.dimension == dimension
+/// Growth time: the time since the last growth, but at most two intervals
+/// at `per_second`, so time spent blocked or idle does not compound.
+fn sending_time(since: Option<Instant>, now: Instant, per_second: f64) -> f64 {
+    let dt = since.map_or(0.0, |g| now.saturating_duration_since(g).as_secs_f64());
+    dt.min(2.0 / per_second.max(MIN_RATE))
 }
 
 impl Adaptive {
@@ -169,25 +181,43 @@ impl Adaptive {
             ceiling,
             burst,
             headroom,
-            windows: HashMap::new(),
-            max_remaining: 0,
+            series: HashMap::new(),
+            in_flight: VecDeque::new(),
             applied: ceiling.map(|r| r.per_second_f64()),
             capacity: None,
-            last_decrease: None,
             sent: 0,
-            phase: Phase::Open,
-            last_increase: None,
             sends: SendRate::default(),
             header_driven: false,
+            warned: false,
+            congestion: Congestion {
+                phase: Phase::Open,
+                decreased_at: None,
+                too_fast: 0.0,
+                grown_at: None,
+            },
         }
     }
 
     /// A request of this key was sent at `now`; returns its sequence
-    /// number, to hand back to [`on_response`](Self::on_response).
+    /// number, to hand back to [`on_response`](Self::on_response) or
+    /// [`on_no_response`](Self::on_no_response).
     pub(crate) fn on_send(&mut self, now: Instant) -> u64 {
         self.sends.record(now);
         self.sent += 1;
+        while self
+            .in_flight
+            .front()
+            .is_some_and(|(_, at)| now.saturating_duration_since(*at) > IN_FLIGHT_TIMEOUT)
+        {
+            self.in_flight.pop_front();
+        }
+        self.in_flight.push_back((self.sent, now));
         self.sent
+    }
+
+    /// The request `seq` ended without a response.
+    pub(crate) fn on_no_response(&mut self, seq: u64) {
+        self.in_flight.retain(|(s, _)| *s != seq);
     }
 
     /// The rate currently applied, in tokens per second (`None` while
@@ -199,10 +229,10 @@ impl Adaptive {
     /// The adjustment to `per_second`, capped by the configured ceiling
     /// (which no floor may exceed); `None` when it changes nothing.
     fn rate_adjustment(&mut self, per_second: f64) -> Option<Adjustment> {
-        let capped = match self.ceiling {
-            Some(c) => per_second.min(c.per_second_f64()),
-            None => per_second,
-        };
+        let mut capped = per_second.clamp(f64::MIN_POSITIVE, MAX_RATE);
+        if let Some(c) = self.ceiling {
+            capped = capped.min(c.per_second_f64());
+        }
         let rate = Rate::from_per_second_f64(capped).ok()?;
         let per_second = rate.per_second_f64();
         if let Some(applied) = self.applied {
@@ -226,20 +256,6 @@ impl Adaptive {
         Some(Adjustment::SetCapacity(capacity))
     }
 
-    fn capacity_for(&self, per_second: f64) -> u64 {
-        let span = (per_second * BURST_SPAN.as_secs_f64()).ceil();
-        let span = if span.is_finite() && span >= 1.0 {
-            span as u64
-        } else {
-            1
-        };
-        let mut capacity = span;
-        if self.max_remaining > 0 {
-            capacity = capacity.min(self.max_remaining);
-        }
-        capacity.max(1)
-    }
-
     /// Learn from a response received at `now` for the request with send
     /// sequence number `seq`.
     pub(crate) fn on_response(
@@ -249,86 +265,103 @@ impl Adaptive {
         signal: &RateLimitSignal,
         success: bool,
     ) -> Vec<Adjustment> {
+        self.in_flight.retain(|(s, _)| *s != seq);
+        let ahead = self.in_flight.iter().filter(|(s, _)| *s > seq).count() as u64;
         let mut out = Vec::new();
         let limits: Vec<&Limit> = signal
             .limits
             .iter()
-            .filter(|l| matches(&self.dimension, l))
+            .filter(|l| l.dimension == self.dimension)
             .collect();
-        let mut header_rate: Option<f64> = None;
-        let mut tighten = |r: f64| {
-            header_rate = Some(header_rate.map_or(r, |h: f64| h.min(r)));
-        };
-        for limit in &limits {
-            let name = limit.name.clone();
-            let state = self.windows.entry(name).or_insert(WindowState {
-                window: Duration::ZERO,
-                reset_at: None,
-            });
-            if let Some(w) = limit.window.filter(|w| !w.is_zero()) {
-                state.window = w;
-            } else if let Some(reset) = limit.reset {
-                state.window = state.window.max(window_from_reset(reset));
-            }
-            let window = state.window;
-            if let Some(quota) = limit.limit.filter(|&q| q > 0) {
-                if !window.is_zero() {
-                    tighten(quota as f64 / window.as_secs_f64());
-                }
-            }
-            let Some(remaining) = limit.remaining else {
-                continue;
-            };
-            self.max_remaining = self.max_remaining.max(remaining);
-            let reset_at = limit.reset.map(|r| now + r);
-            // Which window does this response speak for?
-            let tolerance = (window / 2).max(Duration::from_secs(1));
-            let fresher = match (reset_at, state.reset_at) {
-                (Some(new), Some(known)) if new + tolerance < known => {
-                    // From an older window: stale, ignore its remaining.
-                    continue;
-                }
-                (Some(new), Some(known)) => new > known + tolerance,
-                (Some(_), None) => true,
-                (None, _) => false,
-            };
-            if let Some(new) = reset_at {
-                state.reset_at = Some(state.reset_at.map_or(new, |k| k.max(new)));
-            }
-            if fresher && state.reset_at.is_some() && self.header_driven {
-                out.push(Adjustment::SetRemaining(remaining));
-            } else {
-                out.push(Adjustment::LimitRemaining(remaining));
-            }
-            if let Some(reset) = limit.reset {
-                if reset >= SPREAD_MIN_RESET {
-                    if remaining == 0 {
-                        out.push(Adjustment::BlockUntil(now + reset));
-                    } else {
-                        tighten(remaining as f64 / reset.as_secs_f64());
-                    }
-                }
-            }
-        }
-
-        if let Some(rate) = header_rate {
-            let target = rate * self.headroom;
-            self.header_driven = true;
-            out.extend(self.rate_adjustment(target));
-            let capacity = self.capacity_for(target);
-            out.extend(self.capacity_adjustment(capacity));
+        if limits.iter().any(|l| l.remaining.is_some()) {
+            self.from_headers(now, ahead, &limits, signal, &mut out);
         } else if !self.header_driven {
-            self.aimd(now, seq, signal, success, &mut out);
+            self.congestion(now, seq, signal, success, &mut out);
         }
-
-        let throttled = signal.status == 429 || signal.status == 503;
-        if let (true, Some(wait)) = (throttled, signal.retry_after) {
+        if let (true, Some(wait)) = (signal.is_throttled(), signal.retry_after) {
             out.push(Adjustment::BlockUntil(now + wait));
         }
         out
     }
 
-    fn aimd(
+    /// The header regime: each limit's series says how to pace; the
+    /// tightest wins.
+    fn from_headers(
+        &mut self,
+        now: Instant,
+        ahead: u64,
+        limits: &[&Limit],
+        signal: &RateLimitSignal,
+        out: &mut Vec<Adjustment>,
+    ) {
+        self.warn_if_contradictory(limits);
+        let admitted = !signal.is_throttled() && signal.status < 400;
+        let mut per_second: Option<f64> = None;
+        let mut left: Option<u64> = None;
+        let mut until: Option<Instant> = None;
+        for limit in limits {
+            let Some(remaining) = limit.remaining else {
+                continue;
+            };
+            let key = (limit.name.clone(), limit.partition.clone());
+            let series = self.series.entry(key).or_default();
+            let reading = Reading {
+                at: now,
+                limit: limit.limit.filter(|&l| l > 0),
+                remaining,
+                ahead,
+                reset: limit.reset,
+                window: limit.window,
+                admitted,
+            };
+            if series.is_stale(&reading) {
+                continue;
+            }
+            let pace = series.observe(reading);
+            let here = remaining.saturating_sub(ahead);
+            left = Some(left.map_or(here, |l| l.min(here)));
+            if let Some(pace) = pace {
+                per_second = Some(per_second.map_or(pace.per_second, |p| p.min(pace.per_second)));
+                if let Some(at) = pace.exhausted_until {
+                    until = Some(until.map_or(at, |u| u.max(at)));
+                }
+            }
+        }
+        if let Some(rate) = per_second {
+            self.header_driven = true;
+            out.extend(self.rate_adjustment(rate * self.headroom));
+            out.extend(self.capacity_adjustment(1));
+        }
+        if let Some(left) = left {
+            out.push(Adjustment::LimitRemaining(left));
+        }
+        if let Some(at) = until.filter(|&at| at > now) {
+            out.push(Adjustment::BlockUntil(at));
+        }
+    }
+
+    /// A limit of 0, or more remaining than the limit: the headers cannot
+    /// all be true. The series reads them conservatively; say so once.
+    fn warn_if_contradictory(&mut self, limits: &[&Limit]) {
+        if self.warned {
+            return;
+        }
+        let contradictory = limits.iter().any(|l| match (l.limit, l.remaining) {
+            (Some(0), _) => true,
+            (Some(limit), Some(remaining)) => remaining > limit,
+            _ => false,
+        });
+        if contradictory {
+            self.warned = true;
+            tracing::warn!(
+                target: "reqwest_pace",
+                "rate-limit headers contradict themselves (a limit of 0, or more remaining than the limit); pacing on what remains"
+            );
+        }
+    }
+
+    /// The header-less regime.
+    fn congestion(
         &mut self,
         now: Instant,
         seq: u64,
@@ -336,73 +369,67 @@ impl Adaptive {
         success: bool,
         out: &mut Vec<Adjustment>,
     ) {
-        let throttled =
-            signal.status == 429 || (signal.status == 503 && signal.retry_after.is_some());
-        if throttled {
-            if self.last_decrease.is_some_and(|(at, _)| seq <= at) {
+        let c = self.congestion;
+        if signal.is_throttled() {
+            if c.decreased_at.is_some_and(|at| seq <= at) {
                 // Part of the burst that caused the last decrease.
                 return;
             }
-            let measured = self.sends.per_second(now).max(MIN_RATE);
-            self.last_decrease = Some((self.sent, measured));
-            self.last_increase = Some(now);
-            if signal.retry_after.is_some() {
-                // The server said when to come back: keep the pace, but a
-                // key with no pace yet resumes from what it was doing, one
-                // request at a time, and ramps up from there.
-                if self.applied.is_none() {
-                    self.phase = Phase::SlowStart;
-                    out.extend(self.rate_adjustment(measured));
-                    out.extend(self.capacity_adjustment(1));
-                }
+            let measured = self.sends.per_second(now);
+            if measured < MIN_SAMPLE {
+                // Too few sends to say the rate caused it (a key's first
+                // requests, or one request's retries): the retry's backoff
+                // paces those.
                 return;
             }
-            let base = self.applied.map_or(measured, |a| a.min(measured));
-            self.last_decrease = Some((self.sent, base));
-            let factor = if self.phase == Phase::Open {
-                DECREASE
-            } else {
+            let delivered = self.applied.map_or(measured, |a| a.min(measured));
+            let factor = if c.phase == Phase::Steady {
                 LATER_DECREASE
+            } else {
+                DECREASE
             };
-            self.phase = match self.phase {
-                Phase::Open => Phase::SlowStart,
-                _ => Phase::Avoidance,
+            self.congestion = Congestion {
+                phase: Phase::Steady,
+                decreased_at: Some(self.sent),
+                too_fast: delivered,
+                grown_at: Some(now),
             };
-            let target = (base * factor).max(MIN_RATE);
-            out.extend(self.rate_adjustment(target));
-            out.extend(self.capacity_adjustment(burst_for(target)));
+            out.extend(self.rate_adjustment((delivered * factor).max(MIN_RATE)));
+            out.extend(self.capacity_adjustment(1));
             out.push(Adjustment::LimitRemaining(0));
-        } else if success {
-            let (Some((_, base)), Some(applied), Some(last)) =
-                (self.last_decrease, self.applied, self.last_increase)
-            else {
-                return;
-            };
-            let dt = now.saturating_duration_since(last).as_secs_f64();
-            if dt <= 0.0 {
-                return;
-            }
-            let grown = match self.phase {
-                Phase::SlowStart => applied * 2f64.powf(dt / SLOW_START_DOUBLING.as_secs_f64()),
-                _ => applied + base * INCREASE_PER_SECOND * dt,
-            };
-            if let Some(adj) = self.rate_adjustment(grown) {
-                self.last_increase = Some(now);
-                out.push(adj);
-                out.extend(self.capacity_adjustment(burst_for(grown)));
-            }
+            return;
         }
-    }
-}
-
-/// The burst allowed in the header-less regime: a fifth of a second of the
-/// rate, at least one request.
-fn burst_for(per_second: f64) -> u64 {
-    let burst = (per_second / 5.0).floor();
-    if burst.is_finite() && burst >= 1.0 {
-        burst as u64
-    } else {
-        1
+        if !success {
+            return;
+        }
+        let (rate, phase) = match (c.phase, self.applied) {
+            (Phase::Open, _) | (_, None) => (COLD_START, Phase::SlowStart),
+            (Phase::SlowStart, Some(applied)) => {
+                let dt = sending_time(c.grown_at, now, applied);
+                (
+                    applied * 2f64.powf(dt / SLOW_START_DOUBLING.as_secs_f64()),
+                    Phase::SlowStart,
+                )
+            }
+            (Phase::Steady, Some(applied)) => {
+                let dt = sending_time(c.grown_at, now, applied);
+                let target = c.too_fast * RECOVER_TO;
+                let grown = if applied < target {
+                    (applied + (target - applied) * dt / RECOVERY.as_secs_f64()).min(target)
+                } else {
+                    applied + c.too_fast * PROBE_PER_SECOND * dt
+                };
+                (grown, Phase::Steady)
+            }
+        };
+        if c.phase == Phase::Open && self.ceiling.is_some() {
+            // A configured ceiling is the starting point, not a cold start.
+            return;
+        }
+        self.congestion.phase = phase;
+        self.congestion.grown_at = Some(now);
+        out.extend(self.rate_adjustment(rate.max(MIN_RATE)));
+        out.extend(self.capacity_adjustment(1));
     }
 }
 
@@ -475,24 +502,24 @@ mod tests {
         let mut a = fresh();
         let t0 = Instant::now();
         a.on_response(t0, 1, &signal(200, vec![requests(100, 90, 60)]), true);
-        // A new window starts 60 s later: its remaining may raise tokens.
+        // A new window starts 60 s later.
         let t1 = t0 + Duration::from_secs(61);
         let adj = a.on_response(t1, 2, &signal(200, vec![requests(100, 99, 60)]), true);
-        assert!(adj.contains(&Adjustment::SetRemaining(99)), "{adj:?}");
+        assert!(adj.contains(&Adjustment::LimitRemaining(99)), "{adj:?}");
         // A response from the old window arrives late, saying 3 are left
-        // with a reset that has nearly passed: it must not lower or raise
-        // anything.
-        let adj = a.on_response(t1, 3, &signal(200, vec![requests(100, 3, 0)]), true);
-        assert!(
-            !adj.iter().any(|a| matches!(
-                a,
-                Adjustment::LimitRemaining(_) | Adjustment::SetRemaining(_)
-            )),
-            "{adj:?}"
+        // with a reset that has nearly passed: it lowers and blocks nothing.
+        let adj = a.on_response(
+            t1 + Duration::from_secs(2),
+            3,
+            &signal(200, vec![requests(100, 3, 0)]),
+            true,
         );
-        // Within the new window remaining only lowers.
-        let adj = a.on_response(t1, 4, &signal(200, vec![requests(100, 97, 59)]), true);
+        assert!(adj.is_empty(), "{adj:?}");
+        // Within the new window, what remains is spread until its end.
+        let t4 = t1 + Duration::from_secs(4);
+        let adj = a.on_response(t4, 4, &signal(200, vec![requests(100, 97, 56)]), true);
         assert!(adj.contains(&Adjustment::LimitRemaining(97)), "{adj:?}");
+        assert_eq!(rate_in(&adj).map(|r| (r * 56.0).round()), Some(97.0));
     }
 
     #[test]
@@ -561,14 +588,44 @@ mod tests {
             let adj = a.on_response(now, seq, &signal(429, vec![]), false);
             assert!(rate_in(&adj).is_none(), "one decrease per burst");
         }
-        // Slow start: 250 ms of success doubles the rate.
-        let adj = a.on_response(
-            now + Duration::from_millis(250),
-            seqs[39] + 1,
-            &signal(200, vec![]),
-            true,
-        );
+        // Success climbs back towards 95 % of the 40/s that was too fast,
+        // by the share of the recovery time spent sending (at most two
+        // intervals at the current rate per response).
+        let interval = Duration::from_secs_f64(1.0 / decreased);
+        let adj = a.on_response(now + interval, seqs[39] + 1, &signal(200, vec![]), true);
         let grown = rate_in(&adj).unwrap();
-        assert!((grown - 2.0 * decreased).abs() < 0.5, "{grown}");
+        let expected = decreased + (38.0 - decreased) * interval.as_secs_f64() / 0.5;
+        assert!((grown - expected).abs() < 0.5, "{grown} vs {expected}");
+    }
+
+    #[test]
+    fn growth_does_not_compound_across_a_long_block() {
+        let mut a = fresh();
+        let t0 = Instant::now();
+        let seq = a.on_send(t0);
+        // The first success starts slow start at the cold-start rate.
+        let adj = a.on_response(t0, seq, &signal(200, vec![]), true);
+        assert_eq!(rate_in(&adj), Some(COLD_START));
+        // 2 s later (a Retry-After block, say) one success grows the rate
+        // by at most two intervals of slow start, not 2^8.
+        let later = t0 + Duration::from_secs(2);
+        let seq = a.on_send(later);
+        let adj = a.on_response(later, seq, &signal(200, vec![]), true);
+        let grown = rate_in(&adj).unwrap();
+        let most = COLD_START * 2f64.powf(0.2 / SLOW_START_DOUBLING.as_secs_f64());
+        assert!((grown - most).abs() < 0.01, "{grown} vs {most}");
+    }
+
+    #[test]
+    fn a_bare_503_is_congestion_too() {
+        let mut a = fresh();
+        let t0 = Instant::now();
+        let seqs: Vec<u64> = (0..20)
+            .map(|i| a.on_send(t0 + Duration::from_millis(50 * i)))
+            .collect();
+        let now = t0 + Duration::from_secs(1);
+        let adj = a.on_response(now, seqs[19], &signal(503, vec![]), false);
+        assert!(rate_in(&adj).is_some_and(|r| r < 20.0), "{adj:?}");
+        assert!(adj.contains(&Adjustment::LimitRemaining(0)));
     }
 }

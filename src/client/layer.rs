@@ -43,15 +43,30 @@ const DEFAULT_HEADROOM: f64 = 0.97;
 pub struct Layer {
     pub(crate) name: String,
     key: KeyFn,
+    scope: Scope,
     rate: Option<Rate>,
     burst: Option<u64>,
     dimension: Dimension,
-    adaptive: bool,
+    /// `None`: by the default rule (see [`Layer::adaptive`]).
+    adaptive: Option<bool>,
     probe: bool,
     headroom: f64,
     factory: Option<Factory>,
     max_keys: usize,
     idle_timeout: Duration,
+}
+
+/// How much of the traffic one key of a layer covers: a server's limit
+/// teaches the narrowest adaptive layer a request belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Scope {
+    /// Every request ([`Layer::global`]).
+    Global,
+    /// One host ([`Layer::per_host`]).
+    Host,
+    /// One partition within a host: a credential, a tenant, any custom key
+    /// ([`Layer::per_header`], [`Layer::keyed`]).
+    Partition,
 }
 
 /// The default key: scheme, host and port of the URL.
@@ -80,10 +95,11 @@ impl Layer {
         Layer {
             name: name.into(),
             key: Arc::new(key),
+            scope: Scope::Partition,
             rate: None,
             burst: None,
             dimension: Dimension::Requests,
-            adaptive: true,
+            adaptive: None,
             probe: true,
             headroom: DEFAULT_HEADROOM,
             factory: None,
@@ -94,12 +110,19 @@ impl Layer {
 
     /// One bucket per host (scheme + host + port): the default layer.
     pub fn per_host() -> Self {
-        Layer::keyed("host", host_key)
+        Layer {
+            scope: Scope::Host,
+            ..Layer::keyed("host", host_key)
+        }
     }
 
-    /// One bucket for every request.
+    /// One bucket for every request. A cap: responses never lower it unless
+    /// [`adaptive(true)`](Self::adaptive) is asked for.
     pub fn global() -> Self {
-        Layer::keyed("global", |_| Some(String::from("*")))
+        Layer {
+            scope: Scope::Global,
+            ..Layer::keyed("global", |_| Some(String::from("*")))
+        }
     }
 
     /// One bucket per value of a request header (an API token, a tenant
@@ -117,8 +140,10 @@ impl Layer {
         })
     }
 
-    /// A ceiling: the layer never goes faster than this, whatever the
-    /// server says. Without it the layer starts permissively and learns.
+    /// A cap: the layer never goes faster than this. A layer with a rate
+    /// does not learn from responses unless [`adaptive(true)`](Self::adaptive)
+    /// is asked for (then the rate is a ceiling on what it learns). Without
+    /// a rate the layer starts permissively and learns.
     pub fn rate(mut self, rate: Rate) -> Self {
         self.rate = Some(rate);
         self
@@ -139,10 +164,33 @@ impl Layer {
         self
     }
 
-    /// Whether responses adjust this layer's buckets (default: yes).
+    /// Whether responses adjust this layer's buckets.
+    ///
+    /// By default a layer learns unless it is a cap: [`global`](Self::global)
+    /// layers and layers with a [`rate`](Self::rate) do not. Of the layers a
+    /// request belongs to that learn, only the narrowest teaches: a
+    /// per-credential layer ([`per_header`](Self::per_header),
+    /// [`keyed`](Self::keyed)) before the host layer, the host layer before
+    /// a global one. A server's limit describes one partition (a token, a
+    /// client address), so what one key's responses say must not cap every
+    /// other key that shares a wider bucket.
     pub fn adaptive(mut self, adaptive: bool) -> Self {
-        self.adaptive = adaptive;
+        self.adaptive = Some(adaptive);
         self
+    }
+
+    /// Whether the server's waits (`Retry-After` on a throttled response)
+    /// block this layer's key: every learning layer, and a capped layer
+    /// narrower than global unless `adaptive(false)` was asked for.
+    pub(crate) fn heeds_server(&self) -> bool {
+        self.learns() || (self.adaptive.is_none() && self.scope != Scope::Global)
+    }
+
+    /// Whether responses adjust this layer, by the rule in
+    /// [`adaptive`](Self::adaptive).
+    pub(crate) fn learns(&self) -> bool {
+        self.adaptive
+            .unwrap_or(self.scope != Scope::Global && self.rate.is_none())
     }
 
     /// Whether a key's first request goes alone, so that the others wait
@@ -247,17 +295,25 @@ impl BuiltLayer {
     }
 
     pub(crate) fn adaptive(&self) -> bool {
-        self.config.adaptive
+        self.config.learns()
+    }
+
+    pub(crate) fn scope(&self) -> Scope {
+        self.config.scope
+    }
+
+    pub(crate) fn heeds_server(&self) -> bool {
+        self.config.heeds_server()
     }
 
     /// Whether the bucket's capacity comes from the server rather than the
     /// configuration.
     pub(crate) fn learns_burst(&self) -> bool {
-        self.config.adaptive && self.config.burst.is_none()
+        self.adaptive() && self.config.burst.is_none()
     }
 
     pub(crate) fn probes(&self) -> bool {
-        self.config.adaptive && self.config.probe
+        self.adaptive() && self.config.probe
     }
 }
 

@@ -8,6 +8,7 @@
 
 mod adapt;
 mod events;
+mod infer;
 mod layer;
 
 use std::future::Future;
@@ -600,17 +601,38 @@ impl ThrottledClient {
     ) {
         let now = Instant::now();
         let cap = self.inner.policy.max_retry_after();
+        // A server's limit belongs to one partition: only the narrowest
+        // layer of this request that heeds the server is taught.
+        let target = members
+            .iter()
+            .map(|m| &self.inner.layers[m.layer])
+            .filter(|l| l.heeds_server())
+            .map(|l| l.scope())
+            .max();
         for (m, &seq) in members.iter().zip(seqs) {
             m.state.seen_response.store(true, Ordering::Release);
             let layer = &self.inner.layers[m.layer];
-            let Some(signal) = signal else { continue };
-            if !layer.adaptive() {
-                continue;
+            let taught = layer.heeds_server() && Some(layer.scope()) == target;
+            if !taught || !layer.adaptive() {
+                // In flight no more, and nothing to learn here.
+                m.state.adapt().on_no_response(seq);
             }
-            let adjustments =
+            let (Some(signal), true) = (signal, taught) else {
+                continue;
+            };
+            let adjustments = if layer.adaptive() {
                 m.state
                     .adapt()
-                    .on_response(now, seq, signal, outcome == Outcome::Success);
+                    .on_response(now, seq, signal, outcome == Outcome::Success)
+            } else {
+                // A cap is not lowered, but the server's wait is kept.
+                signal
+                    .retry_after
+                    .filter(|_| signal.is_throttled())
+                    .map(|wait| Adjustment::BlockUntil(now + wait))
+                    .into_iter()
+                    .collect()
+            };
             if signal.is_throttled() {
                 self.emit(Event::Throttled {
                     layer: layer.config.name.clone(),

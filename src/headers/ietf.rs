@@ -76,10 +76,18 @@ fn draft7(headers: &HeaderMap, clock: &Clock, notes: &mut Notes) -> Option<Draft
     }
     let mut value = |key: &str| -> Option<u64> {
         let ListEntry::Item(item) = dictionary.get(key)? else {
-            notes.push(RATELIMIT, format!("{key}: inner list where a number was expected"));
+            notes.push(
+                RATELIMIT,
+                format!("{key}: inner list where a number was expected"),
+            );
             return None;
         };
-        match item.bare_item.as_integer().map(i64::from).map(u64::try_from) {
+        match item
+            .bare_item
+            .as_integer()
+            .map(i64::from)
+            .map(u64::try_from)
+        {
             Some(Ok(v)) => Some(v),
             Some(Err(_)) => {
                 notes.push(RATELIMIT, format!("{key} is negative"));

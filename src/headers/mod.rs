@@ -274,16 +274,20 @@ impl RateLimitSignal {
         )
     }
 
-    /// Whether the server is refusing requests because of a rate limit.
+    /// Whether the server is refusing requests because it is asked too much:
+    /// the crate's one definition of "throttled", used by the parser, the
+    /// learning step, the default retry classification and the client's
+    /// events alike.
     ///
-    /// True for `429 Too Many Requests`; for `503 Service Unavailable` with a
-    /// `Retry-After`; and for `403 Forbidden` when a limit has nothing
-    /// remaining or a `Retry-After` is present, which is how GitHub reports
-    /// its primary and secondary rate limits.
+    /// True for `429 Too Many Requests`; for `503 Service Unavailable`, with
+    /// or without `Retry-After` (an overloaded server, or a proxy's limiter
+    /// such as nginx's `limit_req`, whose default refusal is a bare 503); and
+    /// for `403 Forbidden` when a limit has nothing remaining or a
+    /// `Retry-After` is present, which is how GitHub reports its primary and
+    /// secondary rate limits.
     pub fn is_throttled(&self) -> bool {
         match self.status {
-            429 => true,
-            503 => self.retry_after.is_some(),
+            429 | 503 => true,
             403 => self.retry_after.is_some() || self.is_exhausted(),
             _ => false,
         }

@@ -40,8 +40,10 @@ where
 }
 
 /// The default classification: 2xx/3xx succeed; 429, 502, 503 and 504 are
-/// retryable, and so are connect errors and timeouts; everything else is
-/// final.
+/// retryable, and so is a 403 that is a rate limit by
+/// [`RateLimitSignal::is_throttled`](crate::headers::RateLimitSignal::is_throttled)
+/// (GitHub's secondary limit: a `Retry-After`, or nothing remaining), and
+/// so are connect errors and timeouts; everything else is final.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct DefaultClassifier;
 
@@ -61,6 +63,13 @@ impl DefaultClassifier {
 impl Classifier for DefaultClassifier {
     fn classify(&self, result: Result<&Response, &reqwest::Error>) -> Outcome {
         match result {
+            Ok(response) if response.status() == StatusCode::FORBIDDEN => {
+                if crate::headers::RateLimitSignal::from_response(response).is_throttled() {
+                    Outcome::Retryable
+                } else {
+                    Outcome::Fatal
+                }
+            }
             Ok(response) => DefaultClassifier::status(response.status()),
             Err(e) if e.is_connect() || e.is_timeout() => Outcome::Retryable,
             Err(_) => Outcome::Fatal,

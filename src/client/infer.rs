@@ -1,0 +1,391 @@
+//! What a server's rate-limit headers mean, inferred from how they move.
+//!
+//! Servers write the same three numbers (`limit`, `remaining`, `reset`) for
+//! different limiters, and read literally they mislead:
+//!
+//! - a **fixed window** (express-rate-limit, GitHub's hourly quota):
+//!   `remaining` only falls until the window ends, then jumps back to
+//!   `limit`; `reset` is the end of the window;
+//! - a **moving window** (a sliding log, Python `limits`): `remaining` climbs
+//!   back one unit at a time as old requests leave the window; `reset` is
+//!   when the oldest one leaves;
+//! - a **refilling bucket** (a token bucket): `remaining` climbs back
+//!   continuously; `limit` is often the burst, not the rate, and `reset` the
+//!   time until the bucket is full.
+//!
+//! A [`Series`] follows one limit of one key. It keeps the instants of this
+//! key's admitted requests and compares them with what each response says
+//! remains, which tells the three apart without trusting any one reading:
+//!
+//! - Refill: `admitted + remaining_now − remaining_before` over an interval
+//!   is what the server gave back in it. In a fixed window it is zero but
+//!   for one jump per window; anything else refills.
+//! - A fixed window's length is bounded by the time between two window
+//!   starts (each start is seen as the jump); until two are seen, by the
+//!   earliest `now + reset` seen in the window (resets are rounded up, so
+//!   that bound tightens as the response instants cross whole seconds).
+//!   Within a window the remaining quota is spread evenly until its end.
+//! - A moving window of `limit` holds exactly the last `limit − remaining`
+//!   admissions: the `n`-th newest admission is inside it and the one before
+//!   it is not, which bounds the window's length from both sides; the bounds
+//!   of every reading must agree, or it is not a moving window.
+//! - A bucket's rate is the refill measured over a stretch in which it was
+//!   never full (a full bucket wastes its refill, so a stretch that touches
+//!   full only bounds the rate from below, and the pace grows until it does
+//!   not), and the pace is corrected so the bucket stays half full.
+//!
+//! Everything is a pure function of the readings and their instants.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// How many admissions a series remembers at most.
+const MAX_ADMISSIONS: usize = 4_096;
+/// Refill beyond the admissions, within one fixed window, that shows the
+/// server refills rather than counts a fixed window (out-of-order responses
+/// can show one unit of false refill).
+const REFILL_EVIDENCE: i64 = 3;
+/// Readings whose moving-window bounds agree before the window is trusted.
+const MOVING_EVIDENCE: u32 = 8;
+/// A bucket's pace doubles this often while the bucket stays full.
+const BUCKET_DOUBLING: Duration = Duration::from_millis(500);
+/// The shortest stretch a bucket's refill is measured over.
+const BUCKET_MIN_SPAN: Duration = Duration::from_millis(500);
+/// A bucket's level is pulled back to half full over this long.
+const BUCKET_CORRECTION: Duration = Duration::from_secs(1);
+
+/// One response's figures for one limit.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Reading {
+    /// When the response arrived.
+    pub(crate) at: Instant,
+    /// The stated limit.
+    pub(crate) limit: Option<u64>,
+    /// What the server says remains, after this request.
+    pub(crate) remaining: u64,
+    /// This key's requests sent after this one and still unanswered: the
+    /// server's `remaining` does not count them yet.
+    pub(crate) ahead: u64,
+    /// The stated time until the reset.
+    pub(crate) reset: Option<Duration>,
+    /// The stated window (IETF `w`).
+    pub(crate) window: Option<Duration>,
+    /// Whether the request was admitted (took a unit).
+    pub(crate) admitted: bool,
+}
+
+/// What the server is taken to be.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Shape {
+    /// `limit` per stated window.
+    Stated,
+    /// Remaining only falls until the window ends.
+    FixedWindow,
+    /// At most `limit` in any trailing `window`.
+    MovingWindow {
+        /// The window's length (an upper bound).
+        window: Duration,
+    },
+    /// Refills continuously.
+    Bucket,
+}
+
+/// How to pace this limit now.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Pace {
+    /// What the server is taken to be.
+    pub(crate) shape: Shape,
+    /// Units per second to send at.
+    pub(crate) per_second: f64,
+    /// Nothing is left before this instant.
+    pub(crate) exhausted_until: Option<Instant>,
+}
+
+/// One limit of one key: its readings, and what they show.
+#[derive(Debug, Default)]
+pub(crate) struct Series {
+    quota: u64,
+    /// The largest remaining seen, plus one: the most the server holds.
+    top: u64,
+    stated: Option<Duration>,
+    admissions: VecDeque<Instant>,
+    /// Admissions so far (not bounded like `admissions`).
+    admitted: u64,
+    last: Option<(Instant, u64)>,
+    refilling: bool,
+    window: WindowTrack,
+    moving: MovingTrack,
+    bucket: BucketTrack,
+}
+
+/// A fixed window's state.
+#[derive(Debug, Default)]
+struct WindowTrack {
+    /// Where the current window started, when a start was seen.
+    start: Option<Instant>,
+    /// Refill since the current window began, beyond its admissions.
+    refill: i64,
+    /// The earliest `now + reset` seen in the current window.
+    boundary: Option<Instant>,
+    /// The shortest time seen between two window starts.
+    length: Option<Duration>,
+}
+
+/// A moving window's bounds: its length is in `(lo, hi]`.
+#[derive(Debug, Default)]
+struct MovingTrack {
+    lo: Duration,
+    hi: Option<Duration>,
+    agreeing: u32,
+}
+
+/// A bucket's pace and measured rate.
+#[derive(Debug, Default)]
+struct BucketTrack {
+    per_second: f64,
+    /// The refill rate measured over the last stretch the bucket was never
+    /// full.
+    measured: Option<f64>,
+    /// Where the current stretch began: instant, remaining, admissions.
+    stretch: Option<(Instant, u64, u64)>,
+    grown_at: Option<Instant>,
+}
+
+impl Series {
+    /// Take one reading; returns how to pace now, when the readings say.
+    pub(crate) fn observe(&mut self, reading: Reading) -> Option<Pace> {
+        let now = reading.at;
+        if let Some(limit) = reading.limit {
+            self.quota = self.quota.max(limit);
+        }
+        if let Some(w) = reading.window.filter(|w| !w.is_zero()) {
+            self.stated = Some(w);
+        }
+        let fresh = reading.limit == Some(reading.remaining + 1);
+        self.top = self.top.max(reading.remaining + 1);
+        if reading.admitted {
+            self.admitted += 1;
+            self.admissions.push_back(now);
+            if self.admissions.len() > MAX_ADMISSIONS {
+                self.admissions.pop_front();
+            }
+        }
+        let refill = self.last.map(|(_, before)| {
+            i64::from(reading.admitted) + reading.remaining as i64 - before as i64
+        });
+        self.last = Some((now, reading.remaining));
+        self.track_window(now, &reading, refill, fresh);
+        if self.refilling {
+            self.track_moving(now, &reading);
+        }
+        self.pace(now, &reading)
+    }
+
+    /// Whether `reading` speaks for a fixed window older than the current
+    /// one (a late response): its reset is well before the current window's
+    /// end. It is then not used at all.
+    pub(crate) fn is_stale(&self, reading: &Reading) -> bool {
+        let (Some(boundary), Some(reset), false) =
+            (self.window.boundary, reading.reset, self.refilling)
+        else {
+            return false;
+        };
+        let length = self.window.length.or_else(|| {
+            self.window
+                .start
+                .map(|s| boundary.saturating_duration_since(s))
+        });
+        let tolerance = length
+            .map_or(Duration::ZERO, |l| l / 2)
+            .max(Duration::from_secs(1));
+        reading.at < boundary && reading.at + reset + tolerance < boundary
+    }
+
+    /// Fixed-window bookkeeping: jumps start windows, refill within one
+    /// shows the server refills instead.
+    fn track_window(&mut self, now: Instant, reading: &Reading, refill: Option<i64>, fresh: bool) {
+        let w = &mut self.window;
+        // A jump back towards the full quota starts a window; one unit back
+        // is what a bucket refilling at the pace it is spent looks like.
+        let jump = refill.is_some_and(|r| r >= 2 && (fresh || r >= self.quota as i64 / 2));
+        if jump || (refill.is_none() && fresh) {
+            if let (true, Some(start)) = (jump, w.start) {
+                let length = now.saturating_duration_since(start);
+                w.length = Some(w.length.map_or(length, |l| l.min(length)));
+            }
+            w.start = Some(now);
+            w.refill = 0;
+            w.boundary = None;
+        } else if let Some(r) = refill {
+            w.refill += r;
+            if w.refill >= REFILL_EVIDENCE {
+                self.refilling = true;
+            }
+        }
+        if let Some(reset) = reading.reset {
+            let at = now + reset;
+            w.boundary = Some(w.boundary.map_or(at, |b| b.min(at)));
+        }
+    }
+
+    /// Moving-window bounds from this reading; a reading that disagrees
+    /// with the others starts the bounds afresh.
+    fn track_moving(&mut self, now: Instant, reading: &Reading) {
+        if !reading.admitted || self.quota == 0 {
+            return;
+        }
+        let inside = self.quota.saturating_sub(reading.remaining) as usize;
+        let newest = |k: usize| -> Option<Instant> {
+            let len = self.admissions.len();
+            (k >= 1 && k <= len).then(|| self.admissions[len - k])
+        };
+        let (Some(oldest_inside), Some(first_outside)) = (newest(inside), newest(inside + 1))
+        else {
+            return;
+        };
+        let lo = now.saturating_duration_since(oldest_inside);
+        let hi = now.saturating_duration_since(first_outside);
+        let m = &mut self.moving;
+        let (new_lo, new_hi) = (m.lo.max(lo), m.hi.map_or(hi, |h| h.min(hi)));
+        if m.hi.is_some() && new_lo <= new_hi {
+            m.lo = new_lo;
+            m.hi = Some(new_hi);
+            m.agreeing += 1;
+        } else {
+            *m = MovingTrack {
+                lo,
+                hi: Some(hi),
+                agreeing: 1,
+            };
+        }
+    }
+
+    fn pace(&mut self, now: Instant, reading: &Reading) -> Option<Pace> {
+        let left = reading.remaining.saturating_sub(reading.ahead);
+        if let (Some(w), true) = (self.stated, self.quota > 0) {
+            let per_second = self.quota as f64 / w.as_secs_f64();
+            let exhausted_until = (left == 0)
+                .then(|| self.window.boundary.or(reading.reset.map(|r| now + r)))
+                .flatten();
+            return Some(Pace {
+                shape: Shape::Stated,
+                per_second,
+                exhausted_until,
+            });
+        }
+        if !self.refilling {
+            return self.fixed_window(now, left);
+        }
+        if self.moving.agreeing >= MOVING_EVIDENCE && self.quota > 0 {
+            if let Some(window) = self.moving.hi.filter(|w| !w.is_zero()) {
+                return Some(Pace {
+                    shape: Shape::MovingWindow { window },
+                    per_second: self.quota as f64 / window.as_secs_f64(),
+                    exhausted_until: None,
+                });
+            }
+        }
+        Some(self.bucket(now, left))
+    }
+
+    /// The end of the current fixed window, as well as it is known.
+    fn boundary(&self) -> Option<Instant> {
+        let w = &self.window;
+        let by_length = w.start.zip(w.length).map(|(s, l)| s + l);
+        match (w.boundary, by_length) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Spread what is left of the window evenly until its end.
+    fn fixed_window(&mut self, now: Instant, left: u64) -> Option<Pace> {
+        let boundary = self.boundary()?;
+        let length = self
+            .window
+            .length
+            .or_else(|| {
+                self.window
+                    .start
+                    .map(|s| boundary.saturating_duration_since(s))
+            })
+            .filter(|l| !l.is_zero())
+            .unwrap_or(Duration::from_secs(1));
+        let quota = self.quota.max(self.top).max(1);
+        let sustained = quota as f64 / length.as_secs_f64();
+        let until_end = boundary.saturating_duration_since(now);
+        if left == 0 {
+            return Some(Pace {
+                shape: Shape::FixedWindow,
+                per_second: sustained,
+                exhausted_until: (!until_end.is_zero()).then_some(boundary),
+            });
+        }
+        let per_second = if until_end.is_zero() {
+            sustained
+        } else {
+            left as f64 / until_end.as_secs_f64()
+        };
+        self.bucket.per_second = sustained;
+        Some(Pace {
+            shape: Shape::FixedWindow,
+            per_second,
+            exhausted_until: None,
+        })
+    }
+
+    /// Pace a refilling bucket: grow while it stays full, hold it half full
+    /// at the measured refill rate otherwise.
+    fn bucket(&mut self, now: Instant, left: u64) -> Pace {
+        let top = self.top.max(1);
+        let level = self.last.map_or(0, |(_, r)| r);
+        let full = level + 1 >= top;
+        let b = &mut self.bucket;
+        if b.per_second <= 0.0 {
+            b.per_second = 1.0;
+        }
+        if full {
+            if let Some((since, r0, n0)) = b.stretch.take() {
+                let span = now.saturating_duration_since(since);
+                if span >= BUCKET_MIN_SPAN {
+                    let refill = (self.admitted - n0) as f64 + level as f64 - r0 as f64;
+                    b.measured = Some(refill / span.as_secs_f64());
+                }
+            }
+            // Grow, counting only time spent sending at the current pace
+            // (at most two intervals), never time spent blocked.
+            let interval = 1.0 / b.per_second;
+            let dt = b
+                .grown_at
+                .map_or(0.0, |g| now.saturating_duration_since(g).as_secs_f64())
+                .min(2.0 * interval);
+            let floor = b.measured.unwrap_or(0.0);
+            b.per_second = b.per_second.max(floor) * 2f64.powf(dt / BUCKET_DOUBLING.as_secs_f64());
+            b.grown_at = Some(now);
+        } else {
+            let stretch = *b.stretch.get_or_insert((now, level, self.admitted));
+            let span = now.saturating_duration_since(stretch.0);
+            if span >= BUCKET_MIN_SPAN {
+                let refill = (self.admitted - stretch.2) as f64 + level as f64 - stretch.1 as f64;
+                b.measured = Some((refill / span.as_secs_f64()).max(0.0));
+            }
+            if let Some(rate) = b.measured {
+                let half = top as f64 / 2.0;
+                let correction = (left as f64 - half) / BUCKET_CORRECTION.as_secs_f64();
+                b.per_second = (rate + correction).max(rate / 2.0).max(f64::MIN_POSITIVE);
+            }
+            b.grown_at = Some(now);
+        }
+        let exhausted_until = (left == 0).then(|| {
+            let rate = b.measured.unwrap_or(b.per_second).max(f64::MIN_POSITIVE);
+            now + Duration::from_secs_f64((1.0 / rate).min(60.0))
+        });
+        Pace {
+            shape: Shape::Bucket,
+            per_second: b.per_second,
+            exhausted_until,
+        }
+    }
+}
