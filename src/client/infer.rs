@@ -32,7 +32,8 @@
 //! - A bucket's rate is the refill measured over a stretch in which it was
 //!   never full (a full bucket wastes its refill, so a stretch that touches
 //!   full only bounds the rate from below, and the pace grows until it does
-//!   not), and the pace is corrected so the bucket stays half full.
+//!   not), and the pace is corrected so the bucket keeps a small reserve
+//!   (a tenth, at least one unit) instead of wasting what it holds.
 //!
 //! Everything is a pure function of the readings and their instants.
 
@@ -53,7 +54,8 @@ const MOVING_EVIDENCE: u32 = 8;
 const BUCKET_DOUBLING: Duration = Duration::from_millis(500);
 /// The shortest stretch a bucket's refill is measured over.
 const BUCKET_MIN_SPAN: Duration = Duration::from_millis(500);
-/// A bucket's level is pulled back to half full over this long.
+/// A bucket's level is pulled back to its reserve (a tenth of it, at least
+/// one unit) over this long.
 const BUCKET_CORRECTION: Duration = Duration::from_secs(1);
 
 /// One response's figures for one limit.
@@ -139,6 +141,13 @@ struct MovingTrack {
     lo: Duration,
     hi: Option<Duration>,
     agreeing: u32,
+    /// The fewest and most units inside the window among the agreeing
+    /// readings: a steady pace fits any moving window, so the readings must
+    /// span several fillings to tell one apart.
+    fewest: u64,
+    most: u64,
+    /// The oldest admission inside the window at the last reading.
+    oldest_inside: Option<Instant>,
 }
 
 /// A bucket's pace and measured rate.
@@ -209,7 +218,15 @@ impl Series {
         let w = &mut self.window;
         // A jump back towards the full quota starts a window; one unit back
         // is what a bucket refilling at the pace it is spent looks like.
-        let jump = refill.is_some_and(|r| r >= 2 && (fresh || r >= self.quota as i64 / 2));
+        // A window also moves its end on: the reset instant leaps forward
+        // (a bucket's "until full" only creeps along with the clock).
+        let moved_on = match (reading.reset, w.boundary) {
+            (Some(reset), Some(end)) => now + reset > end + Duration::from_millis(500),
+            _ => true,
+        };
+        let jump = !self.refilling
+            && moved_on
+            && refill.is_some_and(|r| r >= 2 && (fresh || r >= self.quota as i64 / 2));
         if jump || (refill.is_none() && fresh) {
             if let (true, Some(start)) = (jump, w.start) {
                 let length = now.saturating_duration_since(start);
@@ -249,20 +266,32 @@ impl Series {
         let hi = now.saturating_duration_since(first_outside);
         let m = &mut self.moving;
         let (new_lo, new_hi) = (m.lo.max(lo), m.hi.map_or(hi, |h| h.min(hi)));
+        let n = inside as u64;
         if m.hi.is_some() && new_lo <= new_hi {
             m.lo = new_lo;
             m.hi = Some(new_hi);
             m.agreeing += 1;
+            m.fewest = m.fewest.min(n);
+            m.most = m.most.max(n);
         } else {
             *m = MovingTrack {
                 lo,
                 hi: Some(hi),
                 agreeing: 1,
+                fewest: n,
+                most: n,
+                oldest_inside: None,
             };
         }
+        m.oldest_inside = Some(oldest_inside);
     }
 
     fn pace(&mut self, now: Instant, reading: &Reading) -> Option<Pace> {
+        let p = self.pace_inner(now, reading);
+        eprintln!("DBG r={} ahead={} reset={:?} refilling={} jumpstart={:?} len={:?} moving={} pace={:?}", reading.remaining, reading.ahead, reading.reset, self.refilling, self.window.start.map(|s| now - s), self.window.length, self.moving.agreeing, p.map(|p| (p.shape, p.per_second, p.exhausted_until.map(|u| u - now))));
+        p
+    }
+    fn pace_inner(&mut self, now: Instant, reading: &Reading) -> Option<Pace> {
         let left = reading.remaining.saturating_sub(reading.ahead);
         if let (Some(w), true) = (self.stated, self.quota > 0) {
             let per_second = self.quota as f64 / w.as_secs_f64();
@@ -278,16 +307,28 @@ impl Series {
         if !self.refilling {
             return self.fixed_window(now, left);
         }
-        if self.moving.agreeing >= MOVING_EVIDENCE && self.quota > 0 {
-            if let Some(window) = self.moving.hi.filter(|w| !w.is_zero()) {
-                return Some(Pace {
-                    shape: Shape::MovingWindow { window },
-                    per_second: self.quota as f64 / window.as_secs_f64(),
-                    exhausted_until: None,
-                });
-            }
+        if let Some(window) = self.moving_window() {
+            let exhausted_until = (left == 0)
+                .then(|| self.moving.oldest_inside.map(|a| a + window))
+                .flatten()
+                .filter(|&at| at > now);
+            return Some(Pace {
+                shape: Shape::MovingWindow { window },
+                per_second: self.quota as f64 / window.as_secs_f64(),
+                exhausted_until,
+            });
         }
         Some(self.bucket(now, left))
+    }
+
+    /// The moving window's length (its upper bound), once the readings show
+    /// one: enough of them agree, across several fillings, and it is longer
+    /// than a reset's resolution of one second (a shorter window cannot be
+    /// told from a bucket by whole-second resets, and is paced as one).
+    fn moving_window(&self) -> Option<Duration> {
+        let m = &self.moving;
+        let enough = m.agreeing >= MOVING_EVIDENCE && m.most >= m.fewest + 3 && self.quota > 0;
+        m.hi.filter(|_| enough && m.lo >= Duration::from_secs(1))
     }
 
     /// The end of the current fixed window, as well as it is known.
@@ -323,10 +364,12 @@ impl Series {
                 exhausted_until: (!until_end.is_zero()).then_some(boundary),
             });
         }
+        // At most twice the sustained rate: what a window's end allows at
+        // once is not worth a burst that a misread bucket would refuse.
         let per_second = if until_end.is_zero() {
             sustained
         } else {
-            left as f64 / until_end.as_secs_f64()
+            (left as f64 / until_end.as_secs_f64()).min(2.0 * sustained)
         };
         self.bucket.per_second = sustained;
         Some(Pace {
@@ -336,8 +379,8 @@ impl Series {
         })
     }
 
-    /// Pace a refilling bucket: grow while it stays full, hold it half full
-    /// at the measured refill rate otherwise.
+    /// Pace a refilling bucket: grow while it stays full, hold it at its
+    /// reserve at the measured refill rate otherwise.
     fn bucket(&mut self, now: Instant, left: u64) -> Pace {
         let top = self.top.max(1);
         let level = self.last.map_or(0, |(_, r)| r);
@@ -372,8 +415,8 @@ impl Series {
                 b.measured = Some((refill / span.as_secs_f64()).max(0.0));
             }
             if let Some(rate) = b.measured {
-                let half = top as f64 / 2.0;
-                let correction = (left as f64 - half) / BUCKET_CORRECTION.as_secs_f64();
+                let reserve = (top as f64 / 10.0).max(1.0);
+                let correction = (left as f64 - reserve) / BUCKET_CORRECTION.as_secs_f64();
                 b.per_second = (rate + correction).max(rate / 2.0).max(f64::MIN_POSITIVE);
             }
             b.grown_at = Some(now);

@@ -1,0 +1,135 @@
+//! A server's limit describes one partition: the rule of which layer learns
+//! what, on tokio's paused clock with real embedded servers.
+//!
+//! - A scraper over many hosts with a per-host cap and a global cap: no
+//!   host's headers lower the global cap (nor the per-host cap).
+//! - An SDK with two API tokens, each with its own server-side limit: the
+//!   per-token layer learns each token's limit; the host layer, which both
+//!   tokens share, learns nothing.
+#![cfg(feature = "testing")]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use reqwest_pace::testing::{Dialect, RateLimitedServer};
+use reqwest_pace::{Layer, Rate, ThrottledClient};
+use tokio::time::Instant;
+
+/// Runs `work` (URL and optional API key per request) through `client`
+/// with `tasks` workers; returns the virtual time it took. Every call must
+/// succeed.
+async fn drain(
+    client: &ThrottledClient,
+    work: Vec<(String, Option<String>)>,
+    tasks: usize,
+) -> Duration {
+    let queue = Arc::new(Mutex::new(work));
+    let start = Instant::now();
+    let mut handles = Vec::new();
+    for _ in 0..tasks {
+        let (client, queue) = (client.clone(), Arc::clone(&queue));
+        handles.push(tokio::spawn(async move {
+            loop {
+                let next = queue.lock().unwrap().pop();
+                let Some((url, key)) = next else { break };
+                let mut request = client.get(&url);
+                if let Some(key) = key {
+                    request = request.header("x-api-key", key);
+                }
+                let response = client.send(request).await.expect("every call succeeds");
+                assert_eq!(response.status(), 200);
+            }
+        }));
+    }
+    for handle in handles {
+        handle.await.unwrap();
+    }
+    start.elapsed()
+}
+
+/// 200 hosts allowing 4/s each, a per-host cap of 2/s and a global cap of
+/// 100/s, 1000 requests (5 per host): the global bucket bounds the run. It
+/// starts full (100), then admits 100/s: 9 s for the other 900.
+#[tokio::test(start_paused = true)]
+async fn a_global_cap_is_not_lowered_by_one_hosts_headers() {
+    let mut servers = Vec::new();
+    for _ in 0..200 {
+        let server = RateLimitedServer::builder()
+            .limit(Rate::per_second(4).unwrap())
+            .burst(4)
+            .dialect(Dialect::XRateLimit)
+            .start()
+            .await
+            .unwrap();
+        servers.push(server);
+    }
+    let client = ThrottledClient::builder(reqwest::Client::new())
+        .rate(Rate::per_second(2).unwrap())
+        .layer(Layer::global().rate(Rate::per_second(100).unwrap()))
+        .build()
+        .unwrap();
+    let work: Vec<(String, Option<String>)> = (0..5)
+        .flat_map(|_| servers.iter().map(|s| (s.url(), None)))
+        .collect();
+    let took = drain(&client, work, 64).await;
+    let ideal = Duration::from_secs(9);
+    assert!(took >= ideal, "{took:?}: faster than the global cap allows");
+    assert!(
+        took <= ideal + ideal / 10,
+        "{took:?}: over 10 % above {ideal:?}"
+    );
+    // Neither cap learned anything from 200 servers' headers.
+    assert_eq!(client.current_rate("global", "*"), Some(100.0));
+    let refused: u64 = servers.iter().map(|s| s.stats().total.throttled).sum();
+    assert_eq!(refused, 0);
+}
+
+/// Two tokens, each allowed 10/s with a burst of 10 by the server: 60
+/// requests per token take 5 s when each token is paced on its own limit.
+#[tokio::test(start_paused = true)]
+async fn each_token_learns_its_own_limit_and_the_host_layer_none() {
+    let server = RateLimitedServer::builder()
+        .limit(Rate::per_second(10).unwrap())
+        .burst(10)
+        .dialect(Dialect::XRateLimit)
+        .start()
+        .await
+        .unwrap();
+    let client = ThrottledClient::builder(reqwest::Client::new())
+        .layer(Layer::per_header("token", "x-api-key"))
+        .build()
+        .unwrap();
+    let work: Vec<(String, Option<String>)> = (0..60)
+        .flat_map(|_| ["alpha", "beta"].map(|k| (server.url(), Some(k.to_owned()))))
+        .collect();
+    let took = drain(&client, work, 16).await;
+    let ideal = Duration::from_secs(5);
+    assert!(
+        took <= ideal + ideal / 10,
+        "{took:?}: over 10 % above {ideal:?}"
+    );
+    // The host key, shared by both tokens, was not taught either limit.
+    assert_eq!(client.current_rate("host", &server.url()), None);
+    assert_eq!(server.stats().total.throttled, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn debug_token() {
+    let server = RateLimitedServer::builder()
+        .limit(Rate::per_second(10).unwrap())
+        .burst(10)
+        .dialect(Dialect::XRateLimit)
+        .start()
+        .await
+        .unwrap();
+    let client = ThrottledClient::builder(reqwest::Client::new())
+        .layer(Layer::per_header("token", "x-api-key"))
+        .on_event(|e| if let reqwest_pace::Event::Paced{per_second, key, ..} = e { if key.contains("x-api") { } println!("{:?} paced {per_second:.2}", tokio::time::Instant::now()); })
+        .build()
+        .unwrap();
+    let work: Vec<(String, Option<String>)> = (0..60)
+        .map(|_| (server.url(), Some("alpha".to_owned())))
+        .collect();
+    drain(&client, work, 8).await;
+    for r in server.requests() { println!("{:?} {}", r.at, r.status); }
+}

@@ -1,0 +1,121 @@
+//! `ThrottledClient` with nothing configured, against every server of the
+//! zoo (`reqwest_pace::testing::zoo`): fixed windows in four header
+//! conventions, a leaky bucket answering bare 429s or 503s, a moving window,
+//! and a token bucket whose `limit` is its burst.
+//!
+//! The workload is the one of `benches/contenders.rs`: 16 tasks each run a
+//! closed loop of logical requests for 10 s, on tokio's paused clock, so
+//! every figure is exact and the run takes no real time. Each test pins the
+//! goal: at least 95 % of the server's true sustained limit, at most 1 % of
+//! responses refused where the server sends rate-limit headers and 2 % where
+//! it sends none, and no failed logical request.
+#![cfg(feature = "testing")]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest_pace::testing::{zoo, Outcome, ServerBuilder};
+use reqwest_pace::ThrottledClient;
+use tokio::time::Instant;
+
+const TASKS: usize = 16;
+const RUN: Duration = Duration::from_secs(10);
+
+#[derive(Debug)]
+struct Figures {
+    /// Admitted in the run ÷ (true sustained limit × run).
+    goodput: f64,
+    /// Share of responses refused by the limiter.
+    refused: f64,
+    /// Logical requests that ended in an error.
+    failed: u64,
+}
+
+async fn run(builder: ServerBuilder) -> Figures {
+    let server = builder.start().await.expect("zoo server starts");
+    let sustained = server.algorithm().sustained_per_second();
+    let client = ThrottledClient::new(reqwest::Client::new()).expect("default client");
+    let failed = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..TASKS {
+        let (client, url, failed) = (client.clone(), server.url(), Arc::clone(&failed));
+        tasks.push(tokio::spawn(async move {
+            while start.elapsed() < RUN {
+                if client.send(client.get(&url)).await.is_err() {
+                    failed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task ends");
+    }
+    let records = server.requests();
+    let admitted = records
+        .iter()
+        .filter(|r| r.at <= RUN && r.outcome == Outcome::Admitted)
+        .count() as f64;
+    let refused = records
+        .iter()
+        .filter(|r| r.outcome == Outcome::Throttled)
+        .count() as f64;
+    Figures {
+        goodput: admitted / (sustained * RUN.as_secs_f64()),
+        refused: refused / records.len().max(1) as f64,
+        failed: failed.load(Ordering::Relaxed),
+    }
+}
+
+async fn check(name: &str, max_refused: f64) {
+    let (_, builder) = zoo::all()
+        .into_iter()
+        .find(|(n, _)| *n == name)
+        .expect("zoo server by name");
+    let figures = run(builder).await;
+    println!("{name}: {figures:?}");
+    assert!(figures.goodput >= 0.95, "{name}: {figures:?}");
+    assert!(figures.refused <= max_refused, "{name}: {figures:?}");
+    assert_eq!(figures.failed, 0, "{name}: {figures:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn zoo_fixed_window_draft6() {
+    check("fixed-window-draft6", 0.01).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn zoo_fixed_window_draft7() {
+    check("fixed-window-draft7", 0.01).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn zoo_fixed_window_draft8() {
+    check("fixed-window-draft8", 0.01).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn zoo_fixed_window_legacy_epoch_resets() {
+    check("fixed-window-legacy", 0.01).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn zoo_leaky_bucket_bare_429() {
+    check("leaky-bucket-429", 0.02).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn zoo_leaky_bucket_bare_503() {
+    check("leaky-bucket-503", 0.02).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn zoo_moving_window() {
+    check("moving-window", 0.01).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn zoo_token_bucket_reporting_its_burst() {
+    check("token-bucket-github", 0.01).await;
+}
