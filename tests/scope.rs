@@ -124,12 +124,22 @@ async fn debug_token() {
         .unwrap();
     let client = ThrottledClient::builder(reqwest::Client::new())
         .layer(Layer::per_header("token", "x-api-key"))
-        .on_event(|e| if let reqwest_pace::Event::Paced{per_second, key, ..} = e { if key.contains("x-api") { } println!("{:?} paced {per_second:.2}", tokio::time::Instant::now()); })
+        .on_event(|e| {
+            if let reqwest_pace::Event::Paced {
+                per_second, key, ..
+            } = e
+            {
+                if key.contains("x-api") {}
+                println!("{:?} paced {per_second:.2}", tokio::time::Instant::now());
+            }
+        })
         .build()
         .unwrap();
     let work: Vec<(String, Option<String>)> = (0..60)
         .map(|_| (server.url(), Some("alpha".to_owned())))
         .collect();
     drain(&client, work, 8).await;
-    for r in server.requests() { println!("{:?} {}", r.at, r.status); }
+    for r in server.requests() {
+        println!("{:?} {}", r.at, r.status);
+    }
 }

@@ -288,7 +288,6 @@ impl Series {
 
     fn pace(&mut self, now: Instant, reading: &Reading) -> Option<Pace> {
         let p = self.pace_inner(now, reading);
-        eprintln!("DBG r={} ahead={} reset={:?} refilling={} jumpstart={:?} len={:?} moving={} pace={:?}", reading.remaining, reading.ahead, reading.reset, self.refilling, self.window.start.map(|s| now - s), self.window.length, self.moving.agreeing, p.map(|p| (p.shape, p.per_second, p.exhausted_until.map(|u| u - now))));
         p
     }
     fn pace_inner(&mut self, now: Instant, reading: &Reading) -> Option<Pace> {

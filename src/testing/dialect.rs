@@ -23,7 +23,17 @@ use crate::Error;
 /// | [`XRateLimit`](Dialect::XRateLimit) | `X-RateLimit-Limit: <per second>`, `X-RateLimit-Remaining: <tokens left>`, `X-RateLimit-Reset: <seconds until full>` | `Retry-After: <seconds until one token, at least 1>` |
 /// | [`GitHub`](Dialect::GitHub) | `x-ratelimit-limit`, `x-ratelimit-remaining`, `x-ratelimit-used` (limit − remaining), `x-ratelimit-reset: <epoch second when full>`, `x-ratelimit-resource: core` | `retry-after` as above |
 /// | [`Ietf`](Dialect::Ietf) | `RateLimit-Policy: "default";q=<per second>;w=1`, `RateLimit: "default";r=<tokens left>;t=<seconds until full>` | `Retry-After` as above |
+/// | [`IetfDraft6`](Dialect::IetfDraft6) | `RateLimit-Policy: <limit>;w=<window>`, `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset: <seconds>` | `Retry-After` as above |
+/// | [`IetfDraft7`](Dialect::IetfDraft7) | `RateLimit: limit=<limit>, remaining=<left>, reset=<seconds>`, `RateLimit-Policy: <limit>;w=<window>` | `Retry-After` as above |
 /// | [`None`](Dialect::None) | nothing | nothing |
+///
+/// The table speaks of the default token bucket; with another
+/// [`Algorithm`](super::Algorithm) the limit is its limit per window, `w`
+/// its window, and "full" its reset (the window's end, or when the oldest
+/// request leaves a moving window). Draft 6 and 7 are what
+/// express-rate-limit writes with `standardHeaders: 'draft-6'` and
+/// `'draft-7'`. [`ResetFormat`] changes how the `X-RateLimit` family writes
+/// its reset.
 ///
 /// The limit is the server's rate in whole requests per second (rounded to
 /// the nearest, at least 1); the bucket itself enforces the exact rate.
@@ -50,6 +60,12 @@ pub enum Dialect {
     GitHub,
     /// The IETF `RateLimit` and `RateLimit-Policy` structured fields.
     Ietf,
+    /// The IETF draft 06 fields: `RateLimit-Limit`, `-Remaining`, `-Reset`
+    /// and an integer `RateLimit-Policy`.
+    IetfDraft6,
+    /// The IETF draft 07 `RateLimit` dictionary and an integer
+    /// `RateLimit-Policy`.
+    IetfDraft7,
     /// No rate-limit headers and no `Retry-After`: a bare 429.
     None,
 }
@@ -57,10 +73,12 @@ pub enum Dialect {
 impl Dialect {
     /// Every dialect, in a fixed order (for running one scenario per
     /// dialect).
-    pub const ALL: [Dialect; 4] = [
+    pub const ALL: [Dialect; 6] = [
         Dialect::XRateLimit,
         Dialect::GitHub,
         Dialect::Ietf,
+        Dialect::IetfDraft6,
+        Dialect::IetfDraft7,
         Dialect::None,
     ];
 
@@ -70,6 +88,8 @@ impl Dialect {
             Dialect::XRateLimit => "x-ratelimit",
             Dialect::GitHub => "github",
             Dialect::Ietf => "ietf",
+            Dialect::IetfDraft6 => "ietf-draft6",
+            Dialect::IetfDraft7 => "ietf-draft7",
             Dialect::None => "none",
         }
     }
@@ -90,9 +110,51 @@ impl FromStr for Dialect {
             .find(|d| d.as_str().eq_ignore_ascii_case(s.trim()))
             .ok_or_else(|| {
                 Error::config(format!(
-                    "unknown header dialect {s:?}; expected x-ratelimit, github, ietf or none"
+                    "unknown header dialect {s:?}; expected x-ratelimit, github, ietf, ietf-draft6, ietf-draft7 or none"
                 ))
             })
+    }
+}
+
+/// How the `X-RateLimit` family ([`Dialect::XRateLimit`],
+/// [`Dialect::GitHub`]) writes its reset. The IETF fields always write
+/// seconds until the reset, rounded up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ResetFormat {
+    /// Seconds until the reset, rounded up (the default of
+    /// [`Dialect::XRateLimit`]).
+    DeltaSeconds,
+    /// The epoch second of the reset, rounded up (GitHub;
+    /// express-rate-limit's legacy `X-RateLimit-Reset`; the default of
+    /// [`Dialect::GitHub`]).
+    EpochSeconds,
+    /// The epoch of the reset in seconds with three decimals (a moving
+    /// window behind flask-limiter).
+    EpochFractional,
+}
+
+/// How the headers are written: the dialect, its reset format, and
+/// whether refusals carry `Retry-After`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Style {
+    pub(crate) dialect: Dialect,
+    pub(crate) reset: ResetFormat,
+    pub(crate) retry_after: bool,
+}
+
+impl Style {
+    /// The dialect's defaults.
+    pub(crate) fn of(dialect: Dialect) -> Style {
+        Style {
+            dialect,
+            reset: if dialect == Dialect::GitHub {
+                ResetFormat::EpochSeconds
+            } else {
+                ResetFormat::DeltaSeconds
+            },
+            retry_after: dialect != Dialect::None,
+        }
     }
 }
 
@@ -107,6 +169,8 @@ pub(crate) struct Figures {
     pub(crate) until_full: Duration,
     /// On a refusal, the time until one token is there.
     pub(crate) until_one: Option<Duration>,
+    /// The stated window (the IETF `w`).
+    pub(crate) window: Duration,
 }
 
 /// A duration in whole seconds, rounded up.
@@ -136,39 +200,44 @@ pub(crate) fn write_date(headers: &mut HeaderMap, now: SystemTime) {
     }
 }
 
-/// Writes `dialect`'s rate-limit headers (and `Retry-After` on a refusal)
+/// Writes the style's rate-limit headers (and `Retry-After` on a refusal)
 /// for a response leaving at wall-clock `now`.
-pub(crate) fn write(dialect: Dialect, figures: &Figures, now: SystemTime, headers: &mut HeaderMap) {
+pub(crate) fn write(style: &Style, figures: &Figures, now: SystemTime, headers: &mut HeaderMap) {
     let Figures {
         limit,
         remaining,
         until_full,
         until_one,
+        window,
     } = *figures;
     let reset = ceil_secs(until_full);
-    match dialect {
+    let w = ceil_secs(window).max(1);
+    let since = now.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
+    let x_reset = match style.reset {
+        ResetFormat::DeltaSeconds => reset.to_string(),
+        ResetFormat::EpochSeconds => ceil_secs(since.saturating_add(until_full)).to_string(),
+        ResetFormat::EpochFractional => {
+            format!("{:.3}", since.saturating_add(until_full).as_secs_f64())
+        }
+    };
+    match style.dialect {
         Dialect::XRateLimit => {
             put(headers, "x-ratelimit-limit", limit);
             put(headers, "x-ratelimit-remaining", remaining);
-            put(headers, "x-ratelimit-reset", reset);
+            put(headers, "x-ratelimit-reset", x_reset);
         }
         Dialect::GitHub => {
-            let since = now.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
             put(headers, "x-ratelimit-limit", limit);
             put(headers, "x-ratelimit-remaining", remaining);
             put(headers, "x-ratelimit-used", limit.saturating_sub(remaining));
-            put(
-                headers,
-                "x-ratelimit-reset",
-                ceil_secs(since.saturating_add(until_full)),
-            );
+            put(headers, "x-ratelimit-reset", x_reset);
             put(headers, "x-ratelimit-resource", "core");
         }
         Dialect::Ietf => {
             put(
                 headers,
                 "ratelimit-policy",
-                format!("\"default\";q={limit};w=1"),
+                format!("\"default\";q={limit};w={w}"),
             );
             put(
                 headers,
@@ -176,9 +245,23 @@ pub(crate) fn write(dialect: Dialect, figures: &Figures, now: SystemTime, header
                 format!("\"default\";r={remaining};t={reset}"),
             );
         }
-        Dialect::None => return,
+        Dialect::IetfDraft6 => {
+            put(headers, "ratelimit-policy", format!("{limit};w={w}"));
+            put(headers, "ratelimit-limit", limit);
+            put(headers, "ratelimit-remaining", remaining);
+            put(headers, "ratelimit-reset", reset);
+        }
+        Dialect::IetfDraft7 => {
+            put(headers, "ratelimit-policy", format!("{limit};w={w}"));
+            put(
+                headers,
+                "ratelimit",
+                format!("limit={limit}, remaining={remaining}, reset={reset}"),
+            );
+        }
+        Dialect::None => {}
     }
-    if let Some(wait) = until_one {
+    if let (Some(wait), true) = (until_one, style.retry_after) {
         headers.insert(RETRY_AFTER, HeaderValue::from(ceil_secs(wait).max(1)));
     }
 }
@@ -195,6 +278,7 @@ mod tests {
             remaining: 0,
             until_full: 200 * MS,
             until_one,
+            window: Duration::from_secs(1),
         }
     }
 
@@ -232,7 +316,12 @@ mod tests {
     fn github_reset_is_the_ceiled_epoch() {
         let now = UNIX_EPOCH + Duration::from_millis(1_700_000_000_900);
         let mut h = HeaderMap::new();
-        write(Dialect::GitHub, &figures(Some(20 * MS)), now, &mut h);
+        write(
+            &Style::of(Dialect::GitHub),
+            &figures(Some(20 * MS)),
+            now,
+            &mut h,
+        );
         // 1_700_000_000.9 s + 0.2 s = ...001.1 s, rounded up.
         assert_eq!(text(&h, "x-ratelimit-reset"), Some("1700000002"));
         assert_eq!(text(&h, "x-ratelimit-used"), Some("50"));
@@ -247,8 +336,9 @@ mod tests {
             remaining: 3,
             until_full: Duration::from_millis(1500),
             until_one: None,
+            window: Duration::from_secs(1),
         };
-        write(Dialect::Ietf, &f, UNIX_EPOCH, &mut h);
+        write(&Style::of(Dialect::Ietf), &f, UNIX_EPOCH, &mut h);
         assert_eq!(text(&h, "ratelimit-policy"), Some("\"default\";q=5;w=1"));
         assert_eq!(text(&h, "ratelimit"), Some("\"default\";r=3;t=2"));
         assert_eq!(h.get("retry-after"), None);
@@ -257,7 +347,12 @@ mod tests {
     #[test]
     fn none_writes_nothing() {
         let mut h = HeaderMap::new();
-        write(Dialect::None, &figures(Some(20 * MS)), UNIX_EPOCH, &mut h);
+        write(
+            &Style::of(Dialect::None),
+            &figures(Some(20 * MS)),
+            UNIX_EPOCH,
+            &mut h,
+        );
         assert!(h.is_empty());
     }
 }

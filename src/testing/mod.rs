@@ -25,13 +25,17 @@
 //! in flight does not let the clock jump: times recorded by the server are
 //! exactly those of the client's `sleep`s.
 
+mod algorithm;
 mod dialect;
 mod fault;
 mod key;
 mod server;
 mod state;
 
-pub use dialect::Dialect;
+pub mod zoo;
+
+pub use algorithm::Algorithm;
+pub use dialect::{Dialect, ResetFormat};
 pub use fault::{Fault, RetryAfter};
 pub use key::ClientKey;
 pub use server::{RateLimitedServer, ServerBuilder};

@@ -11,12 +11,13 @@ use axum::response::Response;
 use axum::Router;
 use futures::StreamExt;
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
-use http::HeaderMap;
+use http::{HeaderMap, StatusCode};
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::dialect::{self, http_date, Dialect};
+use super::algorithm::Algorithm;
+use super::dialect::{self, http_date, Dialect, ResetFormat, Style};
 use super::fault::{Fault, RetryAfter};
 use super::key::client_key;
 use super::state::{RequestRecord, Seen, ServerStats, State, Verdict};
@@ -43,13 +44,23 @@ use crate::{Error, Rate};
 /// - **Headers.** See [`Dialect`] for exactly what each dialect writes.
 ///   Every response carries a `Date` set by the server from the same
 ///   wall-clock instant as any epoch value in it.
+/// - **Other servers.** [`algorithm`](ServerBuilder::algorithm) swaps the
+///   token bucket for a fixed window, a moving window or nginx's leaky
+///   bucket; [`reset_format`](ServerBuilder::reset_format),
+///   [`limit_is_burst`](ServerBuilder::limit_is_burst),
+///   [`refusal_status`](ServerBuilder::refusal_status) and
+///   [`retry_after`](ServerBuilder::retry_after) write the headers as other
+///   servers do; [`zoo`](super::zoo) has one preset per real server family.
 /// - **Tokio time.** Buckets, [`latency`](ServerBuilder::latency),
 ///   [`change_limit_at`](ServerBuilder::change_limit_at) and
 ///   [`RequestRecord::at`] run on tokio's clock, and the server is spawned
 ///   on the runtime that calls [`start`](ServerBuilder::start). A test that
 ///   runs client and server in one `#[tokio::test(start_paused = true)]`
-///   sees exact virtual times at both ends. (Wall-clock `Date` and epoch
-///   values are real time: tokio cannot pause the system clock.)
+///   sees exact virtual times at both ends. The server's wall clock (its
+///   `Date`, epoch resets, `Retry-After` dates) is the system time at
+///   `start` plus the tokio time since, so under a paused clock it moves
+///   with virtual time too; `Date` is truncated to the second, as HTTP
+///   dates are.
 /// - **Lifetime.** Handles are cheap clones of one server. It stops when
 ///   [`shutdown`](Self::shutdown) is called or the last handle is dropped.
 ///
@@ -103,7 +114,10 @@ impl Drop for Inner {
 /// What the request handler shares with the handles.
 struct App {
     origin: Instant,
-    dialect: Dialect,
+    /// The system time at `origin`: the server's wall clock runs from it on
+    /// the tokio clock.
+    wall_origin: SystemTime,
+    style: Style,
     api_key: HeaderName,
     hops: usize,
     latency: Duration,
@@ -118,6 +132,14 @@ impl App {
     fn elapsed(&self) -> Duration {
         Instant::now().saturating_duration_since(self.origin)
     }
+
+    /// The server's wall clock: start time plus tokio time since.
+    fn wall(&self) -> SystemTime {
+        let elapsed = self.elapsed();
+        self.wall_origin
+            .checked_add(elapsed)
+            .unwrap_or(self.wall_origin)
+    }
 }
 
 impl std::fmt::Debug for RateLimitedServer {
@@ -125,9 +147,8 @@ impl std::fmt::Debug for RateLimitedServer {
         let state = self.inner.app.state();
         f.debug_struct("RateLimitedServer")
             .field("addr", &self.inner.addr)
-            .field("limit", &state.limit())
-            .field("burst", &state.burst())
-            .field("dialect", &self.inner.app.dialect)
+            .field("algorithm", &state.algorithm())
+            .field("style", &self.inner.app.style)
             .finish_non_exhaustive()
     }
 }
@@ -139,8 +160,13 @@ impl RateLimitedServer {
     pub fn builder() -> ServerBuilder {
         ServerBuilder {
             limit: None,
-            burst: 10,
+            burst: None,
+            algorithm: None,
             dialect: Dialect::XRateLimit,
+            reset_format: None,
+            limit_is_burst: false,
+            refusal_status: StatusCode::TOO_MANY_REQUESTS,
+            retry_after: None,
             api_key_header: "x-api-key".to_owned(),
             hops: 0,
             changes: Vec::new(),
@@ -161,17 +187,22 @@ impl RateLimitedServer {
 
     /// The header dialect.
     pub fn dialect(&self) -> Dialect {
-        self.inner.app.dialect
+        self.inner.app.style.dialect
     }
 
-    /// The current limit.
+    /// The limiter algorithm now in force.
+    pub fn algorithm(&self) -> Algorithm {
+        self.inner.app.state().algorithm()
+    }
+
+    /// The current limit: the sustained rate of the algorithm.
     pub fn limit(&self) -> Rate {
         self.inner.app.state().limit()
     }
 
-    /// The bucket capacity of every key.
+    /// How many requests a fresh key may send at once.
     pub fn burst(&self) -> u64 {
-        self.inner.app.state().burst()
+        self.algorithm().burst()
     }
 
     /// Change the limit now, for every key: existing buckets keep the
@@ -215,8 +246,13 @@ impl RateLimitedServer {
 #[derive(Clone, Debug)]
 pub struct ServerBuilder {
     limit: Option<Rate>,
-    burst: u64,
+    burst: Option<u64>,
+    algorithm: Option<Algorithm>,
     dialect: Dialect,
+    reset_format: Option<ResetFormat>,
+    limit_is_burst: bool,
+    refusal_status: StatusCode,
+    retry_after: Option<bool>,
     api_key_header: String,
     hops: usize,
     changes: Vec<(Duration, Rate)>,
@@ -225,15 +261,55 @@ pub struct ServerBuilder {
 }
 
 impl ServerBuilder {
-    /// The sustained rate per client key (default 50 per second).
+    /// The sustained rate per client key of the default token bucket
+    /// (default 50 per second). With a non-bucket
+    /// [`algorithm`](Self::algorithm) it is an error at `start`.
     pub fn limit(mut self, rate: Rate) -> Self {
         self.limit = Some(rate);
         self
     }
 
-    /// The bucket capacity per client key (default 10); at least 1.
+    /// The bucket capacity per client key of the default token bucket
+    /// (default 10); at least 1. With a non-bucket
+    /// [`algorithm`](Self::algorithm) it is an error at `start`.
     pub fn burst(mut self, burst: u64) -> Self {
-        self.burst = burst;
+        self.burst = Some(burst);
+        self
+    }
+
+    /// The limiter each client key meets (default: the token bucket of
+    /// [`limit`](Self::limit) and [`burst`](Self::burst)).
+    pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
+        self.algorithm = Some(algorithm);
+        self
+    }
+
+    /// How the `X-RateLimit` family writes its reset (default: seconds for
+    /// [`Dialect::XRateLimit`], the epoch second for [`Dialect::GitHub`]).
+    pub fn reset_format(mut self, format: ResetFormat) -> Self {
+        self.reset_format = Some(format);
+        self
+    }
+
+    /// Whether a bucket states its burst as the limit instead of its rate
+    /// per second (default: no): a token bucket whose `limit` is the burst
+    /// and whose reset is when it is full again.
+    pub fn limit_is_burst(mut self, yes: bool) -> Self {
+        self.limit_is_burst = yes;
+        self
+    }
+
+    /// The status of a limiter refusal (default 429; nginx's `limit_req`
+    /// answers 503 unless told otherwise). A 4xx or 5xx.
+    pub fn refusal_status(mut self, status: StatusCode) -> Self {
+        self.refusal_status = status;
+        self
+    }
+
+    /// Whether refusals carry `Retry-After` (default: yes, except with
+    /// [`Dialect::None`], which stays bare).
+    pub fn retry_after(mut self, yes: bool) -> Self {
+        self.retry_after = Some(yes);
         self
     }
 
@@ -295,12 +371,19 @@ impl ServerBuilder {
     /// header name, a bind failure (the message names the address and the
     /// I/O error), or when not called from within a tokio runtime.
     pub async fn start(self) -> Result<RateLimitedServer, Error> {
-        let limit = match self.limit {
-            Some(rate) => rate,
-            None => Rate::per_second(50)?,
-        };
-        if self.burst == 0 {
-            return Err(Error::config("the test server needs a burst above zero"));
+        let (algorithm, rate) = self.checked_algorithm()?;
+        if !(self.refusal_status.is_client_error() || self.refusal_status.is_server_error()) {
+            return Err(Error::config(format!(
+                "a refusal status must be a 4xx or 5xx, not {}",
+                self.refusal_status
+            )));
+        }
+        let mut style = Style::of(self.dialect);
+        if let Some(format) = self.reset_format {
+            style.reset = format;
+        }
+        if let Some(yes) = self.retry_after {
+            style.retry_after = yes;
         }
         let api_key = HeaderName::from_bytes(self.api_key_header.as_bytes()).map_err(|_| {
             Error::config(format!(
@@ -327,11 +410,17 @@ impl ServerBuilder {
         let origin = Instant::now();
         let app = Arc::new(App {
             origin,
-            dialect: self.dialect,
+            wall_origin: SystemTime::now(),
+            style,
             api_key,
             hops: self.hops,
             latency: self.latency,
-            state: Mutex::new(State::new(limit, self.burst)),
+            state: Mutex::new(State::new(
+                algorithm,
+                rate,
+                self.limit_is_burst,
+                self.refusal_status,
+            )),
         });
         let stop = CancellationToken::new();
         let stopped = CancellationToken::new();
@@ -378,6 +467,50 @@ impl ServerBuilder {
     }
 }
 
+impl ServerBuilder {
+    /// The algorithm to run: the explicit one, or the token bucket of
+    /// `limit` and `burst`; an error when both are given or a value is out
+    /// of range.
+    fn checked_algorithm(&self) -> Result<(Algorithm, Rate), Error> {
+        let algorithm = match self.algorithm {
+            Some(algorithm) => {
+                if self.limit.is_some() || self.burst.is_some() {
+                    return Err(Error::config(
+                        "the test server takes either an algorithm or limit/burst, not both",
+                    ));
+                }
+                algorithm
+            }
+            None => Algorithm::TokenBucket {
+                rate: match self.limit {
+                    Some(rate) => rate,
+                    None => Rate::per_second(50)?,
+                },
+                burst: self.burst.unwrap_or(10),
+            },
+        };
+        let valid = match algorithm {
+            Algorithm::TokenBucket { burst, .. } => burst > 0,
+            Algorithm::LeakyBucket { .. } => true,
+            Algorithm::FixedWindow { limit, window } | Algorithm::SlidingLog { limit, window } => {
+                limit > 0 && !window.is_zero()
+            }
+        };
+        if !valid {
+            return Err(Error::config(format!(
+                "the test server needs a burst, limit and window above zero ({algorithm})"
+            )));
+        }
+        let rate = match algorithm {
+            Algorithm::TokenBucket { rate, .. } | Algorithm::LeakyBucket { rate, .. } => rate,
+            Algorithm::FixedWindow { limit, window } | Algorithm::SlidingLog { limit, window } => {
+                Rate::new(limit, window)?
+            }
+        };
+        Ok((algorithm, rate))
+    }
+}
+
 async fn handle(
     Shared(app): Shared<Arc<App>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
@@ -400,20 +533,20 @@ async fn handle(
     };
     let now = app.elapsed();
     let verdict = app.state().decide(now, seen);
-    respond(app.dialect, &verdict, SystemTime::now())
+    respond(&app.style, &verdict, app.wall())
 }
 
-fn respond(dialect: Dialect, verdict: &Verdict, wall: SystemTime) -> Response {
+fn respond(style: &Style, verdict: &Verdict, wall: SystemTime) -> Response {
     let status = verdict.status();
     let mut headers = HeaderMap::new();
     dialect::write_date(&mut headers, wall);
     let body = match verdict {
         Verdict::Admitted(figures) => {
-            dialect::write(dialect, figures, wall, &mut headers);
+            dialect::write(style, figures, wall, &mut headers);
             "ok\n"
         }
-        Verdict::Throttled(figures) => {
-            dialect::write(dialect, figures, wall, &mut headers);
+        Verdict::Throttled(figures, _) => {
+            dialect::write(style, figures, wall, &mut headers);
             "rate limited\n"
         }
         Verdict::Fault { retry_after, .. } => {

@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use http::{Method, StatusCode};
 
+use super::algorithm::{Algorithm, Meter};
 use super::dialect::Figures;
 use super::fault::{Fault, RetryAfter};
 use super::key::ClientKey;
-use crate::limiter::{Algorithm, Gcra, Nanos};
+use crate::limiter::Nanos;
 use crate::Rate;
 
 /// Above this many buckets, full ones are dropped (a full bucket behaves
@@ -23,7 +24,8 @@ const SWEEP_ABOVE: usize = 10_000;
 pub enum Outcome {
     /// The bucket had a token: `200 OK`.
     Admitted,
-    /// The bucket was empty: `429 Too Many Requests`.
+    /// The limiter refused: `429 Too Many Requests`, or the configured
+    /// refusal status.
     Throttled,
     /// An injected [`Fault`] answered, whatever the bucket held.
     Fault,
@@ -58,7 +60,7 @@ pub struct Counts {
     pub requests: u64,
     /// Admitted by the limiter (`200`).
     pub ok: u64,
-    /// Refused by the limiter (`429`).
+    /// Refused by the limiter (`429`, or the configured refusal status).
     pub throttled: u64,
     /// Answered by an injected [`Fault`], whatever its status.
     pub faults: u64,
@@ -89,7 +91,8 @@ pub struct ServerStats {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Verdict {
     Admitted(Figures),
-    Throttled(Figures),
+    /// Refused by the limiter, answered with this status.
+    Throttled(Figures, StatusCode),
     Fault {
         status: StatusCode,
         retry_after: Option<RetryAfter>,
@@ -100,7 +103,7 @@ impl Verdict {
     pub(crate) fn status(&self) -> StatusCode {
         match self {
             Verdict::Admitted(_) => StatusCode::OK,
-            Verdict::Throttled(_) => StatusCode::TOO_MANY_REQUESTS,
+            Verdict::Throttled(_, status) => *status,
             Verdict::Fault { status, .. } => *status,
         }
     }
@@ -108,7 +111,7 @@ impl Verdict {
     fn outcome(&self) -> Outcome {
         match self {
             Verdict::Admitted(_) => Outcome::Admitted,
-            Verdict::Throttled(_) => Outcome::Throttled,
+            Verdict::Throttled(..) => Outcome::Throttled,
             Verdict::Fault { .. } => Outcome::Fault,
         }
     }
@@ -122,9 +125,12 @@ pub(crate) struct Seen {
 }
 
 pub(crate) struct State {
+    algorithm: Algorithm,
+    /// The algorithm's sustained rate, as last set.
     limit: Rate,
-    burst: u64,
-    buckets: HashMap<ClientKey, Gcra>,
+    limit_is_burst: bool,
+    refusal: StatusCode,
+    buckets: HashMap<ClientKey, Meter>,
     faults: VecDeque<Fault>,
     stats: ServerStats,
     records: Vec<RequestRecord>,
@@ -140,12 +146,33 @@ fn header_limit(rate: Rate) -> u64 {
     (rate.per_second_f64().round() as u64).max(1)
 }
 
+/// The limit an algorithm states: a bucket's rate per second (or its
+/// burst, with `limit_is_burst`), a window's limit.
+fn stated_limit(algorithm: &Algorithm, limit_is_burst: bool) -> u64 {
+    match *algorithm {
+        Algorithm::TokenBucket { rate, .. } | Algorithm::LeakyBucket { rate, .. } => {
+            if limit_is_burst {
+                algorithm.burst()
+            } else {
+                header_limit(rate)
+            }
+        }
+        Algorithm::FixedWindow { limit, .. } | Algorithm::SlidingLog { limit, .. } => limit,
+    }
+}
+
 impl State {
-    /// `burst` must be at least 1 (the builder checks).
-    pub(crate) fn new(limit: Rate, burst: u64) -> State {
+    pub(crate) fn new(
+        algorithm: Algorithm,
+        limit: Rate,
+        limit_is_burst: bool,
+        refusal: StatusCode,
+    ) -> State {
         State {
+            algorithm,
             limit,
-            burst: burst.max(1),
+            limit_is_burst,
+            refusal,
             buckets: HashMap::new(),
             faults: VecDeque::new(),
             stats: ServerStats::default(),
@@ -153,18 +180,19 @@ impl State {
         }
     }
 
+    pub(crate) fn algorithm(&self) -> Algorithm {
+        self.algorithm
+    }
+
     pub(crate) fn limit(&self) -> Rate {
         self.limit
     }
 
-    pub(crate) fn burst(&self) -> u64 {
-        self.burst
-    }
-
     /// Changes the rate of every bucket now (tokens earned are kept) and of
-    /// the buckets made from now on.
+    /// the buckets made from now on; a window scales its limit.
     pub(crate) fn set_limit(&mut self, now: Duration, rate: Rate) {
         let now = nanos(now);
+        self.algorithm = self.algorithm.with_rate(rate);
         self.limit = rate;
         for bucket in self.buckets.values_mut() {
             bucket.set_rate(now, rate);
@@ -215,27 +243,27 @@ impl State {
     }
 
     fn admit(&mut self, now: Nanos, key: &ClientKey) -> Verdict {
+        let algorithm = self.algorithm;
         if self.buckets.len() >= SWEEP_ABOVE && !self.buckets.contains_key(key) {
-            self.buckets.retain(|_, bucket| !bucket.is_idle(now));
+            self.buckets
+                .retain(|_, bucket| !bucket.is_idle(&algorithm, now));
         }
-        let (limit, burst) = (self.limit, self.burst);
-        let bucket = self.buckets.entry(key.clone()).or_insert_with(|| {
-            // A new bucket is full at `now`: made full at instant 0, it has
-            // stayed full since.
-            Gcra::new(limit, burst, burst)
-        });
-        let admitted = bucket.try_admit(now, 1);
-        let full_at = bucket.earliest(now, bucket.capacity());
+        // A new key starts full (a bucket made full at instant 0 has stayed
+        // full since; a window or log starts empty).
+        let meter = self
+            .buckets
+            .entry(key.clone())
+            .or_insert_with(|| algorithm.meter());
+        let decision = meter.decide(&algorithm, now);
         let figures = Figures {
-            limit: header_limit(limit),
-            remaining: bucket.available(now),
-            until_full: Duration::from_nanos(full_at.saturating_sub(now)),
-            until_one: admitted
-                .err()
-                .map(|ready| Duration::from_nanos(ready.saturating_sub(now))),
+            limit: stated_limit(&algorithm, self.limit_is_burst),
+            remaining: decision.remaining,
+            until_full: decision.reset,
+            until_one: decision.until_one,
+            window: algorithm.window(),
         };
         if figures.until_one.is_some() {
-            Verdict::Throttled(figures)
+            Verdict::Throttled(figures, self.refusal)
         } else {
             Verdict::Admitted(figures)
         }
@@ -256,6 +284,13 @@ mod tests {
 
     const MS: Duration = Duration::from_millis(1);
 
+    fn bucket(per_second: u64, burst: u64) -> Algorithm {
+        Algorithm::TokenBucket {
+            rate: Rate::per_second(per_second).unwrap(),
+            burst,
+        }
+    }
+
     fn seen(key: &str) -> Seen {
         Seen {
             key: ClientKey::ApiKey(key.into()),
@@ -266,14 +301,19 @@ mod tests {
 
     fn figures(v: Verdict) -> Figures {
         match v {
-            Verdict::Admitted(f) | Verdict::Throttled(f) => f,
+            Verdict::Admitted(f) | Verdict::Throttled(f, _) => f,
             Verdict::Fault { .. } => panic!("unexpected fault"),
         }
     }
 
     #[test]
     fn burst_then_exact_refusals() {
-        let mut s = State::new(Rate::per_second(50).unwrap(), 10);
+        let mut s = State::new(
+            bucket(50, 10),
+            Rate::per_second(50).unwrap(),
+            false,
+            StatusCode::TOO_MANY_REQUESTS,
+        );
         for left in (0..10).rev() {
             let v = s.decide(Duration::ZERO, seen("a"));
             assert!(matches!(v, Verdict::Admitted(_)));
@@ -282,7 +322,7 @@ mod tests {
             assert_eq!(f.until_full, (10 - left as u32) * 20 * MS);
         }
         let v = s.decide(5 * MS, seen("a"));
-        assert!(matches!(v, Verdict::Throttled(_)));
+        assert!(matches!(v, Verdict::Throttled(..)));
         assert_eq!(
             figures(v),
             Figures {
@@ -290,6 +330,7 @@ mod tests {
                 remaining: 0,
                 until_full: 195 * MS,
                 until_one: Some(15 * MS),
+                window: Duration::from_secs(1),
             }
         );
         assert!(matches!(s.decide(20 * MS, seen("a")), Verdict::Admitted(_)));
@@ -301,7 +342,12 @@ mod tests {
 
     #[test]
     fn set_limit_rescales_the_deficit() {
-        let mut s = State::new(Rate::per_second(10).unwrap(), 1);
+        let mut s = State::new(
+            bucket(10, 1),
+            Rate::per_second(10).unwrap(),
+            false,
+            StatusCode::TOO_MANY_REQUESTS,
+        );
         s.decide(Duration::ZERO, seen("a"));
         s.set_limit(Duration::ZERO, Rate::per_second(1).unwrap());
         let f = figures(s.decide(100 * MS, seen("a")));
@@ -317,7 +363,12 @@ mod tests {
 
     #[test]
     fn faults_take_no_tokens() {
-        let mut s = State::new(Rate::per_second(1).unwrap(), 1);
+        let mut s = State::new(
+            bucket(1, 1),
+            Rate::per_second(1).unwrap(),
+            false,
+            StatusCode::TOO_MANY_REQUESTS,
+        );
         s.inject(Fault::service_unavailable().times(2));
         s.inject(Fault::internal_server_error().times(0));
         s.inject(Fault::too_many_requests());

@@ -1,0 +1,333 @@
+//! How the server counts: the limiter each client key meets. Pure
+//! functions of `now` (nanoseconds since the server started), no I/O.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::time::Duration;
+
+use crate::limiter::{Algorithm as _, Gcra, Nanos};
+use crate::Rate;
+
+/// The limiter algorithm of a [`RateLimitedServer`](super::RateLimitedServer):
+/// each client key gets one, made fresh on its first request.
+///
+/// Real servers differ in what they count, and a client must be right on
+/// all of them:
+///
+/// | variant | models | `remaining` | `reset` |
+/// |---|---|---|---|
+/// | [`TokenBucket`](Self::TokenBucket) | API gateways, GitHub-style buckets | whole tokens left | until the bucket is full |
+/// | [`FixedWindow`](Self::FixedWindow) | express-rate-limit's memory store | left in this window | until the window ends |
+/// | [`SlidingLog`](Self::SlidingLog) | Python `limits`' moving window (flask-limiter) | `limit` less the requests in the trailing window | until the oldest of them leaves the window |
+/// | [`LeakyBucket`](Self::LeakyBucket) | nginx `limit_req ... burst=N nodelay` | tokens left | until empty of excess |
+///
+/// A fixed window starts at a key's first request and lasts `window`; the
+/// next one starts at the first request after it ends (express-rate-limit
+/// keeps one reset time per client and starts anew when it has passed).
+/// nginx counts "excess" requests and refuses one that would make the
+/// excess exceed `burst`: `burst + 1` requests pass at once, then `rate`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Algorithm {
+    /// `rate` refill, `burst` capacity.
+    TokenBucket {
+        /// The sustained rate.
+        rate: Rate,
+        /// The capacity.
+        burst: u64,
+    },
+    /// `limit` requests per `window`, the window starting at a key's first
+    /// request.
+    FixedWindow {
+        /// Requests per window.
+        limit: u64,
+        /// The window.
+        window: Duration,
+    },
+    /// At most `limit` requests in any trailing `window`.
+    SlidingLog {
+        /// Requests per window.
+        limit: u64,
+        /// The window.
+        window: Duration,
+    },
+    /// nginx's leaky bucket: `rate`, and `burst` excess requests allowed.
+    LeakyBucket {
+        /// The sustained rate.
+        rate: Rate,
+        /// Excess requests allowed beyond the rate.
+        burst: u64,
+    },
+}
+
+impl Algorithm {
+    /// The true long-run limit, in requests per second: the rate, or the
+    /// limit per window.
+    pub fn sustained_per_second(&self) -> f64 {
+        match *self {
+            Algorithm::TokenBucket { rate, .. } | Algorithm::LeakyBucket { rate, .. } => {
+                rate.per_second_f64()
+            }
+            Algorithm::FixedWindow { limit, window } | Algorithm::SlidingLog { limit, window } => {
+                limit as f64 / window.as_secs_f64().max(f64::MIN_POSITIVE)
+            }
+        }
+    }
+
+    /// How many requests may pass at once from a fresh key.
+    pub fn burst(&self) -> u64 {
+        match *self {
+            Algorithm::TokenBucket { burst, .. } => burst,
+            Algorithm::LeakyBucket { burst, .. } => burst + 1,
+            Algorithm::FixedWindow { limit, .. } | Algorithm::SlidingLog { limit, .. } => limit,
+        }
+    }
+
+    /// The stated window: 1 s for the buckets (their limit is per second).
+    pub(crate) fn window(&self) -> Duration {
+        match *self {
+            Algorithm::FixedWindow { window, .. } | Algorithm::SlidingLog { window, .. } => window,
+            _ => Duration::from_secs(1),
+        }
+    }
+
+    /// The same algorithm at a new rate: buckets take it, windows scale
+    /// their limit to `rate × window` (at least 1).
+    pub(crate) fn with_rate(self, rate: Rate) -> Algorithm {
+        let scaled = |window: Duration| {
+            ((rate.per_second_f64() * window.as_secs_f64()).round() as u64).max(1)
+        };
+        match self {
+            Algorithm::TokenBucket { burst, .. } => Algorithm::TokenBucket { rate, burst },
+            Algorithm::LeakyBucket { burst, .. } => Algorithm::LeakyBucket { rate, burst },
+            Algorithm::FixedWindow { window, .. } => Algorithm::FixedWindow {
+                limit: scaled(window),
+                window,
+            },
+            Algorithm::SlidingLog { window, .. } => Algorithm::SlidingLog {
+                limit: scaled(window),
+                window,
+            },
+        }
+    }
+
+    pub(crate) fn meter(&self) -> Meter {
+        match *self {
+            Algorithm::TokenBucket { rate, burst } => {
+                let burst = burst.max(1);
+                Meter::Bucket(Gcra::new(rate, burst, burst))
+            }
+            Algorithm::LeakyBucket { rate, burst } => {
+                let capacity = burst.saturating_add(1);
+                Meter::Bucket(Gcra::new(rate, capacity, capacity))
+            }
+            Algorithm::FixedWindow { .. } => Meter::Window {
+                start: None,
+                count: 0,
+            },
+            Algorithm::SlidingLog { .. } => Meter::Log(VecDeque::new()),
+        }
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Algorithm::TokenBucket { rate, burst } => {
+                write!(
+                    f,
+                    "token bucket {:.3}/s burst {burst}",
+                    rate.per_second_f64()
+                )
+            }
+            Algorithm::LeakyBucket { rate, burst } => {
+                write!(
+                    f,
+                    "leaky bucket {:.3}/s burst {burst}",
+                    rate.per_second_f64()
+                )
+            }
+            Algorithm::FixedWindow { limit, window } => {
+                write!(f, "fixed window {limit} per {window:?}")
+            }
+            Algorithm::SlidingLog { limit, window } => {
+                write!(f, "moving window {limit} per {window:?}")
+            }
+        }
+    }
+}
+
+/// One key's counting state.
+#[derive(Clone, Debug)]
+pub(crate) enum Meter {
+    Bucket(Gcra),
+    Window { start: Option<Nanos>, count: u64 },
+    Log(VecDeque<Nanos>),
+}
+
+/// What one decision leaves for the headers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Decision {
+    pub(crate) remaining: u64,
+    /// Until the algorithm's reset (full, window end, oldest leaves).
+    pub(crate) reset: Duration,
+    /// On a refusal, until a request would be admitted.
+    pub(crate) until_one: Option<Duration>,
+}
+
+fn nanos(d: Duration) -> Nanos {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn span(from: Nanos, to: Nanos) -> Duration {
+    Duration::from_nanos(to.saturating_sub(from))
+}
+
+impl Meter {
+    /// Decide one request at `now` under `algorithm`.
+    pub(crate) fn decide(&mut self, algorithm: &Algorithm, now: Nanos) -> Decision {
+        match self {
+            Meter::Bucket(bucket) => {
+                let admitted = bucket.try_admit(now, 1);
+                let full_at = bucket.earliest(now, bucket.capacity());
+                Decision {
+                    remaining: bucket.available(now),
+                    reset: span(now, full_at),
+                    until_one: admitted.err().map(|ready| span(now, ready)),
+                }
+            }
+            Meter::Window { start, count } => {
+                let (limit, window) = match *algorithm {
+                    Algorithm::FixedWindow { limit, window } => (limit, nanos(window)),
+                    _ => (0, 0),
+                };
+                let begun = match *start {
+                    Some(s) if now < s.saturating_add(window) => s,
+                    _ => {
+                        *count = 0;
+                        now
+                    }
+                };
+                *start = Some(begun);
+                let end = begun.saturating_add(window);
+                let admitted = *count < limit;
+                if admitted {
+                    *count += 1;
+                }
+                Decision {
+                    remaining: limit - *count,
+                    reset: span(now, end),
+                    until_one: (!admitted).then(|| span(now, end)),
+                }
+            }
+            Meter::Log(log) => {
+                let (limit, window) = match *algorithm {
+                    Algorithm::SlidingLog { limit, window } => (limit, nanos(window)),
+                    _ => (0, 0),
+                };
+                while log
+                    .front()
+                    .is_some_and(|&at| at.saturating_add(window) <= now)
+                {
+                    log.pop_front();
+                }
+                let admitted = (log.len() as u64) < limit;
+                if admitted {
+                    log.push_back(now);
+                }
+                let oldest_leaves = log
+                    .front()
+                    .map_or(now.saturating_add(window), |&at| at.saturating_add(window));
+                Decision {
+                    remaining: limit.saturating_sub(log.len() as u64),
+                    reset: span(now, oldest_leaves),
+                    until_one: (!admitted).then(|| span(now, oldest_leaves)),
+                }
+            }
+        }
+    }
+
+    /// Whether the key is as good as new (its state can be dropped).
+    pub(crate) fn is_idle(&self, algorithm: &Algorithm, now: Nanos) -> bool {
+        match self {
+            Meter::Bucket(bucket) => bucket.is_idle(now),
+            Meter::Window { start, .. } => {
+                start.is_none_or(|s| now >= s.saturating_add(nanos(algorithm.window())))
+            }
+            Meter::Log(log) => log
+                .back()
+                .is_none_or(|&at| now >= at.saturating_add(nanos(algorithm.window()))),
+        }
+    }
+
+    /// A new rate for a bucket (tokens earned are kept); windows take the
+    /// new limit from the algorithm on their next decision.
+    pub(crate) fn set_rate(&mut self, now: Nanos, rate: Rate) {
+        if let Meter::Bucket(bucket) = self {
+            bucket.set_rate(now, rate);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Nanos = 1_000_000;
+
+    #[test]
+    fn a_fixed_window_starts_at_the_first_request_and_again_after_it_ends() {
+        let alg = Algorithm::FixedWindow {
+            limit: 2,
+            window: Duration::from_secs(2),
+        };
+        let mut m = alg.meter();
+        let d = m.decide(&alg, 100 * MS);
+        assert_eq!(
+            (d.remaining, d.reset, d.until_one),
+            (1, Duration::from_secs(2), None)
+        );
+        assert_eq!(m.decide(&alg, 600 * MS).remaining, 0);
+        let refused = m.decide(&alg, 1_100 * MS);
+        assert_eq!(refused.until_one, Some(Duration::from_secs(1)));
+        // The window ended at 2.1 s; the next starts at the next request.
+        let d = m.decide(&alg, 2_500 * MS);
+        assert_eq!((d.remaining, d.reset), (1, Duration::from_secs(2)));
+    }
+
+    #[test]
+    fn a_sliding_log_frees_one_slot_as_each_request_leaves_the_window() {
+        let alg = Algorithm::SlidingLog {
+            limit: 2,
+            window: Duration::from_secs(1),
+        };
+        let mut m = alg.meter();
+        m.decide(&alg, 0);
+        let d = m.decide(&alg, 400 * MS);
+        assert_eq!((d.remaining, d.reset), (0, Duration::from_millis(600)));
+        assert_eq!(
+            m.decide(&alg, 500 * MS).until_one,
+            Some(Duration::from_millis(500))
+        );
+        // At 1 s the first leaves: one slot, and the reset is when the
+        // second leaves.
+        let d = m.decide(&alg, 1_000 * MS);
+        assert_eq!((d.remaining, d.until_one), (0, None));
+        assert_eq!(d.reset, Duration::from_millis(400));
+    }
+
+    #[test]
+    fn nginx_lets_burst_plus_one_through_at_once() {
+        let alg = Algorithm::LeakyBucket {
+            rate: Rate::per_second(20).unwrap(),
+            burst: 5,
+        };
+        let mut m = alg.meter();
+        let admitted = (0..10)
+            .filter(|_| m.decide(&alg, 0).until_one.is_none())
+            .count();
+        assert_eq!(admitted, 6);
+        assert_eq!(m.decide(&alg, 50 * MS).until_one, None);
+        assert_eq!(alg.sustained_per_second(), 20.0);
+    }
+}
