@@ -119,3 +119,32 @@ async fn zoo_moving_window() {
 async fn zoo_token_bucket_reporting_its_burst() {
     check("token-bucket-github", 0.01).await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn debug_zoo() {
+    let name = std::env::var("ZOO").unwrap_or_default();
+    let Some((_, builder)) = zoo::all().into_iter().find(|(n, _)| *n == name) else { return };
+    let server = builder.start().await.unwrap();
+    let t0 = Instant::now();
+    let client = ThrottledClient::builder(reqwest::Client::new())
+        .on_event(move |e| match e {
+            reqwest_pace::Event::Paced { per_second, .. } => println!("{:?} paced {per_second:.2}", t0.elapsed()),
+            reqwest_pace::Event::Throttled { .. } => println!("{:?} throttled", t0.elapsed()),
+            _ => {}
+        })
+        .build()
+        .unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..TASKS {
+        let (client, url) = (client.clone(), server.url());
+        tasks.push(tokio::spawn(async move {
+            while t0.elapsed() < RUN {
+                let _ = client.send(client.get(&url)).await;
+            }
+        }));
+    }
+    for t in tasks { t.await.unwrap(); }
+    let mut per_sec = [0u32; 11];
+    for r in server.requests() { if r.outcome == Outcome::Admitted { per_sec[(r.at.as_secs() as usize).min(10)] += 1; } }
+    println!("admitted per second: {per_sec:?}");
+}

@@ -57,7 +57,7 @@ pub(crate) const RECOVER_TO: f64 = 0.95;
 /// ... within about this long ...
 const RECOVERY: Duration = Duration::from_millis(500);
 /// ... and then probes beyond it by this share of it per second.
-pub(crate) const PROBE_PER_SECOND: f64 = 0.02;
+pub(crate) const PROBE_PER_SECOND: f64 = 0.03;
 /// Fewer sends than this in the last second measure no rate: a throttle
 /// then lowers nothing.
 const MIN_SAMPLE: f64 = 4.0;
@@ -118,6 +118,9 @@ struct Congestion {
     decreased_at: Option<u64>,
     /// The delivered rate that was too fast.
     too_fast: f64,
+    /// The rate this regime aims at (applied once it moves by more than
+    /// 1 %, so small steps of growth add up).
+    rate: f64,
     grown_at: Option<Instant>,
 }
 
@@ -193,6 +196,7 @@ impl Adaptive {
                 phase: Phase::Open,
                 decreased_at: None,
                 too_fast: 0.0,
+                rate: 0.0,
                 grown_at: None,
             },
         }
@@ -388,13 +392,15 @@ impl Adaptive {
             } else {
                 DECREASE
             };
+            let rate = (delivered * factor).max(MIN_RATE);
             self.congestion = Congestion {
                 phase: Phase::Steady,
                 decreased_at: Some(self.sent),
                 too_fast: delivered,
+                rate,
                 grown_at: Some(now),
             };
-            out.extend(self.rate_adjustment((delivered * factor).max(MIN_RATE)));
+            out.extend(self.rate_adjustment(rate));
             out.extend(self.capacity_adjustment(1));
             out.push(Adjustment::LimitRemaining(0));
             return;
@@ -402,7 +408,8 @@ impl Adaptive {
         if !success {
             return;
         }
-        let (rate, phase) = match (c.phase, self.applied) {
+        let current = (c.rate > 0.0).then_some(c.rate).or(self.applied);
+        let (rate, phase) = match (c.phase, current) {
             (Phase::Open, _) | (_, None) => (COLD_START, Phase::SlowStart),
             (Phase::SlowStart, Some(applied)) => {
                 let dt = sending_time(c.grown_at, now, applied);
@@ -414,8 +421,10 @@ impl Adaptive {
             (Phase::Steady, Some(applied)) => {
                 let dt = sending_time(c.grown_at, now, applied);
                 let target = c.too_fast * RECOVER_TO;
+                // Linear: the gap left by the decrease closes in RECOVERY.
+                let gap = target - c.too_fast * LATER_DECREASE.min(DECREASE);
                 let grown = if applied < target {
-                    (applied + (target - applied) * dt / RECOVERY.as_secs_f64()).min(target)
+                    (applied + gap.max(0.0) * dt / RECOVERY.as_secs_f64()).min(target)
                 } else {
                     applied + c.too_fast * PROBE_PER_SECOND * dt
                 };
@@ -426,7 +435,9 @@ impl Adaptive {
             // A configured ceiling is the starting point, not a cold start.
             return;
         }
+        let rate = rate.clamp(MIN_RATE, MAX_RATE);
         self.congestion.phase = phase;
+        self.congestion.rate = rate;
         self.congestion.grown_at = Some(now);
         out.extend(self.rate_adjustment(rate.max(MIN_RATE)));
         out.extend(self.capacity_adjustment(1));

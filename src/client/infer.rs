@@ -51,7 +51,7 @@ const REFILL_EVIDENCE: i64 = 3;
 /// Readings whose moving-window bounds agree before the window is trusted.
 const MOVING_EVIDENCE: u32 = 8;
 /// A bucket's pace doubles this often while the bucket stays full.
-const BUCKET_DOUBLING: Duration = Duration::from_millis(500);
+const BUCKET_DOUBLING: Duration = Duration::from_millis(250);
 /// The shortest stretch a bucket's refill is measured over.
 const BUCKET_MIN_SPAN: Duration = Duration::from_millis(500);
 /// A bucket's level is pulled back to its reserve (a tenth of it, at least
