@@ -112,34 +112,3 @@ async fn each_token_learns_its_own_limit_and_the_host_layer_none() {
     assert_eq!(client.current_rate("host", &server.url()), None);
     assert_eq!(server.stats().total.throttled, 0);
 }
-
-#[tokio::test(start_paused = true)]
-async fn debug_token() {
-    let server = RateLimitedServer::builder()
-        .limit(Rate::per_second(10).unwrap())
-        .burst(10)
-        .dialect(Dialect::XRateLimit)
-        .start()
-        .await
-        .unwrap();
-    let client = ThrottledClient::builder(reqwest::Client::new())
-        .layer(Layer::per_header("token", "x-api-key"))
-        .on_event(|e| {
-            if let reqwest_pace::Event::Paced {
-                per_second, key, ..
-            } = e
-            {
-                if key.contains("x-api") {}
-                println!("{:?} paced {per_second:.2}", tokio::time::Instant::now());
-            }
-        })
-        .build()
-        .unwrap();
-    let work: Vec<(String, Option<String>)> = (0..60)
-        .map(|_| (server.url(), Some("alpha".to_owned())))
-        .collect();
-    drain(&client, work, 8).await;
-    for r in server.requests() {
-        println!("{:?} {}", r.at, r.status);
-    }
-}

@@ -50,6 +50,8 @@ const MAX_ADMISSIONS: usize = 4_096;
 const REFILL_EVIDENCE: i64 = 3;
 /// Readings whose moving-window bounds agree before the window is trusted.
 const MOVING_EVIDENCE: u32 = 8;
+/// Whole-second resets are up to this much late.
+const RESET_RESOLUTION: Duration = Duration::from_secs(1);
 /// A bucket's pace doubles this often while the bucket stays full.
 const BUCKET_DOUBLING: Duration = Duration::from_millis(250);
 /// The shortest stretch a bucket's refill is measured over.
@@ -116,6 +118,8 @@ pub(crate) struct Series {
     /// Admissions so far (not bounded like `admissions`).
     admitted: u64,
     last: Option<(Instant, u64)>,
+    /// The time since the reading before the last.
+    gap: Duration,
     refilling: bool,
     window: WindowTrack,
     moving: MovingTrack,
@@ -184,6 +188,9 @@ impl Series {
         let refill = self.last.map(|(_, before)| {
             i64::from(reading.admitted) + reading.remaining as i64 - before as i64
         });
+        self.gap = self
+            .last
+            .map_or(Duration::ZERO, |(at, _)| now.saturating_duration_since(at));
         self.last = Some((now, reading.remaining));
         self.track_window(now, &reading, refill, fresh);
         if self.refilling {
@@ -287,10 +294,6 @@ impl Series {
     }
 
     fn pace(&mut self, now: Instant, reading: &Reading) -> Option<Pace> {
-        let p = self.pace_inner(now, reading);
-        p
-    }
-    fn pace_inner(&mut self, now: Instant, reading: &Reading) -> Option<Pace> {
         let left = reading.remaining.saturating_sub(reading.ahead);
         if let (Some(w), true) = (self.stated, self.quota > 0) {
             let per_second = self.quota as f64 / w.as_secs_f64();
@@ -363,12 +366,17 @@ impl Series {
                 exhausted_until: (!until_end.is_zero()).then_some(boundary),
             });
         }
+        // Spread over the window less a reset's resolution: the boundary is
+        // an upper bound (resets are rounded up), and running out early
+        // costs nothing but a wait until it, since what remains is never
+        // exceeded; running out late would leave part of the window unused.
         // At most twice the sustained rate: what a window's end allows at
         // once is not worth a burst that a misread bucket would refuse.
-        let per_second = if until_end.is_zero() {
-            sustained
+        let spread_over = until_end.saturating_sub(RESET_RESOLUTION.min(length / 2));
+        let per_second = if spread_over.is_zero() {
+            2.0 * sustained
         } else {
-            (left as f64 / until_end.as_secs_f64()).min(2.0 * sustained)
+            (left as f64 / spread_over.as_secs_f64()).min(2.0 * sustained)
         };
         self.bucket.per_second = sustained;
         Some(Pace {
@@ -387,6 +395,11 @@ impl Series {
         let b = &mut self.bucket;
         if b.per_second <= 0.0 {
             b.per_second = 1.0;
+        }
+        // A pause in the readings (a block, an idle spell) may hide a moment
+        // the bucket was full: a measured stretch must be read throughout.
+        if self.gap.as_secs_f64() > 2.0 / b.per_second {
+            b.stretch = None;
         }
         if full {
             if let Some((since, r0, n0)) = b.stretch.take() {

@@ -167,6 +167,7 @@ impl RateLimitedServer {
             limit_is_burst: false,
             refusal_status: StatusCode::TOO_MANY_REQUESTS,
             retry_after: None,
+            wall_clock: None,
             api_key_header: "x-api-key".to_owned(),
             hops: 0,
             changes: Vec::new(),
@@ -253,6 +254,7 @@ pub struct ServerBuilder {
     limit_is_burst: bool,
     refusal_status: StatusCode,
     retry_after: Option<bool>,
+    wall_clock: Option<SystemTime>,
     api_key_header: String,
     hops: usize,
     changes: Vec<(Duration, Rate)>,
@@ -303,6 +305,15 @@ impl ServerBuilder {
     /// answers 503 unless told otherwise). A 4xx or 5xx.
     pub fn refusal_status(mut self, status: StatusCode) -> Self {
         self.refusal_status = status;
+        self
+    }
+
+    /// The server's wall clock at `start` (default: the system time then).
+    /// Whole-second `Date`s and epoch resets make a client's behaviour
+    /// depend on where in a second the server starts; a test that must be
+    /// exact pins it.
+    pub fn wall_clock(mut self, at: SystemTime) -> Self {
+        self.wall_clock = Some(at);
         self
     }
 
@@ -410,7 +421,7 @@ impl ServerBuilder {
         let origin = Instant::now();
         let app = Arc::new(App {
             origin,
-            wall_origin: SystemTime::now(),
+            wall_origin: self.wall_clock.unwrap_or_else(SystemTime::now),
             style,
             api_key,
             hops: self.hops,
