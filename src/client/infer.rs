@@ -135,8 +135,15 @@ struct WindowTrack {
     refill: i64,
     /// The earliest `now + reset` seen in the current window.
     boundary: Option<Instant>,
-    /// The shortest time seen between two window starts.
+    /// The shortest time seen between two window starts: the window is at
+    /// most this long.
     length: Option<Duration>,
+    /// The longest a window was seen still running since its start: the
+    /// window is longer than this.
+    outlived: Duration,
+    /// Whether the whole-second guess (see [`Series::whole_seconds`]) was
+    /// proved wrong.
+    guess_failed: bool,
 }
 
 /// A moving window's bounds: its length is in `(lo, hi]`.
@@ -164,6 +171,23 @@ struct BucketTrack {
     /// Where the current stretch began: instant, remaining, admissions.
     stretch: Option<(Instant, u64, u64)>,
     grown_at: Option<Instant>,
+}
+
+/// How far past a guessed window end a reading without a new window proves
+/// the guess wrong (requests sent before the end may answer after it).
+const GUESS_MARGIN: Duration = Duration::from_millis(100);
+
+/// The window length, when exactly one whole number of seconds lies in
+/// `(outlived, at_most]`. Windows are configured in whole seconds almost
+/// always, and whole-second resets place a window's end only to within a
+/// second; the guess is used until a reading proves it wrong, and costs at
+/// most one refusal then.
+fn whole_seconds(outlived: Duration, at_most: Option<Duration>) -> Option<Duration> {
+    let at_most = at_most?;
+    let first = outlived.as_secs() + 1;
+    let candidate = Duration::from_secs(first);
+    let next = Duration::from_secs(first + 1);
+    (candidate <= at_most && next > at_most).then_some(candidate)
 }
 
 impl Series {
@@ -234,18 +258,37 @@ impl Series {
         let jump = !self.refilling
             && moved_on
             && refill.is_some_and(|r| r >= 2 && (fresh || r >= self.quota as i64 / 2));
+        let guess = whole_seconds(w.outlived, w.length).filter(|_| !w.guess_failed);
+        if let (Some(start), Some(guess), false) = (w.start, guess, jump) {
+            // Well past the guessed end and no new window: the guess was
+            // wrong (and is not made again).
+            if now > start + guess + GUESS_MARGIN {
+                w.guess_failed = true;
+            }
+        }
         if jump || (refill.is_none() && fresh) {
             if let (true, Some(start)) = (jump, w.start) {
                 let length = now.saturating_duration_since(start);
                 w.length = Some(w.length.map_or(length, |l| l.min(length)));
+                let last = now.checked_sub(self.gap).unwrap_or(now);
+                w.outlived = w.outlived.max(last.saturating_duration_since(start));
             }
             w.start = Some(now);
             w.refill = 0;
             w.boundary = None;
         } else if let Some(r) = refill {
             w.refill += r;
-            if w.refill >= REFILL_EVIDENCE {
+            if w.refill >= REFILL_EVIDENCE && !self.refilling {
                 self.refilling = true;
+                // What came back since the window began is a floor on the
+                // refill rate (less, if the server was full meanwhile).
+                let span = w
+                    .start
+                    .map_or(Duration::ZERO, |s| now.saturating_duration_since(s));
+                if !span.is_zero() {
+                    let floor = w.refill as f64 / span.as_secs_f64();
+                    self.bucket.per_second = self.bucket.per_second.max(floor);
+                }
             }
         }
         if let Some(reset) = reading.reset {
@@ -336,7 +379,8 @@ impl Series {
     /// The end of the current fixed window, as well as it is known.
     fn boundary(&self) -> Option<Instant> {
         let w = &self.window;
-        let by_length = w.start.zip(w.length).map(|(s, l)| s + l);
+        let guess = whole_seconds(w.outlived, w.length).filter(|_| !w.guess_failed);
+        let by_length = w.start.zip(guess.or(w.length)).map(|(s, l)| s + l);
         match (w.boundary, by_length) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
