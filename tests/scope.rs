@@ -11,7 +11,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use reqwest_pace::testing::{Dialect, RateLimitedServer};
+use reqwest_pace::testing::{Algorithm, Dialect, RateLimitedServer};
 use reqwest_pace::{Layer, Rate, ThrottledClient};
 use tokio::time::Instant;
 
@@ -111,4 +111,64 @@ async fn each_token_learns_its_own_limit_and_the_host_layer_none() {
     // The host key, shared by both tokens, was not taught either limit.
     assert_eq!(client.current_rate("host", &server.url()), None);
     assert_eq!(server.stats().total.throttled, 0);
+}
+
+/// GitHub counts `/search` apart from its `core` API and names the bucket in
+/// `x-ratelimit-resource`. Each route is paced in the bucket the server
+/// names for it, so the tight search limit does not slow the core calls.
+#[tokio::test(start_paused = true)]
+async fn each_server_bucket_is_paced_apart() {
+    let server = RateLimitedServer::builder()
+        .algorithm(Algorithm::TokenBucket {
+            rate: Rate::per_second(20).unwrap(),
+            burst: 5,
+        })
+        .limit_is_burst(true)
+        .route(
+            "/search",
+            "search",
+            Algorithm::FixedWindow {
+                limit: 10,
+                window: Duration::from_secs(10),
+            },
+        )
+        .dialect(Dialect::GitHub)
+        .start()
+        .await
+        .unwrap();
+    let client = ThrottledClient::new(reqwest::Client::new()).unwrap();
+    let run = Duration::from_secs(5);
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..10 {
+        let path = if i < 8 { "/repos/a" } else { "/search/code" };
+        let (client, url) = (client.clone(), format!("{}{path}", server.url()));
+        tasks.push(tokio::spawn(async move {
+            while start.elapsed() < run {
+                let response = client.send(client.get(&url)).await.expect("no call fails");
+                assert_eq!(response.status(), 200);
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let records = server.requests();
+    let admitted = |prefix: &str| {
+        records
+            .iter()
+            .filter(|r| r.at <= run && r.path.starts_with(prefix) && r.status == 200)
+            .count()
+    };
+    // Core: 5 s at 20/s, less the headroom and the first requests.
+    assert!(
+        admitted("/repos") >= 90,
+        "core admitted {}",
+        admitted("/repos")
+    );
+    // Search: its whole window of 10, and no more.
+    assert_eq!(admitted("/search"), 10);
+    assert_eq!(server.stats().total.throttled, 0);
+    let core = client.current_rate("host", &format!("{}~core", server.url()));
+    assert!(core.is_some_and(|r| r > 15.0), "{core:?}");
 }

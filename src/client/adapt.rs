@@ -454,6 +454,7 @@ mod tests {
             retry_after: None,
             global: false,
             scope: None,
+            bucket: None,
             limits,
             ignored: Vec::new(),
         }

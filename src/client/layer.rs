@@ -1,5 +1,6 @@
 //! Layers: which buckets a request belongs to, and how each is made.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -266,7 +267,11 @@ impl Layer {
             KeyedLimiter::new(move |key: &String| KeyState::new(&template, key, rate, capacity))
                 .with_max_keys(config.max_keys)
                 .with_idle_timeout(config.idle_timeout);
-        Ok(BuiltLayer { config, keyed })
+        Ok(BuiltLayer {
+            config,
+            keyed,
+            buckets: Mutex::new(HashMap::new()),
+        })
     }
 }
 
@@ -287,11 +292,38 @@ impl fmt::Debug for Layer {
 pub(crate) struct BuiltLayer {
     pub(crate) config: Arc<Layer>,
     pub(crate) keyed: KeyedLimiter<String, KeyState>,
+    /// Which server bucket (GitHub's resource, Discord's bucket) each route
+    /// of each key was last counted in.
+    buckets: Mutex<HashMap<(String, String), String>>,
+}
+
+/// The most routes remembered per layer; past it the memory starts afresh
+/// (each route's next response names its bucket again).
+const MAX_ROUTES: usize = 10_000;
+
+/// A request's route, as far as server buckets go: method and path.
+pub(crate) fn route(request: &Request) -> String {
+    format!("{} {}", request.method(), request.url().path())
 }
 
 impl BuiltLayer {
     pub(crate) fn key(&self, request: &Request) -> Option<String> {
         (self.config.key)(request)
+    }
+
+    /// The server bucket `route` of `key` was last counted in, if known.
+    pub(crate) fn bucket(&self, key: &str, route: &str) -> Option<String> {
+        let buckets = crate::sync::lock(&self.buckets);
+        buckets.get(&(key.to_owned(), route.to_owned())).cloned()
+    }
+
+    /// Remember that `route` of `key` is counted in `bucket`.
+    pub(crate) fn remember_bucket(&self, key: &str, route: &str, bucket: &str) {
+        let mut buckets = crate::sync::lock(&self.buckets);
+        if buckets.len() >= MAX_ROUTES {
+            buckets.clear();
+        }
+        buckets.insert((key.to_owned(), route.to_owned()), bucket.to_owned());
     }
 
     pub(crate) fn adaptive(&self) -> bool {

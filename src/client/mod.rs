@@ -223,6 +223,11 @@ struct Member {
     layer: usize,
     state: Arc<KeyState>,
     weight: u64,
+    /// The layer's key before any server bucket, and the request's route.
+    base: String,
+    route: String,
+    /// The server bucket this request is paced in, when known for its route.
+    bucket: Option<String>,
 }
 
 impl ThrottledClient {
@@ -318,11 +323,20 @@ impl ThrottledClient {
                 if weight == 0 {
                     return None;
                 }
-                let key = layer.key(request)?;
+                let base = layer.key(request)?;
+                let route = layer::route(request);
+                let bucket = layer.bucket(&base, &route);
+                let key = match &bucket {
+                    Some(bucket) => format!("{base}~{bucket}"),
+                    None => base.clone(),
+                };
                 Some(Member {
                     layer: i,
                     state: layer.keyed.get(&key),
                     weight,
+                    base,
+                    route,
+                    bucket,
                 })
             })
             .collect()
@@ -620,6 +634,18 @@ impl ThrottledClient {
             let (Some(signal), true) = (signal, taught) else {
                 continue;
             };
+            if let Some(bucket) = signal
+                .bucket
+                .as_ref()
+                .filter(|b| m.bucket.as_ref() != Some(b))
+            {
+                // The server counts this route in a bucket of its own: pace
+                // it there from the next request on. What this response says
+                // describes that bucket, not the one the request was paced in.
+                layer.remember_bucket(&m.base, &m.route, bucket);
+                m.state.adapt().on_no_response(seq);
+                continue;
+            }
             let adjustments = if layer.adaptive() {
                 m.state
                     .adapt()

@@ -158,6 +158,12 @@ pub struct RateLimitSignal {
     /// The scope of the limit hit, in lower case, when the server names one
     /// (Discord's `X-RateLimit-Scope`: `user`, `global` or `shared`).
     pub scope: Option<String>,
+    /// The server's name for the bucket this request was counted in, when
+    /// it names one apart from the limits: GitHub's `x-ratelimit-resource`
+    /// (`core`, `search`) or Discord's `x-ratelimit-bucket`. Requests
+    /// counted in different buckets have separate limits, so a client keeps
+    /// separate pacing for each (see [`ThrottledClient`](crate::ThrottledClient)).
+    pub bucket: Option<String>,
     /// Every rate limit the response describes, in a stable order: by
     /// dialect, then as the server lists them (families recognized by header
     /// name, such as OpenAI's and Anthropic's, alphabetically).
@@ -260,6 +266,7 @@ impl RateLimitSignal {
             retry_after,
             global: flags.global,
             scope: flags.scope,
+            bucket: flags.bucket,
             limits: unique,
             ignored,
         }

@@ -24,6 +24,8 @@ use super::{field, Dimension, Limit};
 pub(super) struct Flags {
     pub(super) global: bool,
     pub(super) scope: Option<String>,
+    /// GitHub's resource or Discord's bucket.
+    pub(super) bucket: Option<String>,
 }
 
 pub(super) fn parse(
@@ -32,8 +34,8 @@ pub(super) fn parse(
     notes: &mut Notes,
     limits: &mut Vec<Limit>,
 ) -> Flags {
-    let flags = flags(headers, notes);
-    plain(headers, clock, notes, limits);
+    let mut flags = flags(headers, notes);
+    flags.bucket = plain(headers, clock, notes, limits);
     suffixed(headers, clock, notes, limits);
     twitter(headers, clock, notes, limits);
     flags
@@ -55,10 +57,18 @@ fn flags(headers: &HeaderMap, notes: &mut Notes) -> Flags {
     Flags {
         global: global == Some(true) || scope.as_deref() == Some("global"),
         scope,
+        bucket: None,
     }
 }
 
-fn plain(headers: &HeaderMap, clock: &Clock, notes: &mut Notes, limits: &mut Vec<Limit>) {
+/// Reads the plain family; returns the bucket it names (GitHub's resource,
+/// Discord's bucket), if any.
+fn plain(
+    headers: &HeaderMap,
+    clock: &Clock,
+    notes: &mut Notes,
+    limits: &mut Vec<Limit>,
+) -> Option<String> {
     let limit = count(headers, notes, "x-ratelimit-limit", Keep::Smallest);
     let remaining = count(headers, notes, "x-ratelimit-remaining", Keep::Smallest);
     let used = count(headers, notes, "x-ratelimit-used", Keep::Largest);
@@ -67,8 +77,9 @@ fn plain(headers: &HeaderMap, clock: &Clock, notes: &mut Notes, limits: &mut Vec
     let bucket = name(headers, notes, "x-ratelimit-bucket");
     let resource = name(headers, notes, "x-ratelimit-resource");
 
+    let named = resource.clone().or_else(|| bucket.clone());
     if limit.is_none() && remaining.is_none() && used.is_none() && reset.is_none() {
-        return;
+        return named;
     }
     let name = resource
         .or_else(|| bucket.clone())
@@ -79,6 +90,7 @@ fn plain(headers: &HeaderMap, clock: &Clock, notes: &mut Notes, limits: &mut Vec
     out.reset = reset;
     out.partition = bucket;
     limits.push(out);
+    named
 }
 
 /// Discord's `X-RateLimit-Reset-After`: always a delay, in fractional

@@ -21,7 +21,7 @@ use crate::Error;
 /// | Dialect | Every limiter response | 429s also carry |
 /// |---|---|---|
 /// | [`XRateLimit`](Dialect::XRateLimit) | `X-RateLimit-Limit: <per second>`, `X-RateLimit-Remaining: <tokens left>`, `X-RateLimit-Reset: <seconds until full>` | `Retry-After: <seconds until one token, at least 1>` |
-/// | [`GitHub`](Dialect::GitHub) | `x-ratelimit-limit`, `x-ratelimit-remaining`, `x-ratelimit-used` (limit − remaining), `x-ratelimit-reset: <epoch second when full>`, `x-ratelimit-resource: core` | `retry-after` as above |
+/// | [`GitHub`](Dialect::GitHub) | `x-ratelimit-limit`, `x-ratelimit-remaining`, `x-ratelimit-used` (limit − remaining), `x-ratelimit-reset: <epoch second when full>`, `x-ratelimit-resource: core` (or the [route](super::ServerBuilder::route)'s name) | `retry-after` as above |
 /// | [`Ietf`](Dialect::Ietf) | `RateLimit-Policy: "default";q=<per second>;w=1`, `RateLimit: "default";r=<tokens left>;t=<seconds until full>` | `Retry-After` as above |
 /// | [`IetfDraft6`](Dialect::IetfDraft6) | `RateLimit-Policy: <limit>;w=<window>`, `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset: <seconds>` | `Retry-After` as above |
 /// | [`IetfDraft7`](Dialect::IetfDraft7) | `RateLimit: limit=<limit>, remaining=<left>, reset=<seconds>`, `RateLimit-Policy: <limit>;w=<window>` | `Retry-After` as above |
@@ -202,7 +202,13 @@ pub(crate) fn write_date(headers: &mut HeaderMap, now: SystemTime) {
 
 /// Writes the style's rate-limit headers (and `Retry-After` on a refusal)
 /// for a response leaving at wall-clock `now`.
-pub(crate) fn write(style: &Style, figures: &Figures, now: SystemTime, headers: &mut HeaderMap) {
+pub(crate) fn write(
+    style: &Style,
+    figures: &Figures,
+    now: SystemTime,
+    resource: &str,
+    headers: &mut HeaderMap,
+) {
     let Figures {
         limit,
         remaining,
@@ -231,7 +237,7 @@ pub(crate) fn write(style: &Style, figures: &Figures, now: SystemTime, headers: 
             put(headers, "x-ratelimit-remaining", remaining);
             put(headers, "x-ratelimit-used", limit.saturating_sub(remaining));
             put(headers, "x-ratelimit-reset", x_reset);
-            put(headers, "x-ratelimit-resource", "core");
+            put(headers, "x-ratelimit-resource", resource);
         }
         Dialect::Ietf => {
             put(
@@ -320,6 +326,7 @@ mod tests {
             &Style::of(Dialect::GitHub),
             &figures(Some(20 * MS)),
             now,
+            "core",
             &mut h,
         );
         // 1_700_000_000.9 s + 0.2 s = ...001.1 s, rounded up.
@@ -338,7 +345,7 @@ mod tests {
             until_one: None,
             window: Duration::from_secs(1),
         };
-        write(&Style::of(Dialect::Ietf), &f, UNIX_EPOCH, &mut h);
+        write(&Style::of(Dialect::Ietf), &f, UNIX_EPOCH, "core", &mut h);
         assert_eq!(text(&h, "ratelimit-policy"), Some("\"default\";q=5;w=1"));
         assert_eq!(text(&h, "ratelimit"), Some("\"default\";r=3;t=2"));
         assert_eq!(h.get("retry-after"), None);
@@ -351,6 +358,7 @@ mod tests {
             &Style::of(Dialect::None),
             &figures(Some(20 * MS)),
             UNIX_EPOCH,
+            "core",
             &mut h,
         );
         assert!(h.is_empty());

@@ -168,6 +168,7 @@ impl RateLimitedServer {
             refusal_status: StatusCode::TOO_MANY_REQUESTS,
             retry_after: None,
             wall_clock: None,
+            routes: Vec::new(),
             api_key_header: "x-api-key".to_owned(),
             hops: 0,
             changes: Vec::new(),
@@ -255,6 +256,7 @@ pub struct ServerBuilder {
     refusal_status: StatusCode,
     retry_after: Option<bool>,
     wall_clock: Option<SystemTime>,
+    routes: Vec<(String, String, Algorithm)>,
     api_key_header: String,
     hops: usize,
     changes: Vec<(Duration, Rate)>,
@@ -305,6 +307,18 @@ impl ServerBuilder {
     /// answers 503 unless told otherwise). A 4xx or 5xx.
     pub fn refusal_status(mut self, status: StatusCode) -> Self {
         self.refusal_status = status;
+        self
+    }
+
+    /// Count the paths that start with `prefix` apart, in a resource named
+    /// `name` with its own `algorithm` per client key, as GitHub counts
+    /// `/search` apart from its `core` API (the GitHub dialect writes the
+    /// name in `x-ratelimit-resource`; the others write the resource's
+    /// figures without its name). The first matching route wins; other
+    /// paths are the `core` resource.
+    pub fn route(mut self, prefix: &str, name: &str, algorithm: Algorithm) -> Self {
+        self.routes
+            .push((prefix.to_owned(), name.to_owned(), algorithm));
         self
     }
 
@@ -418,6 +432,10 @@ impl ServerBuilder {
             .local_addr()
             .map_err(|e| cannot("find the port of", e))?;
 
+        let mut state = State::new(algorithm, rate, self.limit_is_burst, self.refusal_status);
+        for (prefix, name, algorithm) in self.routes {
+            state.add_route(prefix, name, algorithm);
+        }
         let origin = Instant::now();
         let app = Arc::new(App {
             origin,
@@ -426,12 +444,7 @@ impl ServerBuilder {
             api_key,
             hops: self.hops,
             latency: self.latency,
-            state: Mutex::new(State::new(
-                algorithm,
-                rate,
-                self.limit_is_burst,
-                self.refusal_status,
-            )),
+            state: Mutex::new(state),
         });
         let stop = CancellationToken::new();
         let stopped = CancellationToken::new();
@@ -543,21 +556,25 @@ async fn handle(
         path: parts.uri.path().to_owned(),
     };
     let now = app.elapsed();
-    let verdict = app.state().decide(now, seen);
-    respond(&app.style, &verdict, app.wall())
+    let (verdict, resource) = {
+        let mut state = app.state();
+        let resource = state.resource_name(&seen.path).to_owned();
+        (state.decide(now, seen), resource)
+    };
+    respond(&app.style, &verdict, &resource, app.wall())
 }
 
-fn respond(style: &Style, verdict: &Verdict, wall: SystemTime) -> Response {
+fn respond(style: &Style, verdict: &Verdict, resource: &str, wall: SystemTime) -> Response {
     let status = verdict.status();
     let mut headers = HeaderMap::new();
     dialect::write_date(&mut headers, wall);
     let body = match verdict {
         Verdict::Admitted(figures) => {
-            dialect::write(style, figures, wall, &mut headers);
+            dialect::write(style, figures, wall, resource, &mut headers);
             "ok\n"
         }
         Verdict::Throttled(figures, _) => {
-            dialect::write(style, figures, wall, &mut headers);
+            dialect::write(style, figures, wall, resource, &mut headers);
             "rate limited\n"
         }
         Verdict::Fault { retry_after, .. } => {

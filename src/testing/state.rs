@@ -130,7 +130,10 @@ pub(crate) struct State {
     limit: Rate,
     limit_is_burst: bool,
     refusal: StatusCode,
-    buckets: HashMap<ClientKey, Meter>,
+    /// Per client key and resource (0: the default, `i + 1`: `routes[i]`).
+    buckets: HashMap<(ClientKey, usize), Meter>,
+    /// Paths counted apart: prefix, resource name, algorithm.
+    routes: Vec<(String, String, Algorithm)>,
     faults: VecDeque<Fault>,
     stats: ServerStats,
     records: Vec<RequestRecord>,
@@ -174,6 +177,7 @@ impl State {
             limit_is_burst,
             refusal,
             buckets: HashMap::new(),
+            routes: Vec::new(),
             faults: VecDeque::new(),
             stats: ServerStats::default(),
             records: Vec::new(),
@@ -194,8 +198,10 @@ impl State {
         let now = nanos(now);
         self.algorithm = self.algorithm.with_rate(rate);
         self.limit = rate;
-        for bucket in self.buckets.values_mut() {
-            bucket.set_rate(now, rate);
+        for ((_, resource), bucket) in self.buckets.iter_mut() {
+            if *resource == 0 {
+                bucket.set_rate(now, rate);
+            }
         }
     }
 
@@ -212,7 +218,10 @@ impl State {
                 status: fault.status,
                 retry_after: fault.retry_after,
             },
-            None => self.admit(nanos(now), &seen.key),
+            None => {
+                let resource = self.resource(&seen.path);
+                self.admit(nanos(now), &seen.key, resource)
+            }
         };
         let outcome = verdict.outcome();
         self.stats.total.count(outcome);
@@ -242,17 +251,54 @@ impl State {
         Some(fault)
     }
 
-    fn admit(&mut self, now: Nanos, key: &ClientKey) -> Verdict {
-        let algorithm = self.algorithm;
-        if self.buckets.len() >= SWEEP_ABOVE && !self.buckets.contains_key(key) {
-            self.buckets
-                .retain(|_, bucket| !bucket.is_idle(&algorithm, now));
+    /// Counts `path` in its own resource from now on: requests whose path
+    /// starts with `prefix` meet `algorithm`, named `name` (GitHub's
+    /// `x-ratelimit-resource`). The first matching route wins.
+    pub(crate) fn add_route(&mut self, prefix: String, name: String, algorithm: Algorithm) {
+        self.routes.push((prefix, name, algorithm));
+    }
+
+    /// The resource `path` is counted in.
+    fn resource(&self, path: &str) -> usize {
+        self.routes
+            .iter()
+            .position(|(prefix, _, _)| path.starts_with(prefix.as_str()))
+            .map_or(0, |i| i + 1)
+    }
+
+    /// The resource name written for `path` (`core` by default).
+    pub(crate) fn resource_name(&self, path: &str) -> &str {
+        match self.resource(path) {
+            0 => "core",
+            i => &self.routes[i - 1].1,
+        }
+    }
+
+    fn algorithm_of(&self, resource: usize) -> Algorithm {
+        match resource {
+            0 => self.algorithm,
+            i => self.routes[i - 1].2,
+        }
+    }
+
+    fn admit(&mut self, now: Nanos, key: &ClientKey, resource: usize) -> Verdict {
+        let algorithm = self.algorithm_of(resource);
+        let slot = (key.clone(), resource);
+        if self.buckets.len() >= SWEEP_ABOVE && !self.buckets.contains_key(&slot) {
+            let (default, routes) = (self.algorithm, self.routes.clone());
+            self.buckets.retain(|(_, r), bucket| {
+                let algorithm = match r {
+                    0 => default,
+                    i => routes[i - 1].2,
+                };
+                !bucket.is_idle(&algorithm, now)
+            });
         }
         // A new key starts full (a bucket made full at instant 0 has stayed
         // full since; a window or log starts empty).
         let meter = self
             .buckets
-            .entry(key.clone())
+            .entry(slot)
             .or_insert_with(|| algorithm.meter());
         let decision = meter.decide(&algorithm, now);
         let figures = Figures {
