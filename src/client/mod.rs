@@ -640,11 +640,11 @@ impl ThrottledClient {
                 .filter(|b| m.bucket.as_ref() != Some(b))
             {
                 // The server counts this route in a bucket of its own: pace
-                // it there from the next request on. What this response says
-                // describes that bucket, not the one the request was paced in.
+                // it there from the next request on. The key it was paced in
+                // (which paces only the first request of each route) still
+                // learns from it, so that requests already waiting on it do
+                // not go all at once.
                 layer.remember_bucket(&m.base, &m.route, bucket);
-                m.state.adapt().on_no_response(seq);
-                continue;
             }
             let adjustments = if layer.adaptive() {
                 m.state
