@@ -466,7 +466,10 @@ impl Series {
         } else {
             let stretch = *b.stretch.get_or_insert((now, level, self.admitted));
             let span = now.saturating_duration_since(stretch.0);
-            if span >= BUCKET_MIN_SPAN {
+            // Emptied before a full measure: the pace outruns the refill, so
+            // take the short measure rather than run into refusals.
+            let emptied = level == 0 && b.measured.is_none() && !span.is_zero();
+            if span >= BUCKET_MIN_SPAN || emptied {
                 let refill = (self.admitted - stretch.2) as f64 + level as f64 - stretch.1 as f64;
                 b.measured = Some((refill / span.as_secs_f64()).max(0.0));
             }

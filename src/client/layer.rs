@@ -311,19 +311,48 @@ impl BuiltLayer {
         (self.config.key)(request)
     }
 
-    /// The server bucket `route` of `key` was last counted in, if known.
+    /// The server bucket `route` of `key` is counted in, when it is not the
+    /// key's default bucket.
     pub(crate) fn bucket(&self, key: &str, route: &str) -> Option<String> {
+        if route.is_empty() {
+            return None;
+        }
         let buckets = crate::sync::lock(&self.buckets);
         buckets.get(&(key.to_owned(), route.to_owned())).cloned()
     }
 
-    /// Remember that `route` of `key` is counted in `bucket`.
+    /// Remember that `route` of `key` is counted in `bucket`. The first
+    /// bucket a key's responses name is its default, paced by the key
+    /// itself; only routes counted in another bucket get a key of their own
+    /// (`key~bucket`), so a server that names one bucket for everything
+    /// (GitHub's `core`) costs nothing.
     pub(crate) fn remember_bucket(&self, key: &str, route: &str, bucket: &str) {
         let mut buckets = crate::sync::lock(&self.buckets);
         if buckets.len() >= MAX_ROUTES {
             buckets.clear();
         }
-        buckets.insert((key.to_owned(), route.to_owned()), bucket.to_owned());
+        let default = buckets
+            .entry((key.to_owned(), String::new()))
+            .or_insert_with(|| bucket.to_owned());
+        if default == bucket {
+            buckets.remove(&(key.to_owned(), route.to_owned()));
+        } else {
+            buckets.insert((key.to_owned(), route.to_owned()), bucket.to_owned());
+        }
+    }
+
+    /// Whether a request of `route` paced in `paced_in` (`None`: the key's
+    /// default bucket) was counted in `named`.
+    pub(crate) fn paced_in(&self, key: &str, paced_in: Option<&str>, named: &str) -> bool {
+        match paced_in {
+            Some(bucket) => bucket == named,
+            None => {
+                let buckets = crate::sync::lock(&self.buckets);
+                buckets
+                    .get(&(key.to_owned(), String::new()))
+                    .is_some_and(|default| default == named)
+            }
+        }
     }
 
     pub(crate) fn adaptive(&self) -> bool {

@@ -634,17 +634,17 @@ impl ThrottledClient {
             let (Some(signal), true) = (signal, taught) else {
                 continue;
             };
-            if let Some(bucket) = signal
-                .bucket
-                .as_ref()
-                .filter(|b| m.bucket.as_ref() != Some(b))
-            {
+            if let Some(named) = signal.bucket.as_deref() {
                 // The server counts this route in a bucket of its own: pace
-                // it there from the next request on. The key it was paced in
-                // (which paces only the first request of each route) still
-                // learns from it, so that requests already waiting on it do
-                // not go all at once.
-                layer.remember_bucket(&m.base, &m.route, bucket);
+                // it there from the next request on. What the response says
+                // describes that bucket, so it teaches the key only when the
+                // request was paced in it (the first response of a key names
+                // its default bucket, which the key itself paces).
+                layer.remember_bucket(&m.base, &m.route, named);
+                if !layer.paced_in(&m.base, m.bucket.as_deref(), named) {
+                    m.state.adapt().on_no_response(seq);
+                    continue;
+                }
             }
             let adjustments = if layer.adaptive() {
                 m.state
