@@ -641,4 +641,42 @@ mod tests {
         assert!(rate_in(&adj).is_some_and(|r| r < 20.0), "{adj:?}");
         assert!(adj.contains(&Adjustment::LimitRemaining(0)));
     }
+
+    proptest::proptest! {
+        /// Whatever a server says, in whatever order: no panic, and every
+        /// rate set is positive, finite and at most the cap.
+        #[test]
+        fn no_server_makes_the_rate_run_away(
+            responses in proptest::collection::vec(
+                (
+                    proptest::sample::select(vec![200u16, 403, 429, 503]),
+                    proptest::option::of(0u64..u64::MAX),
+                    proptest::option::of(proptest::prop_oneof![0u64..100, 0u64..u64::MAX]),
+                    0u64..100_000,
+                    proptest::option::of(0u64..1_000_000),
+                    0u64..5_000,
+                ),
+                1..60,
+            )
+        ) {
+            let mut a = fresh();
+            let mut now = Instant::now();
+            for (status, limit, remaining, reset_ms, window_s, dt_ms) in responses {
+                now += Duration::from_millis(dt_ms);
+                let seq = a.on_send(now);
+                let mut l = Limit::new("requests", Dimension::Requests)
+                    .with_reset(Duration::from_millis(reset_ms));
+                l.limit = limit;
+                l.remaining = remaining;
+                l.window = window_s.map(Duration::from_secs);
+                let adj = a.on_response(now, seq, &signal(status, vec![l]), status == 200);
+                for x in adj {
+                    if let Adjustment::SetRate(r) = x {
+                        let r = r.per_second_f64();
+                        proptest::prop_assert!(r.is_finite() && r > 0.0 && r <= MAX_RATE, "{r}");
+                    }
+                }
+            }
+        }
+    }
 }

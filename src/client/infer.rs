@@ -200,8 +200,8 @@ impl Series {
         if let Some(w) = reading.window.filter(|w| !w.is_zero()) {
             self.stated = Some(w);
         }
-        let fresh = reading.limit == Some(reading.remaining + 1);
-        self.top = self.top.max(reading.remaining + 1);
+        let fresh = reading.limit == Some(reading.remaining.saturating_add(1));
+        self.top = self.top.max(reading.remaining.saturating_add(1));
         if reading.admitted {
             self.admitted += 1;
             self.admissions.push_back(now);
@@ -210,7 +210,9 @@ impl Series {
             }
         }
         let refill = self.last.map(|(_, before)| {
-            i64::from(reading.admitted) + reading.remaining as i64 - before as i64
+            let refill =
+                i128::from(reading.admitted) + i128::from(reading.remaining) - i128::from(before);
+            i64::try_from(refill).unwrap_or(if refill < 0 { i64::MIN } else { i64::MAX })
         });
         self.gap = self
             .last
@@ -277,7 +279,7 @@ impl Series {
             w.refill = 0;
             w.boundary = None;
         } else if let Some(r) = refill {
-            w.refill += r;
+            w.refill = w.refill.saturating_add(r);
             if w.refill >= REFILL_EVIDENCE && !self.refilling {
                 self.refilling = true;
                 // What came back since the window began is a floor on the
@@ -303,12 +305,15 @@ impl Series {
         if !reading.admitted || self.quota == 0 {
             return;
         }
-        let inside = self.quota.saturating_sub(reading.remaining) as usize;
+        let inside = usize::try_from(self.quota.saturating_sub(reading.remaining))
+            .unwrap_or(usize::MAX)
+            .min(MAX_ADMISSIONS);
         let newest = |k: usize| -> Option<Instant> {
             let len = self.admissions.len();
             (k >= 1 && k <= len).then(|| self.admissions[len - k])
         };
-        let (Some(oldest_inside), Some(first_outside)) = (newest(inside), newest(inside + 1))
+        let (Some(oldest_inside), Some(first_outside)) =
+            (newest(inside), newest(inside.saturating_add(1)))
         else {
             return;
         };
@@ -435,7 +440,7 @@ impl Series {
     fn bucket(&mut self, now: Instant, left: u64) -> Pace {
         let top = self.top.max(1);
         let level = self.last.map_or(0, |(_, r)| r);
-        let full = level + 1 >= top;
+        let full = level.saturating_add(1) >= top;
         let b = &mut self.bucket;
         if b.per_second <= 0.0 {
             b.per_second = 1.0;
@@ -488,6 +493,211 @@ impl Series {
             shape: Shape::Bucket,
             per_second: b.per_second,
             exhausted_until,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server model for the tests: what remains after a request at `t`
+    /// (seconds since the start), whether it was admitted, and the reset.
+    trait Model {
+        fn decide(&mut self, t: f64) -> (u64, bool, f64);
+        fn limit(&self) -> u64;
+    }
+
+    struct Fixed {
+        limit: u64,
+        window: f64,
+        start: Option<f64>,
+        count: u64,
+    }
+
+    impl Model for Fixed {
+        fn decide(&mut self, t: f64) -> (u64, bool, f64) {
+            let start = match self.start {
+                Some(s) if t < s + self.window => s,
+                _ => {
+                    self.count = 0;
+                    t
+                }
+            };
+            self.start = Some(start);
+            let admitted = self.count < self.limit;
+            self.count += u64::from(admitted);
+            (self.limit - self.count, admitted, start + self.window - t)
+        }
+        fn limit(&self) -> u64 {
+            self.limit
+        }
+    }
+
+    struct Log {
+        limit: u64,
+        window: f64,
+        log: VecDeque<f64>,
+    }
+
+    impl Model for Log {
+        fn decide(&mut self, t: f64) -> (u64, bool, f64) {
+            while self.log.front().is_some_and(|&a| a + self.window <= t) {
+                self.log.pop_front();
+            }
+            let admitted = (self.log.len() as u64) < self.limit;
+            if admitted {
+                self.log.push_back(t);
+            }
+            let reset = self
+                .log
+                .front()
+                .map_or(self.window, |a| a + self.window - t);
+            (self.limit - self.log.len() as u64, admitted, reset)
+        }
+        fn limit(&self) -> u64 {
+            self.limit
+        }
+    }
+
+    struct Bucket {
+        capacity: f64,
+        rate: f64,
+        tokens: f64,
+        at: f64,
+    }
+
+    impl Model for Bucket {
+        fn decide(&mut self, t: f64) -> (u64, bool, f64) {
+            self.tokens = (self.tokens + (t - self.at) * self.rate).min(self.capacity);
+            self.at = t;
+            let admitted = self.tokens >= 1.0;
+            if admitted {
+                self.tokens -= 1.0;
+            }
+            let until_full = (self.capacity - self.tokens) / self.rate;
+            (self.tokens.floor() as u64, admitted, until_full)
+        }
+        fn limit(&self) -> u64 {
+            self.capacity as u64
+        }
+    }
+
+    /// Sends one request at a time at the pace the series asks for, for
+    /// `secs`, with resets rounded up to whole seconds; returns the last
+    /// pace and the share of requests refused.
+    fn drive(model: &mut dyn Model, secs: f64) -> (Pace, f64) {
+        let origin = Instant::now();
+        let mut series = Series::default();
+        let (mut t, mut pace, mut sent, mut refused) = (0.0, None::<Pace>, 0u32, 0u32);
+        while t < secs {
+            let (remaining, admitted, reset) = model.decide(t);
+            sent += 1;
+            refused += u32::from(!admitted);
+            let at = origin + Duration::from_secs_f64(t);
+            let reading = Reading {
+                at,
+                limit: Some(model.limit()),
+                remaining,
+                ahead: 0,
+                reset: Some(Duration::from_secs(reset.max(0.0).ceil() as u64)),
+                window: None,
+                admitted,
+            };
+            if let Some(p) = series.observe(reading) {
+                pace = Some(p);
+            }
+            let p = pace.expect("a reading with a limit and a reset paces");
+            let next = at + Duration::from_secs_f64(1.0 / p.per_second);
+            let next = p.exhausted_until.map_or(next, |until| until.max(next));
+            t = next.saturating_duration_since(origin).as_secs_f64();
+        }
+        (pace.expect("paced"), f64::from(refused) / f64::from(sent))
+    }
+
+    #[test]
+    fn a_fixed_window_is_told_and_spent_without_refusals() {
+        let mut model = Fixed {
+            limit: 20,
+            window: 2.0,
+            start: None,
+            count: 0,
+        };
+        let (pace, refused) = drive(&mut model, 12.0);
+        assert_eq!(pace.shape, Shape::FixedWindow);
+        assert_eq!(refused, 0.0);
+    }
+
+    #[test]
+    fn a_moving_window_is_told_with_its_length() {
+        let mut model = Log {
+            limit: 100,
+            window: 5.0,
+            log: VecDeque::new(),
+        };
+        let (pace, refused) = drive(&mut model, 20.0);
+        let Shape::MovingWindow { window } = pace.shape else {
+            panic!("{pace:?}");
+        };
+        let secs = window.as_secs_f64();
+        assert!((5.0..5.2).contains(&secs), "{secs}");
+        assert!((pace.per_second - 20.0).abs() < 1.0, "{pace:?}");
+        assert_eq!(refused, 0.0);
+    }
+
+    #[test]
+    fn a_bucket_whose_limit_is_its_burst_is_paced_at_its_refill() {
+        let mut model = Bucket {
+            capacity: 5.0,
+            rate: 20.0,
+            tokens: 5.0,
+            at: 0.0,
+        };
+        let (pace, refused) = drive(&mut model, 10.0);
+        assert_eq!(pace.shape, Shape::Bucket);
+        assert!((18.0..=22.5).contains(&pace.per_second), "{pace:?}");
+        assert!(refused <= 0.01, "{refused}");
+    }
+
+    #[test]
+    fn whole_seconds_needs_exactly_one_in_the_bracket() {
+        let s = Duration::from_secs_f64;
+        assert_eq!(whole_seconds(s(1.8), Some(s(2.8))), Some(s(2.0)));
+        assert_eq!(whole_seconds(s(1.8), Some(s(2.0))), Some(s(2.0)));
+        assert_eq!(whole_seconds(s(1.8), Some(s(3.0))), None);
+        assert_eq!(whole_seconds(s(1.5), Some(s(3.2))), None);
+        assert_eq!(whole_seconds(s(2.1), Some(s(2.9))), None);
+        assert_eq!(whole_seconds(s(2.1), None), None);
+    }
+
+    #[test]
+    fn lying_headers_give_a_finite_pace_and_never_panic() {
+        let origin = Instant::now();
+        let mut series = Series::default();
+        for (i, (limit, remaining)) in [
+            (Some(0), 5),
+            (Some(3), 9),
+            (None, u64::MAX),
+            (Some(u64::MAX), 0),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let pace = series.observe(Reading {
+                at: origin + Duration::from_millis(10 * i as u64),
+                limit,
+                remaining,
+                ahead: u64::MAX,
+                reset: Some(Duration::ZERO),
+                window: Some(Duration::ZERO),
+                admitted: true,
+            });
+            if let Some(pace) = pace {
+                assert!(
+                    pace.per_second.is_finite() && pace.per_second > 0.0,
+                    "{pace:?}"
+                );
+            }
         }
     }
 }
