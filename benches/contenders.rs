@@ -1,54 +1,56 @@
-//! Goodput against a rate-limited server: this crate beside what a user
-//! would otherwise reach for, on the same workload, in one process and one
-//! run.
+//! Goodput against the real servers of the zoo: this crate beside what a
+//! user would otherwise reach for, on the same workload, in one run.
 //!
-//! For every header dialect the embedded [`RateLimitedServer`] is started
-//! afresh for each contender (50 requests per second, burst 10, one bucket:
-//! every contender sends from 127.0.0.1) and halves its limit to 25 per
-//! second half-way through. 32 tasks each run a closed loop of *logical
-//! requests* (one `GET /`, retried as the contender's policy says) until
-//! the run ends; in-flight requests may then finish, within a grace period,
-//! so that every one ends as a success or a failure.
+//! Every server of [`reqwest_pace::testing::zoo`] (fixed windows in four
+//! header conventions, nginx's leaky bucket answering bare 429s or 503s, a
+//! moving window, a token bucket whose `limit` is its burst) is started
+//! afresh for each contender. 16 tasks each run a closed loop of *logical
+//! requests* (one `GET /`, retried as the contender's policy says) for 10 s;
+//! in-flight requests may then finish within a grace period, so every one
+//! ends as a success or a failure.
 //!
-//! The contenders, each on a fresh `reqwest::Client` with its defaults:
+//! The contenders, each on a fresh `reqwest::Client`:
 //!
-//! - `reqwest` — plain `send()`; a 429 is a failed request.
+//! - `reqwest` — plain `send()`; a refusal is a failed request.
 //! - `reqwest-retry` — `RetryTransientMiddleware` with
-//!   `ExponentialBackoff::builder().build_with_max_retries(3)` (its
-//!   defaults: 1 s base, doubling, full jitter, 30 min cap; it retries
-//!   429s and 5xx and does not read `Retry-After`).
-//! - `governor` — a direct `governor` limiter at the server's true quota
-//!   (50 per second, burst 10, not told about the halving); every attempt
-//!   waits `until_ready`, and a 429 is retried at once through the limiter,
-//!   up to 3 retries.
-//! - `reqwest-pace` — `ThrottledClient` with no rate configured (it learns
-//!   from the headers, or by AIMD on `none`) and its default retry policy
-//!   (4 attempts, so 3 retries, as for the others).
+//!   `ExponentialBackoff::builder().build_with_max_retries(3)` (1 s base,
+//!   doubling, jitter; it retries 429 and 5xx and does not read
+//!   `Retry-After`).
+//! - `reqwest::retry` — reqwest 0.13's own retry policy,
+//!   `retry::for_host("127.0.0.1")` classifying 429 and 503 as retryable,
+//!   3 retries, its default budget of 20 % extra load; it retries at once.
+//! - `governor` — a direct `governor` limiter told the server's true
+//!   sustained rate and burst; every attempt waits `until_ready`, and a
+//!   refusal is retried through the limiter, up to 3 retries.
+//! - `reqwest-pace` — `ThrottledClient` with nothing configured and its
+//!   default retry policy (4 attempts, so 3 retries, as for the others).
 //!
-//! Every figure is computed from the server's own request log, except the
-//! attempts (counted where each contender sends) and the final outcomes
-//! (counted by the tasks). Real time, loopback only.
+//! Figures, from the server's own log: **goodput** is the requests admitted
+//! within the run ÷ (the server's true sustained limit × the run's length),
+//! so a fixed window's first full quota can lift it a little above 1;
+//! **refused** is the share of all responses that were limiter refusals
+//! (429 or 503); **failed** counts logical requests that did not end in a
+//! 2xx (from the tasks).
 //!
 //! `cargo bench --bench contenders --features testing [-- FILTER...]` runs
-//! the scenarios whose name (`dialect/contender`, as `--list` prints them)
-//! contains one of the filters; `--timeline` prints each run's server log
-//! in 250 ms slots; `--quick` runs each scenario for 3 s instead of 15 s; `--list`
-//! lists the scenarios. Run by `cargo test` (which does not pass
-//! `--bench`), it is a quick smoke run of the `x-ratelimit` dialect.
+//! the scenarios whose name (`server/contender`, as `--list` prints them)
+//! contains one of the filters; `--quick` runs each for 3 s instead of 10 s;
+//! `--timeline` prints each run's admitted and refused requests per second.
+//! Run by `cargo test` (which does not pass `--bench`), it is a 1 s smoke
+//! run of one server that asserts nothing about speed.
 
 use std::error::Error;
 use std::future::Future;
 use std::num::NonZeroU32;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use governor::{DefaultDirectRateLimiter, Quota};
-use reqwest::StatusCode;
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, Middleware, Next};
-use reqwest_pace::testing::{Dialect, Outcome, RateLimitedServer, RequestRecord};
-use reqwest_pace::{Event, Rate, ThrottledClient};
+use reqwest_pace::testing::{zoo, Algorithm, Outcome, RequestRecord, ServerBuilder};
+use reqwest_pace::ThrottledClient;
 use reqwest_retry::policies::ExponentialBackoff;
 use reqwest_retry::RetryTransientMiddleware;
 use tokio::task::JoinSet;
@@ -56,69 +58,50 @@ use tokio::time::Instant;
 
 type BoxError = Box<dyn Error + Send + Sync>;
 
-/// The server's limit before and after the change, per second, and burst.
-const LIMIT: u64 = 50;
-const HALVED: u64 = 25;
-const BURST: u64 = 10;
 /// Retries allowed by every contender that retries.
 const RETRIES: u32 = 3;
-
-/// A re-adapted 1 s window: under 1 % of its requests answered 429 ...
-const READAPT_MAX_429_SHARE: f64 = 0.01;
-/// ... and at least 95 % of the new limit admitted.
-const READAPT_MIN_GOODPUT: f64 = 0.95;
-const WINDOW: Duration = Duration::from_secs(1);
-const WINDOW_STEP: Duration = Duration::from_millis(50);
 
 /// How long a scenario runs, and with how many tasks.
 #[derive(Clone, Copy, Debug)]
 struct Plan {
-    /// At the full limit, from the server's start.
-    before: Duration,
-    /// At the halved limit, until the end of the run.
-    after: Duration,
-    /// After the end, how long requests in flight may take to finish.
+    run: Duration,
+    /// After the run, how long requests in flight may take to finish.
     grace: Duration,
     concurrency: usize,
 }
 
 impl Plan {
     const FULL: Plan = Plan {
-        before: Duration::from_secs(8),
-        after: Duration::from_secs(7),
+        run: Duration::from_secs(10),
         grace: Duration::from_secs(10),
-        concurrency: 32,
+        concurrency: 16,
     };
     const QUICK: Plan = Plan {
-        before: Duration::from_millis(1500),
-        after: Duration::from_millis(1500),
-        grace: Duration::from_secs(2),
-        concurrency: 32,
+        run: Duration::from_secs(3),
+        grace: Duration::from_secs(5),
+        concurrency: 16,
     };
     const SMOKE: Plan = Plan {
-        before: Duration::from_secs(1),
-        after: Duration::from_secs(1),
-        grace: Duration::from_secs(1),
-        concurrency: 32,
+        run: Duration::from_secs(1),
+        grace: Duration::from_secs(2),
+        concurrency: 16,
     };
-
-    fn total(&self) -> Duration {
-        self.before + self.after
-    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Contender {
     Plain,
     ReqwestRetry,
+    ReqwestRetryModule,
     Governor,
     Pace,
 }
 
 impl Contender {
-    const ALL: [Contender; 4] = [
+    const ALL: [Contender; 5] = [
         Contender::Plain,
         Contender::ReqwestRetry,
+        Contender::ReqwestRetryModule,
         Contender::Governor,
         Contender::Pace,
     ];
@@ -127,6 +110,7 @@ impl Contender {
         match self {
             Contender::Plain => "reqwest",
             Contender::ReqwestRetry => "reqwest-retry",
+            Contender::ReqwestRetryModule => "reqwest::retry",
             Contender::Governor => "governor",
             Contender::Pace => "reqwest-pace",
         }
@@ -139,7 +123,6 @@ struct Tally {
     begun: AtomicU64,
     ok: AtomicU64,
     failed: AtomicU64,
-    attempts: AtomicU64,
 }
 
 impl Tally {
@@ -152,16 +135,15 @@ impl Tally {
     }
 }
 
-/// Counts every attempt that goes down the middleware chain (installed
-/// inside the retry middleware, so each retry passes it).
-struct CountAttempts(Arc<Tally>);
+/// A middleware that does nothing: the retry middleware needs a chain.
+struct Pass;
 
 type MiddlewareFuture<'a> =
     Pin<Box<dyn Future<Output = reqwest_middleware::Result<reqwest::Response>> + Send + 'a>>;
 
 // Written out rather than with `#[async_trait]`, which is not a
 // dependency of this crate's benches: this is what the macro expands to.
-impl Middleware for CountAttempts {
+impl Middleware for Pass {
     fn handle<'s, 'e, 'n, 'f>(
         &'s self,
         req: reqwest::Request,
@@ -174,16 +156,9 @@ impl Middleware for CountAttempts {
         'n: 'f,
         Self: 'f,
     {
-        Box::pin(async move {
-            Tally::add(&self.0.attempts);
-            next.run(req, extensions).await
-        })
+        Box::pin(next.run(req, extensions))
     }
 }
-
-/// What the reqwest-pace client reported, with the time since the run
-/// started.
-type EventLog = Arc<Mutex<Vec<(Duration, Event)>>>;
 
 enum Sender {
     Plain(reqwest::Client),
@@ -192,62 +167,56 @@ enum Sender {
     Pace(ThrottledClient),
 }
 
+/// Whether a status is a limiter refusal of the zoo's servers.
+fn refused(status: reqwest::StatusCode) -> bool {
+    status == reqwest::StatusCode::TOO_MANY_REQUESTS
+        || status == reqwest::StatusCode::SERVICE_UNAVAILABLE
+}
+
 impl Sender {
-    fn new(
-        contender: Contender,
-        tally: &Arc<Tally>,
-        events: &EventLog,
-        start: Instant,
-    ) -> Result<Sender, BoxError> {
-        let client = reqwest::Client::new();
+    fn new(contender: Contender, algorithm: Algorithm) -> Result<Sender, BoxError> {
         Ok(match contender {
-            Contender::Plain => Sender::Plain(client),
+            Contender::Plain => Sender::Plain(reqwest::Client::new()),
             Contender::ReqwestRetry => {
                 let policy = ExponentialBackoff::builder().build_with_max_retries(RETRIES);
                 Sender::ReqwestRetry(
-                    ClientBuilder::new(client)
+                    ClientBuilder::new(reqwest::Client::new())
                         .with(RetryTransientMiddleware::new_with_policy(policy))
-                        .with(CountAttempts(Arc::clone(tally)))
+                        .with(Pass)
                         .build(),
                 )
             }
+            Contender::ReqwestRetryModule => {
+                let policy = reqwest::retry::for_host("127.0.0.1")
+                    .max_retries_per_request(RETRIES)
+                    .classify_fn(|rr| match rr.status() {
+                        Some(status) if refused(status) => rr.retryable(),
+                        _ => rr.success(),
+                    });
+                Sender::Plain(reqwest::Client::builder().retry(policy).build()?)
+            }
             Contender::Governor => {
-                let per_second = NonZeroU32::new(LIMIT as u32).ok_or("zero limit")?;
-                let burst = NonZeroU32::new(BURST as u32).ok_or("zero burst")?;
+                let per_second = algorithm.sustained_per_second().round().max(1.0) as u32;
+                let per_second = NonZeroU32::new(per_second).ok_or("zero limit")?;
+                let burst = NonZeroU32::new(algorithm.burst().clamp(1, u64::from(u32::MAX)) as u32)
+                    .ok_or("zero burst")?;
                 let quota = Quota::per_second(per_second).allow_burst(burst);
-                Sender::Governor(client, Arc::new(DefaultDirectRateLimiter::direct(quota)))
+                Sender::Governor(
+                    reqwest::Client::new(),
+                    Arc::new(DefaultDirectRateLimiter::direct(quota)),
+                )
             }
-            Contender::Pace => {
-                let (tally, events) = (Arc::clone(tally), Arc::clone(events));
-                let pace = ThrottledClient::builder(client)
-                    .on_event(move |event: &Event| {
-                        if let Event::Sent { .. } = event {
-                            Tally::add(&tally.attempts);
-                        }
-                        if matches!(
-                            event,
-                            Event::Paced { .. } | Event::Throttled { .. } | Event::Retrying { .. }
-                        ) {
-                            let mut log = events.lock().unwrap_or_else(|p| p.into_inner());
-                            log.push((start.elapsed(), event.clone()));
-                        }
-                    })
-                    .build()?;
-                Sender::Pace(pace)
-            }
+            Contender::Pace => Sender::Pace(ThrottledClient::new(reqwest::Client::new())?),
         })
     }
 
     /// One logical request: `true` when it finally got a 2xx.
-    async fn call(&self, url: &str, tally: &Tally) -> bool {
+    async fn call(&self, url: &str) -> bool {
         match self {
-            Sender::Plain(client) => {
-                Tally::add(&tally.attempts);
-                match client.get(url).send().await {
-                    Ok(response) => finish(response).await,
-                    Err(_) => false,
-                }
-            }
+            Sender::Plain(client) => match client.get(url).send().await {
+                Ok(response) => finish(response).await,
+                Err(_) => false,
+            },
             Sender::ReqwestRetry(client) => match client.get(url).send().await {
                 Ok(response) => finish(response).await,
                 Err(_) => false,
@@ -255,11 +224,10 @@ impl Sender {
             Sender::Governor(client, limiter) => {
                 for _ in 0..=RETRIES {
                     limiter.until_ready().await;
-                    Tally::add(&tally.attempts);
                     let Ok(response) = client.get(url).send().await else {
                         return false;
                     };
-                    if response.status() != StatusCode::TOO_MANY_REQUESTS {
+                    if !refused(response.status()) {
                         return finish(response).await;
                     }
                     // Read the body so the connection goes back to the pool.
@@ -279,39 +247,67 @@ impl Sender {
 /// response was a success.
 async fn finish(response: reqwest::Response) -> bool {
     let ok = response.status().is_success();
-    response.bytes().await.is_ok() && ok
+    let _ = response.bytes().await;
+    ok
 }
 
-/// One contender against one dialect.
+/// What one run left behind.
 struct Run {
-    dialect: Dialect,
-    contender: Contender,
-    plan: Plan,
+    sustained: f64,
     begun: u64,
     ok: u64,
     failed: u64,
-    attempts: u64,
-    unfinished: u64,
     records: Vec<RequestRecord>,
-    events: Vec<(Duration, Event)>,
-    final_rate: Option<f64>,
-    wall: Duration,
 }
 
-async fn run(dialect: Dialect, contender: Contender, plan: Plan) -> Result<Run, BoxError> {
-    let server = RateLimitedServer::builder()
-        .limit(Rate::per_second(LIMIT)?)
-        .burst(BURST)
-        .dialect(dialect)
-        .change_limit_at(plan.before, Rate::per_second(HALVED)?)
-        .start()
-        .await?;
-    let start = Instant::now();
+impl Run {
+    fn goodput(&self, plan: Plan) -> f64 {
+        let admitted = self
+            .records
+            .iter()
+            .filter(|r| r.at <= plan.run && r.outcome == Outcome::Admitted)
+            .count();
+        admitted as f64 / (self.sustained * plan.run.as_secs_f64())
+    }
+
+    fn refused(&self) -> f64 {
+        let refused = self
+            .records
+            .iter()
+            .filter(|r| r.outcome == Outcome::Throttled)
+            .count();
+        refused as f64 / self.records.len().max(1) as f64
+    }
+
+    fn timeline(&self) -> String {
+        let mut seconds: Vec<(u32, u32)> = Vec::new();
+        for r in &self.records {
+            let s = r.at.as_secs() as usize;
+            if seconds.len() <= s {
+                seconds.resize(s + 1, (0, 0));
+            }
+            match r.outcome {
+                Outcome::Admitted => seconds[s].0 += 1,
+                Outcome::Throttled => seconds[s].1 += 1,
+                _ => {}
+            }
+        }
+        seconds
+            .iter()
+            .map(|(ok, refused)| format!("{ok}/{refused}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+async fn run(builder: ServerBuilder, contender: Contender, plan: Plan) -> Result<Run, BoxError> {
+    let server = builder.start().await?;
+    let algorithm = server.algorithm();
     let url = format!("{}/", server.url());
     let tally = Arc::new(Tally::default());
-    let events: EventLog = Arc::default();
-    let sender = Arc::new(Sender::new(contender, &tally, &events, start)?);
-    let deadline = start + plan.total();
+    let sender = Arc::new(Sender::new(contender, algorithm)?);
+    let start = Instant::now();
+    let deadline = start + plan.run;
 
     let mut tasks = JoinSet::new();
     for _ in 0..plan.concurrency {
@@ -319,7 +315,7 @@ async fn run(dialect: Dialect, contender: Contender, plan: Plan) -> Result<Run, 
         tasks.spawn(async move {
             while Instant::now() < deadline {
                 Tally::add(&tally.begun);
-                if sender.call(&url, &tally).await {
+                if sender.call(&url).await {
                     Tally::add(&tally.ok);
                 } else {
                     Tally::add(&tally.failed);
@@ -339,307 +335,30 @@ async fn run(dialect: Dialect, contender: Contender, plan: Plan) -> Result<Run, 
             }
         }
     }
-    let wall = start.elapsed();
-
-    let final_rate = match &*sender {
-        Sender::Pace(client) => client.current_rate("host", &server.url()),
-        _ => None,
-    };
     let records = server.requests();
     server.shutdown().await;
-    let events = events.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    let (begun, ok, failed) = (
-        Tally::get(&tally.begun),
-        Tally::get(&tally.ok),
-        Tally::get(&tally.failed),
-    );
     Ok(Run {
-        dialect,
-        contender,
-        plan,
-        begun,
-        ok,
-        failed,
-        attempts: Tally::get(&tally.attempts),
-        unfinished: begun - ok - failed,
+        sustained: algorithm.sustained_per_second(),
+        begun: Tally::get(&tally.begun),
+        ok: Tally::get(&tally.ok),
+        failed: Tally::get(&tally.failed),
         records,
-        events,
-        final_rate,
-        wall,
     })
-}
-
-/// Admitted and refused requests in one span of the server's log.
-#[derive(Clone, Copy, Debug, Default)]
-struct Span {
-    requests: u64,
-    ok: u64,
-    throttled: u64,
-}
-
-impl Span {
-    fn goodput(&self, limit: u64, length: Duration) -> f64 {
-        self.ok as f64 / (limit as f64 * length.as_secs_f64())
-    }
-
-    fn throttled_per_mille(&self) -> f64 {
-        if self.requests == 0 {
-            return 0.0;
-        }
-        1000.0 * self.throttled as f64 / self.requests as f64
-    }
-}
-
-/// The figures of one run, from the server's log.
-struct Analysis {
-    before: Span,
-    after: Span,
-    total: Span,
-    /// From the change to the first good 1 s window.
-    readapt_first: Option<Duration>,
-    /// From the change to the first good window after which every window
-    /// to the end of the run is good.
-    readapt_settled: Option<Duration>,
-}
-
-fn analyse(run: &Run) -> Analysis {
-    let (change, end) = (run.plan.before, run.plan.total());
-    let mut before = Span::default();
-    let mut after = Span::default();
-    let mut total = Span::default();
-    let mut ok_at = Vec::new();
-    let mut all_at = Vec::new();
-    for r in &run.records {
-        total.requests += 1;
-        match r.outcome {
-            Outcome::Admitted => total.ok += 1,
-            Outcome::Throttled => total.throttled += 1,
-            _ => {}
-        }
-        if r.at >= end {
-            continue;
-        }
-        let span = if r.at < change {
-            &mut before
-        } else {
-            &mut after
-        };
-        span.requests += 1;
-        match r.outcome {
-            Outcome::Admitted => span.ok += 1,
-            Outcome::Throttled => span.throttled += 1,
-            _ => {}
-        }
-        if r.at >= change {
-            all_at.push(r.at);
-            if r.outcome == Outcome::Admitted {
-                ok_at.push(r.at);
-            }
-        }
-    }
-    ok_at.sort_unstable();
-    all_at.sort_unstable();
-    let count = |times: &[Duration], from: Duration| {
-        times.partition_point(|&t| t < from + WINDOW) - times.partition_point(|&t| t < from)
-    };
-    let mut good = Vec::new();
-    let mut from = change;
-    while from + WINDOW <= end {
-        let (ok, all) = (count(&ok_at, from), count(&all_at, from));
-        let refused = all - ok;
-        let is_good = all > 0
-            && (refused as f64) < READAPT_MAX_429_SHARE * all as f64
-            && ok as f64 >= READAPT_MIN_GOODPUT * HALVED as f64 * WINDOW.as_secs_f64();
-        good.push((from - change, is_good));
-        from += WINDOW_STEP;
-    }
-    let readapt_first = good.iter().find(|(_, g)| *g).map(|(at, _)| *at);
-    let settled_from = good.iter().rposition(|(_, g)| !*g).map_or(0, |i| i + 1);
-    let readapt_settled = good.get(settled_from).map(|(at, _)| *at);
-    Analysis {
-        before,
-        after,
-        total,
-        readapt_first,
-        readapt_settled,
-    }
-}
-
-fn seconds(d: Option<Duration>) -> String {
-    d.map_or_else(
-        || "never".to_owned(),
-        |d| format!("{:.2} s", d.as_secs_f64()),
-    )
-}
-
-/// The table row of one run.
-fn row(run: &Run, a: &Analysis) -> String {
-    let retries = run.attempts.saturating_sub(run.begun);
-    let unfinished = if run.unfinished > 0 {
-        format!(" (+{} cut off)", run.unfinished)
-    } else {
-        String::new()
-    };
-    format!(
-        "| {} | {:.3} | {:.3} | {:.1} | {:.1} | {} | {} | {} | {}{} | {} / {} |",
-        run.contender.name(),
-        a.before.goodput(LIMIT, run.plan.before),
-        a.after.goodput(HALVED, run.plan.after),
-        a.before.throttled_per_mille(),
-        a.after.throttled_per_mille(),
-        run.begun,
-        run.attempts,
-        retries,
-        run.failed,
-        unfinished,
-        seconds(a.readapt_first),
-        seconds(a.readapt_settled),
-    )
-}
-
-const HEADER: &str = "| contender | goodput ÷ 50/s | goodput ÷ 25/s | 429s ‰ at 50/s | 429s ‰ at 25/s | requests | attempts | retries | errors | re-adapt (first / settled) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---|";
-
-/// What reqwest-pace's events say about its pacing, in one line.
-fn pace_summary(run: &Run) -> String {
-    let change = run.plan.before;
-    let paced: Vec<(Duration, f64)> = run
-        .events
-        .iter()
-        .filter_map(|(at, e)| match e {
-            Event::Paced { per_second, .. } => Some((*at, *per_second)),
-            _ => None,
-        })
-        .collect();
-    let before = paced.iter().rev().find(|(at, _)| *at < change);
-    let first_after = paced.iter().find(|(at, _)| *at >= change);
-    let throttled = |early: bool| {
-        run.events
-            .iter()
-            .filter(|(at, e)| matches!(e, Event::Throttled { .. }) && (*at < change) == early)
-            .count()
-    };
-    let from_server = run
-        .events
-        .iter()
-        .filter(|(_, e)| {
-            matches!(
-                e,
-                Event::Retrying {
-                    from_server: true,
-                    ..
-                }
-            )
-        })
-        .count();
-    let rate = |r: Option<f64>| r.map_or_else(|| "unpaced".to_owned(), |r| format!("{r:.2}/s"));
-    format!(
-        "reqwest-pace on {}: {} re-pacings; rate {} before the change, first re-paced to {} at +{} after it, {} at the end; throttled {} times before and {} after the change; {} retries waited a Retry-After.",
-        run.dialect,
-        paced.len(),
-        rate(before.map(|p| p.1)),
-        rate(first_after.map(|p| p.1)),
-        first_after.map_or_else(|| "-".to_owned(), |p| format!("{:.3} s", (p.0 - change).as_secs_f64())),
-        rate(run.final_rate),
-        throttled(true),
-        throttled(false),
-        from_server,
-    )
-}
-
-/// The server's log in slots: admitted and refused per slot, the tokens
-/// that refilled into a full bucket (capacity nobody used), and for
-/// reqwest-pace its retries and the rate it applied at the end of the slot.
-fn timeline(run: &Run) -> String {
-    const SLOT: Duration = Duration::from_millis(250);
-    let slots = (run.plan.total() + run.plan.grace).as_millis() / SLOT.as_millis();
-    let slot_of = |at: Duration| (at.as_millis() / SLOT.as_millis()) as usize;
-    let mut counts = vec![(0u64, 0u64); slots as usize + 1];
-    for r in &run.records {
-        if let Some(c) = counts.get_mut(slot_of(r.at)) {
-            match r.outcome {
-                Outcome::Admitted => c.0 += 1,
-                Outcome::Throttled => c.1 += 1,
-                _ => {}
-            }
-        }
-    }
-    // Replay the server's bucket from the admitted requests: a token that
-    // refills into a full bucket is capacity no client used.
-    let mut wasted = vec![0f64; counts.len()];
-    let (change, end_of_run) = (run.plan.before, run.plan.total());
-    let mut admitted: Vec<Duration> = run
-        .records
-        .iter()
-        .filter(|r| r.outcome == Outcome::Admitted)
-        .map(|r| r.at)
-        .collect();
-    admitted.sort_unstable();
-    let (mut tokens, mut now) = (BURST as f64, Duration::ZERO);
-    let mut advance = |to: Duration, tokens: &mut f64, now: &mut Duration| {
-        while *now < to {
-            let (until, rate) = if *now < change {
-                (to.min(change), LIMIT)
-            } else {
-                (to, HALVED)
-            };
-            *tokens += rate as f64 * (until - *now).as_secs_f64();
-            if *tokens > BURST as f64 {
-                if let Some(w) = wasted.get_mut(slot_of(until)) {
-                    *w += *tokens - BURST as f64;
-                }
-                *tokens = BURST as f64;
-            }
-            *now = until;
-        }
-    };
-    for at in admitted.into_iter().filter(|&at| at < end_of_run) {
-        advance(at, &mut tokens, &mut now);
-        tokens = (tokens - 1.0).max(0.0);
-    }
-    advance(end_of_run, &mut tokens, &mut now);
-
-    let mut rate = None;
-    let mut events = run.events.iter().peekable();
-    let mut out = format!("  timeline {}/{}:\n", run.dialect, run.contender.name());
-    for (i, ((ok, refused), wasted)) in counts.iter().zip(&wasted).enumerate() {
-        let end = SLOT * (i as u32 + 1);
-        let mut retries = 0;
-        while let Some((_, event)) = events.next_if(|(at, _)| *at < end) {
-            match event {
-                Event::Paced { per_second, .. } => rate = Some(*per_second),
-                Event::Retrying { .. } => retries += 1,
-                _ => {}
-            }
-        }
-        if *ok + *refused == 0 && retries == 0 {
-            continue;
-        }
-        out.push_str(&format!(
-            "    {:>5.2} s  ok {ok:>3}  429 {refused:>5}  unused {wasted:>4.1}  retries {retries:>3}  rate {}\n",
-            (end - SLOT).as_secs_f64(),
-            rate.map_or_else(|| "-".to_owned(), |r: f64| format!("{r:.2}")),
-        ));
-    }
-    out
 }
 
 /// Arguments as cargo passes them: `--bench` from `cargo bench`, nothing
 /// from `cargo test`, then whatever follows `--`.
 struct Args {
     quick: bool,
-    /// Run by `cargo test`: a smoke run of one dialect.
+    /// Run by `cargo test`: a smoke run of one server.
     smoke: bool,
     list: bool,
-    /// Print each run's server log in 250 ms slots (to stderr).
     timeline: bool,
     filters: Vec<String>,
 }
 
 fn args() -> Args {
-    let mut bench = false;
-    let mut quick = false;
-    let mut list = false;
-    let mut timeline = false;
+    let (mut bench, mut quick, mut list, mut timeline) = (false, false, false, false);
     let mut filters = Vec::new();
     for arg in std::env::args().skip(1) {
         match arg.as_str() {
@@ -652,7 +371,7 @@ fn args() -> Args {
         }
     }
     Args {
-        quick: quick || !bench,
+        quick,
         smoke: !bench && filters.is_empty(),
         list,
         timeline,
@@ -668,115 +387,68 @@ async fn main() -> Result<(), BoxError> {
         (false, true) => Plan::QUICK,
         (false, false) => Plan::FULL,
     };
-    let wanted = |d: Dialect, c: Contender| {
+    let servers: Vec<&'static str> = zoo::all().into_iter().map(|(name, _)| name).collect();
+    let wanted = |server: &str, c: Contender| {
         if args.smoke {
-            return d == Dialect::XRateLimit;
+            return server == "fixed-window-draft7" && c == Contender::Pace;
         }
         args.filters.is_empty()
             || args
                 .filters
                 .iter()
-                .any(|f| format!("{d}/{}", c.name()).contains(f.as_str()))
+                .any(|f| format!("{server}/{}", c.name()).contains(f.as_str()))
     };
-    let scenarios: Vec<(Dialect, Contender)> = Dialect::ALL
-        .into_iter()
-        .flat_map(|d| Contender::ALL.into_iter().map(move |c| (d, c)))
-        .filter(|&(d, c)| wanted(d, c))
-        .collect();
     if args.list {
-        for (d, c) in &scenarios {
-            println!("{d}/{}: benchmark", c.name());
+        for server in &servers {
+            for c in Contender::ALL.into_iter().filter(|&c| wanted(server, c)) {
+                println!("{server}/{}: benchmark", c.name());
+            }
         }
         return Ok(());
     }
-
     println!(
-        "# contenders: {} tasks, {:.1} s at {LIMIT}/s then {:.1} s at {HALVED}/s (burst {BURST}), {} cores{}",
+        "# contenders: {} tasks, {:.0} s per run, {} cores{}",
         plan.concurrency,
-        plan.before.as_secs_f64(),
-        plan.after.as_secs_f64(),
+        plan.run.as_secs_f64(),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         if args.quick { ", quick mode" } else { "" },
     );
-    let mut goals = Vec::new();
-    let mut notes = Vec::new();
-    let mut current = None;
-    let mut best_on_none: Vec<(Contender, f64)> = Vec::new();
-    for (dialect, contender) in scenarios {
-        if current != Some(dialect) {
-            current = Some(dialect);
-            println!("\n### `{dialect}`\n\n{HEADER}");
-        }
-        let run = run(dialect, contender, plan).await?;
-        let a = analyse(&run);
-        println!("{}", row(&run, &a));
-        eprintln!(
-            "  {dialect}/{}: {:.1} s wall, {} of {} requests ok; server saw {} requests ({} ok, {} throttled) in all",
-            contender.name(),
-            run.wall.as_secs_f64(),
-            run.ok,
-            run.begun,
-            a.total.requests,
-            a.total.ok,
-            a.total.throttled,
-        );
-        if run.attempts != a.total.requests {
-            eprintln!(
-                "  warning: {} attempts counted by the client, {} requests seen by the server",
-                run.attempts, a.total.requests
-            );
-        }
-        if args.timeline {
-            eprint!("{}", timeline(&run));
-        }
-        let goodput = a.before.goodput(LIMIT, plan.before);
-        if dialect == Dialect::None {
-            best_on_none.push((contender, goodput));
-        }
-        if contender == Contender::Pace {
-            notes.push(pace_summary(&run));
-            if dialect != Dialect::None {
-                let share = a.before.throttled_per_mille() / 10.0;
-                let met = goodput >= 0.95 && share <= 1.0;
-                goals.push(format!(
-                    "{dialect}: goodput {:.1} % of the limit, {share:.2} % answered 429 → {}",
-                    100.0 * goodput,
-                    if met { "met" } else { "MISSED" }
-                ));
+    println!("\ncells: goodput ÷ true sustained limit / share of responses refused (429 or 503) / failed logical requests\n");
+    let header: Vec<&str> = Contender::ALL.iter().map(|c| c.name()).collect();
+    println!("| server | {} |", header.join(" | "));
+    println!("|---|{}", "---:|".repeat(header.len()));
+    for server in servers {
+        let mut cells = Vec::new();
+        for contender in Contender::ALL {
+            if !wanted(server, contender) {
+                cells.push("-".to_owned());
+                continue;
             }
-        }
-    }
-    if let Some((best, _)) = best_on_none
-        .iter()
-        .copied()
-        .max_by(|a, b| a.1.total_cmp(&b.1))
-    {
-        let pace = best_on_none.iter().find(|(c, _)| *c == Contender::Pace);
-        // Only a comparison when every contender ran.
-        if let (Some((_, g)), true) = (pace, best_on_none.len() == Contender::ALL.len()) {
-            goals.push(format!(
-                "none: reqwest-pace goodput {:.1} %, best is {} → {}",
-                100.0 * g,
-                best.name(),
-                if best == Contender::Pace {
-                    "met"
-                } else {
-                    "MISSED"
-                }
+            let builder = zoo::all()
+                .into_iter()
+                .find(|(name, _)| *name == server)
+                .map(|(_, b)| b)
+                .ok_or("unknown zoo server")?;
+            let run = run(builder, contender, plan).await?;
+            eprintln!(
+                "  {server}/{}: {} of {} logical requests ok, {} failed; server saw {} requests",
+                contender.name(),
+                run.ok,
+                run.begun,
+                run.failed,
+                run.records.len(),
+            );
+            if args.timeline {
+                eprintln!("    per second (ok/refused): {}", run.timeline());
+            }
+            cells.push(format!(
+                "{:.3} / {:.1} % / {}",
+                run.goodput(plan),
+                100.0 * run.refused(),
+                run.failed
             ));
         }
-    }
-    if !notes.is_empty() {
-        println!();
-        for note in notes {
-            println!("- {note}");
-        }
-    }
-    if !goals.is_empty() {
-        println!("\nGoals (at the full limit, 50/s):");
-        for goal in goals {
-            println!("- {goal}");
-        }
+        println!("| {server} | {} |", cells.join(" | "));
     }
     Ok(())
 }
