@@ -426,3 +426,46 @@ async fn a_sliding_log_layer_keeps_the_learned_pace_exactly() {
         );
     }
 }
+
+/// GitHub's secondary limit: a 403 with `Retry-After`. It is throttled by
+/// the one definition: retried after the wait, and the whole key waits with
+/// it (the other tasks do not find out one by one).
+#[tokio::test(start_paused = true)]
+async fn a_403_with_retry_after_is_retried_and_blocks_the_key() {
+    let server = server(Dialect::None, 1000, 1000).await;
+    server.inject(
+        Fault::new(reqwest::StatusCode::FORBIDDEN)
+            .times(1)
+            .retry_after(RetryAfter::Seconds(2)),
+    );
+    let client = ThrottledClient::builder(reqwest::Client::new())
+        .retry(no_jitter())
+        .build()
+        .unwrap();
+    load(&client, &server, 4, 1).await;
+    let at = times(&server);
+    // The probe got the 403; the three waiting tasks and the retry all go
+    // after the 2 s wait, none before it.
+    assert_eq!(at.len(), 5);
+    assert_eq!(at[0], Duration::ZERO);
+    assert!(
+        at[1..].iter().all(|&t| t >= Duration::from_secs(2)),
+        "{at:?}"
+    );
+    assert_eq!(server.stats().total.faults, 1);
+}
+
+/// A bare 403 (no `Retry-After`, nothing exhausted) is an answer, not a
+/// rate limit: returned at once, not retried.
+#[tokio::test(start_paused = true)]
+async fn a_bare_403_is_not_retried() {
+    let server = server(Dialect::None, 1000, 1000).await;
+    server.inject(Fault::new(reqwest::StatusCode::FORBIDDEN));
+    let client = ThrottledClient::builder(reqwest::Client::new())
+        .retry(no_jitter())
+        .build()
+        .unwrap();
+    let response = client.send(client.get(server.url())).await.unwrap();
+    assert_eq!(response.status(), 403);
+    assert_eq!(times(&server), ms(&[0]));
+}
