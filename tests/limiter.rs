@@ -244,11 +244,14 @@ fn hammer(
             let handle = rt.handle().clone();
             std::thread::spawn(move || {
                 let _guard = handle.enter();
-                let mut admitted = 0;
-                while start.elapsed() < run_for {
+                // At least MIN_ATTEMPTS, however busy the machine (a thread
+                // may be scheduled only after `run_for` has passed).
+                let (mut admitted, mut attempts) = (0, 0);
+                while attempts < MIN_ATTEMPTS || start.elapsed() < run_for {
                     if bucket.try_acquire(weight).is_ok() {
                         admitted += weight;
                     }
+                    attempts += 1;
                 }
                 admitted
             })
@@ -256,8 +259,14 @@ fn hammer(
         .collect()
 }
 
+/// Attempts each hammering thread makes at the least.
+const MIN_ATTEMPTS: u64 = 1_000;
+
 /// Join the threads and check that they were admitted no more than
-/// `capacity + rate × elapsed`, and not merely refused.
+/// `capacity + rate × elapsed`, and not merely refused: the bucket starts
+/// full and refuses only when empty, so the first `capacity` tokens of
+/// every thread's attempts (at least `MIN_ATTEMPTS` each) are admitted,
+/// whatever the machine's load. No floor depends on throughput.
 fn assert_within_bound(
     threads: Vec<std::thread::JoinHandle<u64>>,
     start: std::time::Instant,
@@ -270,7 +279,8 @@ fn assert_within_bound(
     let elapsed = start.elapsed();
     let bound = capacity + (elapsed.as_nanos() as u64 * per_second) / 1_000_000_000;
     assert!(got <= bound, "admitted {got} > bound {bound}");
-    assert!(got >= per_second / 10, "admitted only {got}");
+    // (Less one: a weight-2 attempt is refused with one token left.)
+    assert!(got + 1 >= capacity, "admitted only {got}");
 }
 
 #[test]
@@ -309,7 +319,7 @@ fn adjustments_racing_lock_free_decisions_never_over_admit() {
         std::thread::spawn(move || {
             let _guard = handle.enter();
             let mut adjustments = 0u64;
-            while start.elapsed() < run_for {
+            while adjustments < MIN_ATTEMPTS || start.elapsed() < run_for {
                 // None of these changes the bucket; each disarms and re-arms.
                 bucket.set_rate(rate);
                 bucket.limit_remaining(capacity);
@@ -321,7 +331,7 @@ fn adjustments_racing_lock_free_decisions_never_over_admit() {
         })
     };
     assert_within_bound(threads, start, capacity, per_second);
-    assert!(adjuster.join().unwrap() > 100);
+    adjuster.join().unwrap();
 }
 
 #[tokio::test(start_paused = true)]
