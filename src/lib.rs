@@ -62,7 +62,8 @@ pub mod testing;
 
 #[cfg(feature = "client")]
 pub use client::{
-    host_key, Cost, Event, IntoRequest, Layer, ThrottledClient, ThrottledClientBuilder,
+    host_key, Cost, Event, IntoRequest, Layer, PacedRequestBuilder, ThrottledClient,
+    ThrottledClientBuilder,
 };
 pub use error::Error;
 #[cfg(feature = "client")]

@@ -469,3 +469,32 @@ async fn a_bare_403_is_not_retried() {
     assert_eq!(response.status(), 403);
     assert_eq!(times(&server), ms(&[0]));
 }
+
+/// reqwest's own shape: `client.get(url)…send()` is paced and retried like
+/// `client.send(…)`, with no way around the buckets.
+#[tokio::test(start_paused = true)]
+async fn get_then_send_is_paced_and_retried() {
+    let server = server(Dialect::None, 1000, 1000).await;
+    server.inject(
+        Fault::service_unavailable()
+            .times(1)
+            .retry_after(RetryAfter::Seconds(1)),
+    );
+    let client = ThrottledClient::builder(reqwest::Client::new())
+        .rate(Rate::per_second(20).unwrap())
+        .burst(1)
+        .retry(no_jitter())
+        .build()
+        .unwrap();
+    for _ in 0..3 {
+        let response = client
+            .get(server.url())
+            .header("x-test", "1")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+    }
+    // The 503 at 0 is retried after its Retry-After; then one every 50 ms.
+    assert_eq!(times(&server), ms(&[0, 1_000, 1_050, 1_100]));
+}

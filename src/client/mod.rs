@@ -10,6 +10,7 @@ mod adapt;
 mod events;
 mod infer;
 mod layer;
+mod request;
 
 use std::future::Future;
 use std::sync::atomic::Ordering;
@@ -21,6 +22,7 @@ use tracing::Instrument;
 
 pub use events::Event;
 pub use layer::{host_key, Layer};
+pub use request::PacedRequestBuilder;
 
 use crate::error::NotRetriedReason;
 use crate::headers::{Dimension, RateLimitSignal};
@@ -118,7 +120,7 @@ pub(crate) enum SendFailure {
 /// let client = ThrottledClient::builder(reqwest::Client::new())
 ///     .rate(Rate::per_second(10)?) // a ceiling per host; omit it to learn
 ///     .build()?;
-/// let response = client.send(client.get("https://api.example.com/items")).await?;
+/// let response = client.get("https://api.example.com/items").send().await?;
 /// println!("{}", response.status());
 /// # Ok(())
 /// # }
@@ -255,20 +257,42 @@ impl ThrottledClient {
         &self.inner.client
     }
 
-    /// Start a request with the wrapped client; send it with
-    /// [`send`](Self::send).
-    pub fn request(&self, method: reqwest::Method, url: impl reqwest::IntoUrl) -> RequestBuilder {
-        self.inner.client.request(method, url)
+    /// Start a request on this client; its
+    /// [`send`](PacedRequestBuilder::send) paces, learns and retries (as
+    /// does passing it to [`send`](Self::send)).
+    pub fn request(
+        &self,
+        method: reqwest::Method,
+        url: impl reqwest::IntoUrl,
+    ) -> PacedRequestBuilder {
+        PacedRequestBuilder::new(self.clone(), self.inner.client.request(method, url))
     }
 
-    /// A GET request; send it with [`send`](Self::send).
-    pub fn get(&self, url: impl reqwest::IntoUrl) -> RequestBuilder {
-        self.inner.client.get(url)
+    /// A GET request; `client.get(url).send()` paces, learns and retries.
+    pub fn get(&self, url: impl reqwest::IntoUrl) -> PacedRequestBuilder {
+        self.request(reqwest::Method::GET, url)
     }
 
-    /// A POST request; send it with [`send`](Self::send).
-    pub fn post(&self, url: impl reqwest::IntoUrl) -> RequestBuilder {
-        self.inner.client.post(url)
+    /// A POST request; `client.post(url).send()` paces and learns (and
+    /// retries only with
+    /// [`RetryPolicy::retry_non_idempotent`](crate::retry::RetryPolicy::retry_non_idempotent)).
+    pub fn post(&self, url: impl reqwest::IntoUrl) -> PacedRequestBuilder {
+        self.request(reqwest::Method::POST, url)
+    }
+
+    /// A PUT request.
+    pub fn put(&self, url: impl reqwest::IntoUrl) -> PacedRequestBuilder {
+        self.request(reqwest::Method::PUT, url)
+    }
+
+    /// A DELETE request.
+    pub fn delete(&self, url: impl reqwest::IntoUrl) -> PacedRequestBuilder {
+        self.request(reqwest::Method::DELETE, url)
+    }
+
+    /// A HEAD request.
+    pub fn head(&self, url: impl reqwest::IntoUrl) -> PacedRequestBuilder {
+        self.request(reqwest::Method::HEAD, url)
     }
 
     /// The retry policy in force.

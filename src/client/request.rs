@@ -1,0 +1,138 @@
+//! A request being built for a [`ThrottledClient`]: reqwest's shape, with
+//! a `send` that paces, learns and retries.
+//!
+//! reqwest's own `RequestBuilder::send` would go around the client's
+//! buckets, so [`ThrottledClient::get`] and its siblings return this builder
+//! instead: there is no path through the crate's client that skips pacing.
+//! The methods most requests need are forwarded; any other is reachable
+//! through [`PacedRequestBuilder::with`].
+
+use std::fmt;
+use std::time::Duration;
+
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+use reqwest::{Request, RequestBuilder, Response};
+
+use super::{Cost, IntoRequest, ThrottledClient};
+use crate::Error;
+
+/// A request being built for a [`ThrottledClient`]; [`send`](Self::send)
+/// paces, learns and retries it.
+///
+/// ```no_run
+/// use reqwest_pace::ThrottledClient;
+///
+/// # async fn run() -> Result<(), reqwest_pace::Error> {
+/// let client = ThrottledClient::new(reqwest::Client::new())?;
+/// let response = client
+///     .get("https://api.example.com/items")
+///     .header("accept", "application/json")
+///     .send()
+///     .await?;
+/// println!("{}", response.status());
+/// # Ok(())
+/// # }
+/// ```
+#[must_use = "a request does nothing until it is sent"]
+pub struct PacedRequestBuilder {
+    client: ThrottledClient,
+    inner: RequestBuilder,
+    cost: Cost,
+}
+
+impl PacedRequestBuilder {
+    pub(crate) fn new(client: ThrottledClient, inner: RequestBuilder) -> Self {
+        PacedRequestBuilder {
+            client,
+            inner,
+            cost: Cost::default(),
+        }
+    }
+
+    /// Add a header (as [`reqwest::RequestBuilder::header`]).
+    pub fn header<K, V>(self, key: K, value: V) -> Self
+    where
+        HeaderName: TryFrom<K>,
+        <HeaderName as TryFrom<K>>::Error: Into<http::Error>,
+        HeaderValue: TryFrom<V>,
+        <HeaderValue as TryFrom<V>>::Error: Into<http::Error>,
+    {
+        self.with(|b| b.header(key, value))
+    }
+
+    /// Add headers (as [`reqwest::RequestBuilder::headers`]).
+    pub fn headers(self, headers: HeaderMap) -> Self {
+        self.with(|b| b.headers(headers))
+    }
+
+    /// HTTP bearer authentication.
+    pub fn bearer_auth<T: fmt::Display>(self, token: T) -> Self {
+        self.with(|b| b.bearer_auth(token))
+    }
+
+    /// HTTP basic authentication.
+    pub fn basic_auth<U: fmt::Display, P: fmt::Display>(
+        self,
+        username: U,
+        password: Option<P>,
+    ) -> Self {
+        self.with(|b| b.basic_auth(username, password))
+    }
+
+    /// The request body. A body that cannot be cloned (a stream) is sent
+    /// once and never retried.
+    pub fn body<T: Into<reqwest::Body>>(self, body: T) -> Self {
+        self.with(|b| b.body(body))
+    }
+
+    /// reqwest's timeout for each attempt (from when it is sent, after any
+    /// pacing wait).
+    pub fn timeout(self, timeout: Duration) -> Self {
+        self.with(|b| b.timeout(timeout))
+    }
+
+    /// What the request spends from the buckets it passes (one request by
+    /// default); see [`Cost`].
+    pub fn cost(mut self, cost: Cost) -> Self {
+        self.cost = cost;
+        self
+    }
+
+    /// Any other change to the reqwest builder (a query, a JSON body with
+    /// reqwest's `json` feature), keeping the request on this client.
+    pub fn with(mut self, change: impl FnOnce(RequestBuilder) -> RequestBuilder) -> Self {
+        self.inner = change(self.inner);
+        self
+    }
+
+    /// Build the request without sending it.
+    pub fn build(self) -> Result<Request, reqwest::Error> {
+        self.inner.build()
+    }
+
+    /// Send the request: paced, adapted and retried as
+    /// [`ThrottledClient::send`] does, spending its [`cost`](Self::cost).
+    pub async fn send(self) -> Result<Response, Error> {
+        let PacedRequestBuilder {
+            client,
+            inner,
+            cost,
+        } = self;
+        client.send_with_cost(inner, &cost).await
+    }
+}
+
+impl IntoRequest for PacedRequestBuilder {
+    fn into_request(self) -> Result<Request, reqwest::Error> {
+        self.build()
+    }
+}
+
+impl fmt::Debug for PacedRequestBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PacedRequestBuilder")
+            .field("request", &self.inner)
+            .field("cost", &self.cost)
+            .finish_non_exhaustive()
+    }
+}
