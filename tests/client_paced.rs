@@ -498,3 +498,26 @@ async fn get_then_send_is_paced_and_retried() {
     // The 503 at 0 is retried after its Retry-After; then one every 50 ms.
     assert_eq!(times(&server), ms(&[0, 1_000, 1_050, 1_100]));
 }
+
+/// The first response carries no rate-limit headers: the tasks that waited
+/// for it are released at the cold-start rate (10/s, doubling every 250 ms
+/// of sending), not all at once.
+#[tokio::test(start_paused = true)]
+async fn a_header_less_first_response_does_not_release_every_waiting_task_at_once() {
+    let server = server(Dialect::None, 1000, 1000).await;
+    let client = ThrottledClient::builder(reqwest::Client::new())
+        .retry(no_jitter())
+        .build()
+        .unwrap();
+    load(&client, &server, 20, 1).await;
+    let at = times(&server);
+    assert_eq!(at.len(), 20);
+    // The probe and one more go at once (the bucket holds one token); the
+    // next waits a tenth of a second.
+    assert_eq!(at.iter().filter(|t| t.is_zero()).count(), 2, "{at:?}");
+    assert_eq!(at[2], Duration::from_millis(100));
+    // Growth: the gaps shrink, never widen.
+    let gaps: Vec<Duration> = at[2..].windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(gaps.windows(2).all(|g| g[1] <= g[0]), "{gaps:?}");
+    assert!(*at.last().unwrap() < Duration::from_secs(1), "{at:?}");
+}
