@@ -80,5 +80,10 @@ pub use middleware::PaceMiddleware;
 // feature is on (`cargo test --all-features`, as CI runs it); a plain
 // `cargo test` leaves them out rather than fail to compile them.
 #[doc = include_str!("../README.md")]
-#[cfg(all(doctest, feature = "testing", feature = "redis", feature = "middleware"))]
+#[cfg(all(
+    doctest,
+    feature = "testing",
+    feature = "redis",
+    feature = "middleware"
+))]
 pub struct ReadmeDoctests;

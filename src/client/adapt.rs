@@ -67,6 +67,8 @@ const MIN_RATE: f64 = 0.1;
 /// The fastest rate any regime sets: a server that says more is not
 /// believed, and the rate cannot run away.
 const MAX_RATE: f64 = 1_000_000.0;
+/// The most limits (name and partition) one key follows.
+const MAX_SERIES: usize = 32;
 /// Requests unanswered for longer than this no longer count as in flight
 /// (their caller gave up without telling).
 const IN_FLIGHT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -308,6 +310,11 @@ impl Adaptive {
                 continue;
             };
             let key = (limit.name.clone(), limit.partition.clone());
+            if self.series.len() >= MAX_SERIES && !self.series.contains_key(&key) {
+                // A server naming a new limit on every response must not
+                // grow a key without bound: start over.
+                self.series.clear();
+            }
             let series = self.series.entry(key).or_default();
             let reading = Reading {
                 at: now,
@@ -640,6 +647,22 @@ mod tests {
         let adj = a.on_response(now, seqs[19], &signal(503, vec![]), false);
         assert!(rate_in(&adj).is_some_and(|r| r < 20.0), "{adj:?}");
         assert!(adj.contains(&Adjustment::LimitRemaining(0)));
+    }
+
+    #[test]
+    fn a_new_limit_name_on_every_response_does_not_grow_the_key() {
+        let mut a = fresh();
+        let now = Instant::now();
+        for i in 0..1_000u64 {
+            let seq = a.on_send(now);
+            let limit = Limit::new(format!("bucket-{i}"), Dimension::Requests)
+                .with_limit(10)
+                .with_remaining(5)
+                .with_reset(Duration::from_secs(1));
+            a.on_response(now, seq, &signal(200, vec![limit]), true);
+        }
+        assert!(a.series.len() <= MAX_SERIES, "{}", a.series.len());
+        assert!(a.in_flight.is_empty());
     }
 
     proptest::proptest! {
