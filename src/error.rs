@@ -59,6 +59,25 @@ pub enum Error {
         status: reqwest::StatusCode,
     },
 
+    /// A wait (for a bucket, a key's first response, a server's
+    /// `Retry-After`, a retry's backoff) would end past the call's deadline
+    /// or the retry policy's `max_elapsed`: the call failed at once instead
+    /// of waiting and failing later.
+    #[cfg(feature = "client")]
+    #[error("the wait{} would pass the time limit of {limit:?} (after {attempts} attempt(s); last status {})", show_wait(*.wait), show_status(*.last_status))]
+    DeadlineExceeded {
+        /// How long the wait would have been, when it is known (a bucket's
+        /// queue or a key's first response may not say).
+        wait: Option<Duration>,
+        /// The limit that would have been passed: the call's deadline, or
+        /// the retry policy's `max_elapsed`.
+        limit: Duration,
+        /// Attempts made before it, the first included.
+        attempts: u32,
+        /// The last response's status, if an attempt got one.
+        last_status: Option<reqwest::StatusCode>,
+    },
+
     /// Every allowed attempt failed, or the time limit for retries was
     /// reached.
     #[cfg(feature = "client")]
@@ -141,6 +160,11 @@ pub enum NotRetriedReason {
 }
 
 #[cfg(feature = "client")]
+fn show_wait(wait: Option<Duration>) -> String {
+    wait.map_or_else(String::new, |w| format!(" of {w:?}"))
+}
+
+#[cfg(feature = "client")]
 fn show_status(status: Option<reqwest::StatusCode>) -> String {
     status.map_or_else(|| "none".to_string(), |s| s.as_u16().to_string())
 }
@@ -152,6 +176,7 @@ impl Error {
         match self {
             Error::RetryAfterTooLong { status, .. } => Some(*status),
             Error::RetriesExhausted { last_status, .. }
+            | Error::DeadlineExceeded { last_status, .. }
             | Error::BudgetExhausted { last_status, .. }
             | Error::NotRetried { last_status, .. } => *last_status,
             _ => None,

@@ -62,7 +62,7 @@ pub mod testing;
 
 #[cfg(feature = "client")]
 pub use client::{
-    host_key, Cost, Event, IntoRequest, Layer, PacedRequestBuilder, ThrottledClient,
+    host_key, Cost, Deadline, Event, IntoRequest, Layer, PacedRequestBuilder, ThrottledClient,
     ThrottledClientBuilder,
 };
 pub use error::Error;

@@ -4,7 +4,7 @@ use http::Extensions;
 use reqwest::{Request, Response};
 use reqwest_middleware::{Middleware, Next};
 
-use crate::client::{Cost, SendFailure};
+use crate::client::{Cost, Deadline, SendFailure};
 use crate::ThrottledClient;
 
 /// A [`reqwest_middleware::Middleware`] that runs a [`ThrottledClient`]'s
@@ -57,9 +57,10 @@ impl Middleware for PaceMiddleware {
         next: Next<'_>,
     ) -> reqwest_middleware::Result<Response> {
         let template = extensions.clone();
+        let deadline = extensions.get::<Deadline>().map(|d| d.0);
         let result = self
             .client
-            .run(req, &Cost::default(), |attempt| {
+            .run(req, &Cost::default(), deadline, |attempt| {
                 let next = next.clone();
                 let mut ext = template.clone();
                 async move {

@@ -521,3 +521,111 @@ async fn a_header_less_first_response_does_not_release_every_waiting_task_at_onc
     assert!(gaps.windows(2).all(|g| g[1] <= g[0]), "{gaps:?}");
     assert!(*at.last().unwrap() < Duration::from_secs(1), "{at:?}");
 }
+
+/// Fifty calls at once against a host that answers nothing but bare 429s:
+/// with a 5 s deadline every call ends by it, whatever the pacing queue,
+/// the backoff and the congestion control would otherwise make it wait.
+#[tokio::test(start_paused = true)]
+async fn a_429_storm_ends_every_call_by_its_deadline() {
+    let server = server(Dialect::None, 1000, 1000).await;
+    server.inject(Fault::too_many_requests().times(100_000));
+    let client = ThrottledClient::builder(reqwest::Client::new())
+        .deadline(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let calls: Vec<_> = (0..50)
+        .map(|_| {
+            let (client, url) = (client.clone(), server.url());
+            tokio::spawn(async move {
+                let start = tokio::time::Instant::now();
+                let result = client.get(url).send().await;
+                (start.elapsed(), result)
+            })
+        })
+        .collect();
+    for call in calls {
+        let (took, result) = call.await.unwrap();
+        assert!(took <= Duration::from_secs(5), "{took:?}");
+        match result {
+            Err(Error::DeadlineExceeded { limit, .. }) => {
+                assert_eq!(limit, Duration::from_secs(5))
+            }
+            Err(Error::RetriesExhausted { last_status, .. }) => {
+                assert_eq!(last_status.map(|s| s.as_u16()), Some(429))
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+/// A pacing wait that would end past the request's deadline fails at
+/// once, with the wait it would have been.
+#[tokio::test(start_paused = true)]
+async fn a_pacing_wait_past_the_deadline_fails_at_once_with_the_wait() {
+    let server = server(Dialect::None, 1000, 1000).await;
+    let client = ThrottledClient::builder(reqwest::Client::new())
+        .rate(Rate::per_hour(1).unwrap())
+        .burst(1)
+        .build()
+        .unwrap();
+    client.get(server.url()).send().await.unwrap();
+    let start = tokio::time::Instant::now();
+    let err = client
+        .get(server.url())
+        .deadline(Duration::from_secs(1))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    match err {
+        Error::DeadlineExceeded {
+            wait,
+            limit,
+            attempts,
+            ..
+        } => {
+            assert_eq!(wait, Some(Duration::from_secs(3600)));
+            assert_eq!(limit, Duration::from_secs(1));
+            assert_eq!(attempts, 0);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert_eq!(server.requests().len(), 1);
+}
+
+/// The retry policy's `max_elapsed` bounds every wait after the first
+/// send, the pacing wait of a retry included: a retry that would wait an
+/// hour for its bucket fails at once instead (deadline from `max_elapsed`).
+#[tokio::test(start_paused = true)]
+async fn max_elapsed_is_a_deadline_for_every_wait_after_the_first_send() {
+    let server = server(Dialect::None, 1000, 1000).await;
+    server.inject(Fault::service_unavailable());
+    let client = ThrottledClient::builder(reqwest::Client::new())
+        .rate(Rate::per_hour(1).unwrap())
+        .burst(1)
+        .retry(no_jitter().with_max_elapsed(Duration::from_secs(1)))
+        .build()
+        .unwrap();
+    let start = tokio::time::Instant::now();
+    let err = client.get(server.url()).send().await.unwrap_err();
+    // The 503 at 0, the backoff of 100 ms, then the bucket's hour: refused
+    // at once, 100 ms in.
+    assert_eq!(start.elapsed(), Duration::from_millis(100));
+    match err {
+        Error::DeadlineExceeded {
+            wait,
+            limit,
+            attempts,
+            last_status,
+        } => {
+            assert_eq!(limit, Duration::from_secs(1));
+            assert_eq!(attempts, 1);
+            assert_eq!(last_status.map(|s| s.as_u16()), Some(503));
+            assert!(
+                wait.is_some_and(|w| w > Duration::from_secs(3000)),
+                "{wait:?}"
+            );
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}

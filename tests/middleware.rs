@@ -8,7 +8,7 @@ use std::time::Duration;
 use reqwest_middleware::{ClientBuilder, Middleware, Next};
 use reqwest_pace::retry::{Backoff, Jitter, RetryPolicy};
 use reqwest_pace::testing::{Fault, RateLimitedServer, RetryAfter};
-use reqwest_pace::{PaceMiddleware, Rate, ThrottledClient};
+use reqwest_pace::{Deadline, PaceMiddleware, Rate, ThrottledClient};
 
 /// Counts what reaches it: placed after the pacing middleware, it sees
 /// every attempt.
@@ -105,5 +105,45 @@ async fn the_chain_is_paced() {
     assert_eq!(
         at,
         [0, 100, 200, 300, 400].map(Duration::from_millis).to_vec()
+    );
+}
+
+/// The middleware honours a deadline put in the request's extensions: a
+/// pacing wait past it fails at once, before the rest of the chain runs.
+#[tokio::test(start_paused = true)]
+async fn a_deadline_in_the_extensions_bounds_the_middlewares_waits() {
+    let server = RateLimitedServer::builder().start().await.unwrap();
+    let attempts = Arc::new(AtomicU32::new(0));
+    let pacing = PaceMiddleware::new(
+        ThrottledClient::builder(reqwest::Client::new())
+            .rate(Rate::per_hour(1).unwrap())
+            .burst(1)
+            .build()
+            .unwrap(),
+    );
+    let client = ClientBuilder::new(reqwest::Client::new())
+        .with(pacing)
+        .with(Counter(Arc::clone(&attempts)))
+        .build();
+    client.get(server.url()).send().await.unwrap();
+    let start = tokio::time::Instant::now();
+    let err = client
+        .get(server.url())
+        .with_extension(Deadline(Duration::from_secs(1)))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    assert_eq!(attempts.load(Ordering::SeqCst), 1);
+    let inner = match err {
+        reqwest_middleware::Error::Middleware(e) => e,
+        other => panic!("unexpected {other:?}"),
+    };
+    assert!(
+        matches!(
+            inner.downcast_ref::<reqwest_pace::Error>(),
+            Some(reqwest_pace::Error::DeadlineExceeded { .. })
+        ),
+        "{inner:?}"
     );
 }

@@ -15,6 +15,7 @@ mod request;
 use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use reqwest::{Request, RequestBuilder, Response, StatusCode};
 use tokio::time::Instant;
@@ -80,6 +81,14 @@ impl Cost {
     }
 }
 
+/// A deadline for one call, for [`PaceMiddleware`](crate::PaceMiddleware):
+/// put it in the request's `reqwest-middleware` extensions
+/// (`.with_extension(Deadline(..))`); a [`ThrottledClient`]'s own requests
+/// take [`PacedRequestBuilder::deadline`] instead. It overrides the
+/// client's [`deadline`](ThrottledClientBuilder::deadline).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Deadline(pub Duration);
+
 /// Something that can become a [`reqwest::Request`]: a `Request` or a
 /// `RequestBuilder`.
 pub trait IntoRequest {
@@ -136,6 +145,7 @@ struct Inner {
     policy: RetryPolicy,
     budget: Option<Arc<RetryBudget>>,
     hook: Option<Hook>,
+    deadline: Option<Duration>,
 }
 
 /// Builds a [`ThrottledClient`]; see [`ThrottledClient::builder`].
@@ -147,6 +157,7 @@ pub struct ThrottledClientBuilder {
     policy: RetryPolicy,
     budget: Option<RetryBudget>,
     hook: Option<Hook>,
+    deadline: Option<Duration>,
 }
 
 impl ThrottledClientBuilder {
@@ -201,6 +212,17 @@ impl ThrottledClientBuilder {
         self
     }
 
+    /// A deadline for every call, from when it starts: pacing waits, the
+    /// wait for a key's first response, `Retry-After` blocks and retries
+    /// all end by it, and a wait that would end past it fails at once with
+    /// [`Error::DeadlineExceeded`]. Off by default (the retry policy's
+    /// `max_elapsed` still bounds every wait after the first send); a
+    /// request can set its own with [`PacedRequestBuilder::deadline`].
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+
     /// Validate the configuration and build the client.
     pub fn build(self) -> Result<ThrottledClient, Error> {
         let layers = self
@@ -216,6 +238,7 @@ impl ThrottledClientBuilder {
                 policy: self.policy,
                 budget: self.budget.map(Arc::new),
                 hook: self.hook,
+                deadline: self.deadline,
             }),
         })
     }
@@ -243,6 +266,7 @@ impl ThrottledClient {
             policy: RetryPolicy::default(),
             budget: None,
             hook: None,
+            deadline: None,
         }
     }
 
@@ -330,8 +354,18 @@ impl ThrottledClient {
             attempts: 0,
             source,
         })?;
+        self.send_with(request, cost, None).await
+    }
+
+    /// [`send_with_cost`](Self::send_with_cost) by a deadline of its own.
+    pub(crate) async fn send_with(
+        &self,
+        request: Request,
+        cost: &Cost,
+        deadline: Option<Duration>,
+    ) -> Result<Response, Error> {
         let client = &self.inner.client;
-        self.run(request, cost, |r| async move {
+        self.run(request, cost, deadline, |r| async move {
             client.execute(r).await.map_err(SendFailure::Reqwest)
         })
         .await
@@ -397,6 +431,7 @@ impl ThrottledClient {
         &self,
         request: Request,
         cost: &Cost,
+        deadline: Option<Duration>,
         send: F,
     ) -> Result<Response, Error>
     where
@@ -409,13 +444,17 @@ impl ThrottledClient {
             method = %request.method(),
             url = %request.url()
         );
-        self.attempts(request, cost, send).instrument(span).await
+        let deadline = deadline.or(self.inner.deadline);
+        self.attempts(request, cost, deadline, send)
+            .instrument(span)
+            .await
     }
 
     async fn attempts<F, Fut>(
         &self,
         request: Request,
         cost: &Cost,
+        deadline: Option<Duration>,
         mut send: F,
     ) -> Result<Response, Error>
     where
@@ -429,6 +468,10 @@ impl ThrottledClient {
         let method = request.method().to_string();
         let url = request.url().to_string();
         let start = Instant::now();
+        // The call's deadline, and from the first send on the retry
+        // policy's `max_elapsed`: no wait may end past the earlier.
+        let call_until = deadline.map(|d| (start + d, d));
+        let mut first_send: Option<Instant> = None;
         let mut current = request;
         let mut attempt = 0u32;
         let mut previous_delay = None;
@@ -445,47 +488,15 @@ impl ThrottledClient {
             };
 
             self.check_closed(&members)?;
-            let mut probes = Vec::new();
-            let mut seqs = Vec::with_capacity(members.len());
-            for m in &members {
-                let layer = &inner.layers[m.layer];
-                if layer.probes() && !m.state.has_seen_response() {
-                    // Wait for the key's first response, but not forever:
-                    // a probe that hangs must not hold every caller.
-                    match tokio::time::timeout(PROBE_WAIT, m.state.probe.lock()).await {
-                        Ok(guard) if !m.state.has_seen_response() => probes.push(guard),
-                        Ok(_) => {}
-                        Err(_) => tracing::debug!(
-                            target: "reqwest_pace",
-                            key = m.state.key,
-                            "no first response yet; not waiting for the probe any longer"
-                        ),
-                    }
-                }
-                let limiter = match &m.state.limiter {
-                    Ok(l) => Arc::clone(l),
-                    Err(message) => {
-                        return Err(Error::Backend {
-                            message: format!(
-                                "could not make the limiter for {}: {message}",
-                                m.state.key
-                            ),
-                            source: None,
-                        })
-                    }
-                };
-                let t0 = Instant::now();
-                acquire(limiter.as_ref(), m.weight, layer.learns_burst()).await?;
-                let waited = t0.elapsed();
-                if !waited.is_zero() {
-                    self.emit(Event::Waited {
-                        layer: layer.config.name.clone(),
-                        key: m.state.key.clone(),
-                        waited,
-                    });
-                }
-                seqs.push(m.state.adapt().on_send(Instant::now()));
-            }
+            let retry_until = first_send
+                .zip(policy.max_elapsed())
+                .map(|(at, limit)| (at + limit, limit));
+            let until = earliest(call_until, retry_until);
+            let (probes, seqs) = self
+                .wait_for_members(&members, until)
+                .await
+                .map_err(|e| e.into_error(attempt - 1, last_status))?;
+            first_send.get_or_insert_with(Instant::now);
             // A wait may have outlasted a close set by another task.
             self.check_closed(&members)?;
 
@@ -600,6 +611,20 @@ impl ThrottledClient {
                     });
                 }
             }
+            let retry_until = first_send
+                .zip(policy.max_elapsed())
+                .map(|(at, limit)| (at + limit, limit));
+            if let Some((at, limit)) = earliest(call_until, retry_until) {
+                if Instant::now() + delay > at {
+                    self.give_up(attempt, "deadline", status);
+                    return Err(Error::DeadlineExceeded {
+                        wait: Some(delay),
+                        limit,
+                        attempts: attempt,
+                        last_status: status,
+                    });
+                }
+            }
             if let Some(budget) = &inner.budget {
                 if !budget.can_retry() {
                     self.give_up(attempt, "retry budget exhausted", status);
@@ -620,6 +645,76 @@ impl ThrottledClient {
             previous_delay = Some(delay);
             current = next;
         }
+    }
+
+    /// Wait for every bucket of the request (and for each key's first
+    /// response, when it learns), then count the request as sent on each.
+    /// Returns the probe guards held and each member's send number; on an
+    /// error, no member counts the request as in flight.
+    async fn wait_for_members<'m>(
+        &self,
+        members: &'m [Member],
+        until: Option<(Instant, Duration)>,
+    ) -> Result<(Vec<ProbeGuard<'m>>, Vec<u64>), WaitError> {
+        let mut probes = Vec::new();
+        let mut seqs = Vec::with_capacity(members.len());
+        for m in members {
+            if let Err(e) = self.wait_for_member(m, until, &mut probes).await {
+                for (m, &seq) in members.iter().zip(&seqs) {
+                    m.state.adapt().on_no_response(seq);
+                }
+                return Err(e);
+            }
+            seqs.push(m.state.adapt().on_send(Instant::now()));
+        }
+        Ok((probes, seqs))
+    }
+
+    async fn wait_for_member<'m>(
+        &self,
+        m: &'m Member,
+        until: Option<(Instant, Duration)>,
+        probes: &mut Vec<ProbeGuard<'m>>,
+    ) -> Result<(), WaitError> {
+        let layer = &self.inner.layers[m.layer];
+        if layer.probes() && !m.state.has_seen_response() {
+            // Wait for the key's first response, but not forever: a probe
+            // that hangs must not hold every caller (nor pass the deadline).
+            let probe_until = Instant::now() + PROBE_WAIT;
+            let cap = until.map_or(probe_until, |(at, _)| at.min(probe_until));
+            match tokio::time::timeout_at(cap, m.state.probe.lock()).await {
+                Ok(guard) if !m.state.has_seen_response() => probes.push(guard),
+                Ok(_) => {}
+                Err(_) => match until.filter(|(at, _)| *at <= probe_until) {
+                    Some((_, limit)) => return Err(WaitError::Deadline { wait: None, limit }),
+                    None => tracing::debug!(
+                        target: "reqwest_pace",
+                        key = m.state.key,
+                        "no first response yet; not waiting for the probe any longer"
+                    ),
+                },
+            }
+        }
+        let limiter = match &m.state.limiter {
+            Ok(l) => Arc::clone(l),
+            Err(message) => {
+                return Err(WaitError::Failed(Error::Backend {
+                    message: format!("could not make the limiter for {}: {message}", m.state.key),
+                    source: None,
+                }))
+            }
+        };
+        let t0 = Instant::now();
+        acquire(limiter.as_ref(), m.weight, layer.learns_burst(), until).await?;
+        let waited = t0.elapsed();
+        if !waited.is_zero() {
+            self.emit(Event::Waited {
+                layer: layer.config.name.clone(),
+                key: m.state.key.clone(),
+                waited,
+            });
+        }
+        Ok(())
     }
 
     fn give_up(&self, attempts: u32, reason: &str, status: Option<StatusCode>) {
@@ -728,23 +823,96 @@ impl ThrottledClient {
     }
 }
 
-/// Acquire `weight`. For a layer whose burst is learned (not configured)
-/// and smaller than the weight, the weight is paid in pieces of at most the
-/// burst, one after the other, so a big request waits for all its tokens
-/// instead of failing (or being undercharged).
-async fn acquire(limiter: &dyn Limiter, weight: u64, learned_burst: bool) -> Result<(), Error> {
+/// A wait that did not end well.
+enum WaitError {
+    /// It would end past `limit` (the deadline or `max_elapsed`).
+    Deadline {
+        wait: Option<Duration>,
+        limit: Duration,
+    },
+    /// The limiter failed.
+    Failed(Error),
+}
+
+impl WaitError {
+    fn into_error(self, attempts: u32, last_status: Option<StatusCode>) -> Error {
+        match self {
+            WaitError::Deadline { wait, limit } => Error::DeadlineExceeded {
+                wait,
+                limit,
+                attempts,
+                last_status,
+            },
+            WaitError::Failed(e) => e,
+        }
+    }
+}
+
+/// A key's probe lock, held until its first response is learned from.
+type ProbeGuard<'m> = tokio::sync::MutexGuard<'m, ()>;
+
+/// The earlier of two limits.
+fn earliest(
+    a: Option<(Instant, Duration)>,
+    b: Option<(Instant, Duration)>,
+) -> Option<(Instant, Duration)> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(if b.0 < a.0 { b } else { a }),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Acquire `weight`, by `until` if given: a wait the limiter says would
+/// end past it fails at once, and one that turns out longer fails at it.
+/// For a layer whose burst is learned (not configured) and smaller than the
+/// weight, the weight is paid in pieces of at most the burst, one after the
+/// other, so a big request waits for all its tokens instead of failing (or
+/// being undercharged).
+async fn acquire(
+    limiter: &dyn Limiter,
+    weight: u64,
+    learned_burst: bool,
+    until: Option<(Instant, Duration)>,
+) -> Result<(), WaitError> {
     let mut left = weight;
     let mut piece = weight;
     while left > 0 {
-        match limiter.acquire(piece.min(left)).await {
-            Ok(()) => left -= piece.min(left),
+        let take = piece.min(left);
+        match acquire_by(limiter, take, until).await? {
+            Ok(()) => left -= take,
             Err(Error::WeightExceedsCapacity { capacity, .. }) if learned_burst && capacity > 0 => {
                 piece = capacity;
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(WaitError::Failed(e)),
         }
     }
     Ok(())
+}
+
+/// One acquisition by `until`: the outer error is the deadline, the inner
+/// one the limiter's.
+async fn acquire_by(
+    limiter: &dyn Limiter,
+    weight: u64,
+    until: Option<(Instant, Duration)>,
+) -> Result<Result<(), Error>, WaitError> {
+    let Some((at, limit)) = until else {
+        return Ok(limiter.acquire(weight).await);
+    };
+    match limiter.try_acquire(weight).await {
+        Err(Error::Throttled { wait }) => {
+            if Instant::now() + wait > at {
+                return Err(WaitError::Deadline {
+                    wait: Some(wait),
+                    limit,
+                });
+            }
+            tokio::time::timeout_at(at, limiter.acquire(weight))
+                .await
+                .map_err(|_| WaitError::Deadline { wait: None, limit })
+        }
+        other => Ok(other),
+    }
 }
 
 #[cfg(feature = "middleware")]
@@ -787,17 +955,38 @@ mod tests {
     async fn a_weight_over_a_learned_burst_is_paid_in_full_in_pieces() {
         let bucket = TokenBucket::with_initial(Rate::per_second(10).unwrap(), 4, 0).unwrap();
         let start = Instant::now();
-        acquire(&bucket, 10, true).await.unwrap();
+        assert!(acquire(&bucket, 10, true, None).await.is_ok());
         // Ten tokens at 10/s from empty: a full second, not 0.4 s.
         assert_eq!(start.elapsed(), std::time::Duration::from_secs(1));
         assert_eq!(bucket.available(), 0);
         // With a configured burst the same weight is an error.
         assert!(matches!(
-            acquire(&bucket, 10, false).await,
-            Err(Error::WeightExceedsCapacity {
+            acquire(&bucket, 10, false, None).await,
+            Err(WaitError::Failed(Error::WeightExceedsCapacity {
                 weight: 10,
                 capacity: 4
-            })
+            }))
         ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_past_the_deadline_fails_at_once_with_the_wait() {
+        let bucket = TokenBucket::with_initial(Rate::per_second(1).unwrap(), 1, 0).unwrap();
+        let start = Instant::now();
+        let limit = Duration::from_millis(500);
+        let until = Some((start + limit, limit));
+        // One token in a second, by a deadline half a second away.
+        match acquire(&bucket, 1, false, until).await {
+            Err(WaitError::Deadline { wait, limit: l }) => {
+                assert_eq!(wait, Some(Duration::from_secs(1)));
+                assert_eq!(l, limit);
+            }
+            _ => panic!("expected the deadline"),
+        }
+        assert_eq!(start.elapsed(), Duration::ZERO, "failed at once");
+        // Within the deadline the same wait is served.
+        let until = Some((start + Duration::from_secs(2), Duration::from_secs(2)));
+        assert!(acquire(&bucket, 1, false, until).await.is_ok());
+        assert_eq!(start.elapsed(), Duration::from_secs(1));
     }
 }

@@ -38,6 +38,7 @@ pub struct PacedRequestBuilder {
     client: ThrottledClient,
     inner: RequestBuilder,
     cost: Cost,
+    deadline: Option<Duration>,
 }
 
 impl PacedRequestBuilder {
@@ -46,6 +47,7 @@ impl PacedRequestBuilder {
             client,
             inner,
             cost: Cost::default(),
+            deadline: None,
         }
     }
 
@@ -98,6 +100,16 @@ impl PacedRequestBuilder {
         self
     }
 
+    /// A deadline for this call, from when it is sent: every wait (the
+    /// buckets, the key's first response, `Retry-After`, retries) ends by
+    /// it, and one that would end past it fails at once with
+    /// [`Error::DeadlineExceeded`]. Overrides the client's
+    /// [`deadline`](crate::ThrottledClientBuilder::deadline).
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+
     /// Any other change to the reqwest builder (a query, a JSON body with
     /// reqwest's `json` feature), keeping the request on this client.
     pub fn with(mut self, change: impl FnOnce(RequestBuilder) -> RequestBuilder) -> Self {
@@ -117,8 +129,13 @@ impl PacedRequestBuilder {
             client,
             inner,
             cost,
+            deadline,
         } = self;
-        client.send_with_cost(inner, &cost).await
+        let request = inner.build().map_err(|source| Error::Transport {
+            attempts: 0,
+            source,
+        })?;
+        client.send_with(request, &cost, deadline).await
     }
 }
 
@@ -133,6 +150,7 @@ impl fmt::Debug for PacedRequestBuilder {
         f.debug_struct("PacedRequestBuilder")
             .field("request", &self.inner)
             .field("cost", &self.cost)
+            .field("deadline", &self.deadline)
             .finish_non_exhaustive()
     }
 }
