@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use reqwest_pace::retry::{Backoff, Jitter, RetryPolicy};
+use reqwest_pace::retry::{Backoff, Jitter, ReleaseJitter, RetryPolicy};
 use reqwest_pace::testing::{Dialect, Fault, RateLimitedServer, RetryAfter};
 use reqwest_pace::{Error, Event, Layer, Rate, ThrottledClient};
 
@@ -62,6 +62,7 @@ async fn retry_after_in_seconds_spaces_the_attempts_exactly() {
     );
     let client = ThrottledClient::builder(reqwest::Client::new())
         .retry(no_jitter())
+        .release_jitter(ReleaseJitter::none())
         .build()
         .unwrap();
     let response = client.send(client.get(server.url())).await.unwrap();
@@ -76,6 +77,7 @@ async fn retry_after_as_an_http_date_is_measured_against_the_date_header() {
         .inject(Fault::too_many_requests().retry_after(RetryAfter::DateIn(Duration::from_secs(4))));
     let client = ThrottledClient::builder(reqwest::Client::new())
         .retry(no_jitter())
+        .release_jitter(ReleaseJitter::none())
         .build()
         .unwrap();
     let response = client.send(client.get(server.url())).await.unwrap();
@@ -89,6 +91,7 @@ async fn backoff_without_retry_after_follows_the_schedule() {
     server.inject(Fault::service_unavailable().times(3));
     let client = ThrottledClient::builder(reqwest::Client::new())
         .retry(no_jitter())
+        .release_jitter(ReleaseJitter::none())
         .build()
         .unwrap();
     client.send(client.get(server.url())).await.unwrap();
@@ -130,6 +133,7 @@ async fn a_429_storm_on_one_key_makes_one_pause() {
         .rate(Rate::per_second(100).unwrap())
         .burst(1)
         .retry(no_jitter())
+        .release_jitter(ReleaseJitter::none())
         .on_event(move |e| sink.lock().unwrap().push(e.clone()))
         .build()
         .unwrap();
@@ -162,6 +166,7 @@ async fn learns_the_rate(dialect: Dialect) {
     let server = server(dialect, 50, 10).await;
     let client = ThrottledClient::builder(reqwest::Client::new())
         .retry(no_jitter())
+        .release_jitter(ReleaseJitter::none())
         .build()
         .unwrap();
     let start = tokio::time::Instant::now();
@@ -196,6 +201,7 @@ async fn without_headers_429s_shrink_the_rate_and_success_grows_it() {
     let server = server(Dialect::None, 50, 10).await;
     let client = ThrottledClient::builder(reqwest::Client::new())
         .retry(no_jitter().with_max_attempts(10))
+        .release_jitter(ReleaseJitter::none())
         .build()
         .unwrap();
     load(&client, &server, 32, 20).await;
@@ -344,6 +350,7 @@ async fn fifty_requests_in_flight_throttled_at_once_resume_together_at_the_rate(
         .rate(Rate::per_second(1000).unwrap())
         .burst(50)
         .retry(no_jitter())
+        .release_jitter(ReleaseJitter::none())
         .build()
         .unwrap();
     // Learn the server first, so the burst is not held by the probe.
@@ -371,6 +378,7 @@ async fn the_last_status_survives_later_connection_errors() {
     server.inject(Fault::service_unavailable());
     let client = ThrottledClient::builder(reqwest::Client::new())
         .retry(no_jitter().with_max_attempts(3))
+        .release_jitter(ReleaseJitter::none())
         .build()
         .unwrap();
     let url = server.url();
@@ -404,6 +412,7 @@ async fn a_sliding_log_layer_keeps_the_learned_pace_exactly() {
     let client = ThrottledClient::builder(reqwest::Client::new())
         .host_layer(layer)
         .retry(no_jitter())
+        .release_jitter(ReleaseJitter::none())
         .build()
         .unwrap();
     load(&client, &server, 16, 10).await;
@@ -440,6 +449,7 @@ async fn a_403_with_retry_after_is_retried_and_blocks_the_key() {
     );
     let client = ThrottledClient::builder(reqwest::Client::new())
         .retry(no_jitter())
+        .release_jitter(ReleaseJitter::none())
         .build()
         .unwrap();
     load(&client, &server, 4, 1).await;
@@ -463,6 +473,7 @@ async fn a_bare_403_is_not_retried() {
     server.inject(Fault::new(reqwest::StatusCode::FORBIDDEN));
     let client = ThrottledClient::builder(reqwest::Client::new())
         .retry(no_jitter())
+        .release_jitter(ReleaseJitter::none())
         .build()
         .unwrap();
     let response = client.send(client.get(server.url())).await.unwrap();
@@ -484,6 +495,7 @@ async fn get_then_send_is_paced_and_retried() {
         .rate(Rate::per_second(20).unwrap())
         .burst(1)
         .retry(no_jitter())
+        .release_jitter(ReleaseJitter::none())
         .build()
         .unwrap();
     for _ in 0..3 {
@@ -507,6 +519,7 @@ async fn a_header_less_first_response_does_not_release_every_waiting_task_at_onc
     let server = server(Dialect::None, 1000, 1000).await;
     let client = ThrottledClient::builder(reqwest::Client::new())
         .retry(no_jitter())
+        .release_jitter(ReleaseJitter::none())
         .build()
         .unwrap();
     load(&client, &server, 20, 1).await;
@@ -604,6 +617,7 @@ async fn max_elapsed_is_a_deadline_for_every_wait_after_the_first_send() {
         .rate(Rate::per_hour(1).unwrap())
         .burst(1)
         .retry(no_jitter().with_max_elapsed(Duration::from_secs(1)))
+        .release_jitter(ReleaseJitter::none())
         .build()
         .unwrap();
     let start = tokio::time::Instant::now();
@@ -628,4 +642,30 @@ async fn max_elapsed_is_a_deadline_for_every_wait_after_the_first_send() {
         }
         other => panic!("unexpected {other:?}"),
     }
+}
+
+/// Two clients (two processes, say) told the same `Retry-After: 2` retry
+/// apart, each after the server's instant, never before: the release jitter
+/// adds `draw × min(10 % of the wait, 1 s)`, with the draws injected.
+#[tokio::test(start_paused = true)]
+async fn release_jitter_spreads_clients_told_the_same_instant_and_is_never_early() {
+    let server = server(Dialect::None, 1000, 1000).await;
+    server.inject(
+        Fault::too_many_requests()
+            .times(2)
+            .retry_after(RetryAfter::Seconds(2)),
+    );
+    let client = |draw: f64| {
+        ThrottledClient::builder(reqwest::Client::new())
+            .retry(no_jitter())
+            .random(move || draw)
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (client(0.25), client(0.75));
+    let (ra, rb) = tokio::join!(a.get(server.url()).send(), b.get(server.url()).send());
+    assert_eq!(ra.unwrap().status(), 200);
+    assert_eq!(rb.unwrap().status(), 200);
+    // Both refused at 0; then 2 s + 0.25 × 0.2 s and 2 s + 0.75 × 0.2 s.
+    assert_eq!(times(&server), ms(&[0, 0, 2_050, 2_150]));
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest_middleware::{ClientBuilder, Middleware, Next};
-use reqwest_pace::retry::{Backoff, Jitter, RetryPolicy};
+use reqwest_pace::retry::{Backoff, Jitter, ReleaseJitter, RetryPolicy};
 use reqwest_pace::testing::{Fault, RateLimitedServer, RetryAfter};
 use reqwest_pace::{Deadline, PaceMiddleware, Rate, ThrottledClient};
 
@@ -27,10 +27,13 @@ impl Middleware for Counter {
     }
 }
 
+/// Exact releases (no jitter after a server's `Retry-After`), so times can
+/// be asserted to the millisecond.
 fn pace(policy: RetryPolicy) -> PaceMiddleware {
     PaceMiddleware::new(
         ThrottledClient::builder(reqwest::Client::new())
             .retry(policy)
+            .release_jitter(ReleaseJitter::none())
             .build()
             .unwrap(),
     )

@@ -28,7 +28,7 @@ pub use request::PacedRequestBuilder;
 use crate::error::NotRetriedReason;
 use crate::headers::{Dimension, RateLimitSignal};
 use crate::limiter::{Adjustment, Limiter};
-use crate::retry::{Outcome, RetryBudget, RetryPolicy};
+use crate::retry::{Outcome, ReleaseJitter, RetryBudget, RetryPolicy};
 use crate::Error;
 use events::{emit, Hook};
 use layer::{BuiltLayer, KeyState};
@@ -146,7 +146,12 @@ struct Inner {
     budget: Option<Arc<RetryBudget>>,
     hook: Option<Hook>,
     deadline: Option<Duration>,
+    jitter: ReleaseJitter,
+    random: Random,
 }
+
+/// A source of uniform draws in `[0, 1)`.
+type Random = Arc<dyn Fn() -> f64 + Send + Sync>;
 
 /// Builds a [`ThrottledClient`]; see [`ThrottledClient::builder`].
 #[must_use]
@@ -158,6 +163,8 @@ pub struct ThrottledClientBuilder {
     budget: Option<RetryBudget>,
     hook: Option<Hook>,
     deadline: Option<Duration>,
+    jitter: ReleaseJitter,
+    random: Option<Random>,
 }
 
 impl ThrottledClientBuilder {
@@ -223,6 +230,23 @@ impl ThrottledClientBuilder {
         self
     }
 
+    /// Positive-only jitter after every instant a server names
+    /// (`Retry-After`, the end of a spent window), so that tasks and
+    /// processes told the same instant do not arrive together (default: up
+    /// to 10 % of the wait, at most 1 s; [`ReleaseJitter::none`] for exact
+    /// releases).
+    pub fn release_jitter(mut self, jitter: ReleaseJitter) -> Self {
+        self.jitter = jitter;
+        self
+    }
+
+    /// The source of uniform draws in `[0, 1)` for the backoff's and the
+    /// release's jitter (default: `fastrand`); a test injects its own.
+    pub fn random(mut self, random: impl Fn() -> f64 + Send + Sync + 'static) -> Self {
+        self.random = Some(Arc::new(random));
+        self
+    }
+
     /// Validate the configuration and build the client.
     pub fn build(self) -> Result<ThrottledClient, Error> {
         let layers = self
@@ -239,6 +263,8 @@ impl ThrottledClientBuilder {
                 budget: self.budget.map(Arc::new),
                 hook: self.hook,
                 deadline: self.deadline,
+                jitter: self.jitter,
+                random: self.random.unwrap_or_else(|| Arc::new(fastrand::f64)),
             }),
         })
     }
@@ -267,6 +293,8 @@ impl ThrottledClient {
             budget: None,
             hook: None,
             deadline: None,
+            jitter: ReleaseJitter::default(),
+            random: None,
         }
     }
 
@@ -596,11 +624,12 @@ impl ThrottledClient {
                 });
             };
             let from_server = retry_after.is_some();
-            let delay = retry_after.unwrap_or_else(|| {
-                policy
+            let delay = match retry_after {
+                Some(wait) => wait + inner.jitter.extra(wait, (inner.random)()),
+                None => policy
                     .backoff()
-                    .delay(attempt - 1, previous_delay, fastrand::f64())
-            });
+                    .delay(attempt - 1, previous_delay, (inner.random)()),
+            };
             if let Some(limit) = policy.max_elapsed() {
                 if start.elapsed() + delay > limit {
                     self.give_up(attempt, "retry time limit reached", status);
@@ -717,6 +746,19 @@ impl ThrottledClient {
         Ok(())
     }
 
+    /// A block until an instant the server named, released a little later
+    /// by the [`ReleaseJitter`]; other adjustments as they are.
+    fn jittered(&self, adjustment: Adjustment, now: Instant) -> Adjustment {
+        match adjustment {
+            Adjustment::BlockUntil(until) => {
+                let wait = until.saturating_duration_since(now);
+                let extra = self.inner.jitter.extra(wait, (self.inner.random)());
+                Adjustment::BlockUntil(until + extra)
+            }
+            other => other,
+        }
+    }
+
     fn give_up(&self, attempts: u32, reason: &str, status: Option<StatusCode>) {
         self.emit(Event::GaveUp {
             attempts,
@@ -790,6 +832,7 @@ impl ThrottledClient {
                 continue;
             };
             for adjustment in adjustments {
+                let adjustment = self.jittered(adjustment, now);
                 if let Adjustment::BlockUntil(until) = adjustment {
                     if until.saturating_duration_since(now) > cap {
                         // Do not park every caller behind a wait nobody

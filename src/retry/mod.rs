@@ -8,7 +8,9 @@
 mod backoff;
 mod budget;
 mod classify;
+mod release;
 
 pub use backoff::{Backoff, Jitter};
 pub use budget::RetryBudget;
 pub use classify::{is_idempotent, Classifier, DefaultClassifier, Outcome, RetryPolicy};
+pub use release::ReleaseJitter;
