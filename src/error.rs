@@ -78,6 +78,22 @@ pub enum Error {
         last_status: Option<reqwest::StatusCode>,
     },
 
+    /// The key's quota is spent until a reset further away than the
+    /// policy's cap (`remaining: 0` on a response, with its reset): the
+    /// client returned at once instead of sleeping. `status` is what the
+    /// server answered when it said so (a 200 with nothing remaining is
+    /// reported as a 200).
+    #[cfg(feature = "client")]
+    #[error("quota spent for {wait:?} more (the server said so with status {status}), longer than the cap of {cap:?}")]
+    QuotaExhausted {
+        /// Time until the quota resets.
+        wait: Duration,
+        /// The policy's cap.
+        cap: Duration,
+        /// The status of the response that said the quota was spent.
+        status: reqwest::StatusCode,
+    },
+
     /// Every allowed attempt failed, or the time limit for retries was
     /// reached.
     #[cfg(feature = "client")]
@@ -174,7 +190,9 @@ impl Error {
     #[cfg(feature = "client")]
     pub fn last_status(&self) -> Option<reqwest::StatusCode> {
         match self {
-            Error::RetryAfterTooLong { status, .. } => Some(*status),
+            Error::RetryAfterTooLong { status, .. } | Error::QuotaExhausted { status, .. } => {
+                Some(*status)
+            }
             Error::RetriesExhausted { last_status, .. }
             | Error::DeadlineExceeded { last_status, .. }
             | Error::BudgetExhausted { last_status, .. }

@@ -62,8 +62,8 @@ pub mod testing;
 
 #[cfg(feature = "client")]
 pub use client::{
-    host_key, Cost, Deadline, Event, IntoRequest, Layer, PacedRequestBuilder, ThrottledClient,
-    ThrottledClientBuilder,
+    host_key, Cost, Deadline, Event, IntoRequest, KeyStatus, Layer, PacedRequestBuilder,
+    ThrottledClient, ThrottledClientBuilder,
 };
 pub use error::Error;
 #[cfg(feature = "client")]

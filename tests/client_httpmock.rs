@@ -211,26 +211,39 @@ async fn a_retry_after_past_the_cap_is_returned_at_once_without_sleeping() {
     assert_eq!(mock.calls_async().await, 1);
 }
 
+/// A server asking for a wait of 10^12 seconds is not believed: the wait
+/// is no signal, so the call neither sleeps nor gives up at once; it is
+/// retried on the backoff schedule, and the key is not closed for a day.
 #[tokio::test]
-async fn an_absurd_retry_after_is_clamped_not_slept() {
+async fn an_absurd_retry_after_is_not_a_signal() {
     let server = MockServer::start_async().await;
-    server
+    let mock = server
         .mock_async(|when, then| {
             when.path("/absurd");
             then.status(503).header("retry-after", "1000000000000");
         })
         .await;
-    let (client, _) = make_client(RetryPolicy::default().with_backoff(fast_backoff()));
+    let (client, log) = make_client(
+        RetryPolicy::default()
+            .with_max_attempts(3)
+            .with_backoff(fast_backoff()),
+    );
     let err = client
         .send(client.get(server.url("/absurd")))
         .await
         .unwrap_err();
-    match err {
-        Error::RetryAfterTooLong { wait, .. } => {
-            assert_eq!(wait, reqwest_pace::headers::MAX_WAIT)
-        }
-        other => panic!("unexpected {other:?}"),
-    }
+    assert!(
+        matches!(err, Error::RetriesExhausted { attempts: 3, .. }),
+        "{err:?}"
+    );
+    assert_eq!(mock.hits_async().await, 3);
+    assert_eq!(
+        retry_delays(&log),
+        [Duration::from_millis(5), Duration::from_millis(10)]
+    );
+    let key = format!("http://{}", server.address());
+    let status = client.key_status("host", &key).expect("the key is known");
+    assert_eq!(status.closed_for, None);
 }
 
 #[tokio::test]

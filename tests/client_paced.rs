@@ -669,3 +669,45 @@ async fn release_jitter_spreads_clients_told_the_same_instant_and_is_never_early
     // Both refused at 0; then 2 s + 0.25 × 0.2 s and 2 s + 0.75 × 0.2 s.
     assert_eq!(times(&server), ms(&[0, 0, 2_050, 2_150]));
 }
+
+/// A spent quota whose reset is beyond the retry cap closes the key, and
+/// the error says what the server said (a 200 with nothing remaining), not
+/// an invented 429; `key_status` shows it and `clear_key` opens it again.
+#[tokio::test(start_paused = true)]
+async fn a_spent_quota_closes_the_key_with_the_servers_status_and_clear_key_reopens_it() {
+    let server = RateLimitedServer::builder()
+        .algorithm(reqwest_pace::testing::Algorithm::FixedWindow {
+            limit: 2,
+            window: Duration::from_secs(7_200),
+        })
+        .start()
+        .await
+        .unwrap();
+    let client = ThrottledClient::builder(reqwest::Client::new())
+        .retry(no_jitter())
+        .release_jitter(ReleaseJitter::none())
+        .build()
+        .unwrap();
+    for _ in 0..2 {
+        assert_eq!(client.get(server.url()).send().await.unwrap().status(), 200);
+    }
+    match client.get(server.url()).send().await {
+        Err(Error::QuotaExhausted { wait, status, .. }) => {
+            assert_eq!(status.as_u16(), 200);
+            assert!(wait > Duration::from_secs(7_000), "{wait:?}");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    let status = client.key_status("host", &server.url()).unwrap();
+    assert_eq!(status.closed_by.map(|s| s.as_u16()), Some(200));
+    assert!(status.closed_for.is_some());
+    assert_eq!(server.requests().len(), 2, "the closed key sent nothing");
+    // Cleared, the key sends again; the server, still spent, says so with
+    // a 429 and its Retry-After.
+    assert!(client.clear_key("host", &server.url()));
+    assert!(matches!(
+        client.get(server.url()).send().await,
+        Err(Error::RetryAfterTooLong { .. })
+    ));
+    assert_eq!(server.requests().len(), 3);
+}

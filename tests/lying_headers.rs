@@ -92,3 +92,16 @@ async fn a_draft7_dictionary_that_lies_and_a_reset_in_the_past() {
     .await;
     assert_eq!(warned, 1, "warned once for the key");
 }
+
+/// A 200 saying nothing remains until the year 5138 is not believed (and
+/// said so once): the key is not closed for a day, and the calls go on.
+#[tokio::test]
+async fn a_200_with_nothing_remaining_until_an_absurd_reset_does_not_close_the_key() {
+    let warned = calls_all_succeed(&[
+        ("x-ratelimit-limit", "100"),
+        ("x-ratelimit-remaining", "0"),
+        ("x-ratelimit-reset", "99999999999"),
+    ])
+    .await;
+    assert_eq!(warned, 1);
+}

@@ -39,7 +39,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::infer::{Reading, Series};
-use crate::headers::{Dimension, Limit, RateLimitSignal};
+use crate::headers::{Dimension, Limit, RateLimitSignal, MAX_WAIT};
 use crate::limiter::{Adjustment, Rate};
 
 /// The rate a never-throttled, header-less key starts at: ten requests a
@@ -108,6 +108,8 @@ pub(crate) struct Adaptive {
     /// Whether the headers were found to contradict themselves (warned
     /// once per key).
     warned: bool,
+    /// Whether a wait beyond the horizon was seen (warned once per key).
+    warned_horizon: bool,
     congestion: Congestion,
 }
 
@@ -194,6 +196,7 @@ impl Adaptive {
             sends: SendRate::default(),
             header_driven: false,
             warned: false,
+            warned_horizon: false,
             congestion: Congestion {
                 phase: Phase::Open,
                 decreased_at: None,
@@ -272,6 +275,7 @@ impl Adaptive {
         success: bool,
     ) -> Vec<Adjustment> {
         self.in_flight.retain(|(s, _)| *s != seq);
+        self.warn_if_beyond_horizon(signal);
         let ahead = self.in_flight.iter().filter(|(s, _)| *s > seq).count() as u64;
         let mut out = Vec::new();
         let limits: Vec<&Limit> = signal
@@ -284,7 +288,7 @@ impl Adaptive {
         } else if !self.header_driven {
             self.congestion(now, seq, signal, success, &mut out);
         }
-        if let (true, Some(wait)) = (signal.is_throttled(), signal.retry_after) {
+        if let (true, Some(wait)) = (signal.is_throttled(), signal.believable_retry_after()) {
             out.push(Adjustment::BlockUntil(now + wait));
         }
         out
@@ -321,7 +325,9 @@ impl Adaptive {
                 limit: limit.limit.filter(|&l| l > 0),
                 remaining,
                 ahead,
-                reset: limit.reset,
+                // A reset a day or more away (clamped by the parser) is not
+                // believed, like a `Retry-After` that long.
+                reset: limit.reset.filter(|r| *r < MAX_WAIT),
                 window: limit.window,
                 admitted,
             };
@@ -346,8 +352,30 @@ impl Adaptive {
         if let Some(left) = left {
             out.push(Adjustment::LimitRemaining(left));
         }
-        if let Some(at) = until.filter(|&at| at > now) {
+        // A spent quota whose reset is a day or more away is not believed
+        // (see `RateLimitSignal::believable_retry_after`).
+        if let Some(at) = until.filter(|&at| at > now && at < now + MAX_WAIT) {
             out.push(Adjustment::BlockUntil(at));
+        }
+    }
+
+    /// A wait of a day or more (a `Retry-After`, a reset) is not believed;
+    /// say so once per key.
+    fn warn_if_beyond_horizon(&mut self, signal: &RateLimitSignal) {
+        if self.warned_horizon {
+            return;
+        }
+        let beyond = signal.retry_after.is_some_and(|w| w >= MAX_WAIT)
+            || signal
+                .limits
+                .iter()
+                .any(|l| l.reset.is_some_and(|r| r >= MAX_WAIT));
+        if beyond {
+            self.warned_horizon = true;
+            tracing::warn!(
+                target: "reqwest_pace",
+                "the server asked for a wait of a day or more; not believed, not waited for"
+            );
         }
     }
 

@@ -388,8 +388,20 @@ pub(crate) struct KeyState {
     pub(crate) probe: tokio::sync::Mutex<()>,
     pub(crate) seen_response: AtomicBool,
     /// A server-requested wait beyond the retry cap: calls fail fast until
-    /// this instant instead of hanging.
-    pub(crate) closed_until: Mutex<Option<(tokio::time::Instant, reqwest::StatusCode)>>,
+    /// it ends instead of hanging.
+    pub(crate) closed_until: Mutex<Option<Closed>>,
+    /// The rate and capacity the key's bucket was made with.
+    made_with: (Rate, u64),
+}
+
+/// A key closed by a server wait beyond the retry cap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Closed {
+    pub(crate) until: tokio::time::Instant,
+    /// The status of the response that asked for the wait.
+    pub(crate) status: reqwest::StatusCode,
+    /// Whether a spent quota asked for it (rather than a `Retry-After`).
+    pub(crate) by_quota: bool,
 }
 
 impl KeyState {
@@ -417,6 +429,26 @@ impl KeyState {
             probe: tokio::sync::Mutex::new(()),
             seen_response: AtomicBool::new(false),
             closed_until: Mutex::new(None),
+            made_with: (rate, capacity),
+        }
+    }
+
+    /// Forget what was learned and any close: the key starts again as it
+    /// was made (a block within the retry cap, held by the limiter, ends by
+    /// itself).
+    pub(crate) fn reset(&self, config: &Layer) {
+        *self.closed() = None;
+        *self.adapt() = Adaptive::new(
+            config.dimension.clone(),
+            config.rate,
+            config.burst,
+            config.headroom,
+        );
+        if let Some(bucket) = &self.local {
+            let (rate, capacity) = self.made_with;
+            bucket.set_rate(rate);
+            // Within range: the bucket was made with this capacity.
+            let _ = bucket.set_capacity(capacity);
         }
     }
 
@@ -424,9 +456,7 @@ impl KeyState {
         crate::sync::lock(&self.adapt)
     }
 
-    pub(crate) fn closed(
-        &self,
-    ) -> std::sync::MutexGuard<'_, Option<(tokio::time::Instant, reqwest::StatusCode)>> {
+    pub(crate) fn closed(&self) -> std::sync::MutexGuard<'_, Option<Closed>> {
         crate::sync::lock(&self.closed_until)
     }
 
@@ -444,7 +474,7 @@ impl Evictable for KeyState {
         let bucket_idle = self.local.as_ref().is_some_and(|b| b.is_idle());
         let closed = self
             .closed()
-            .is_some_and(|(until, _)| until > tokio::time::Instant::now());
+            .is_some_and(|c| c.until > tokio::time::Instant::now());
         bucket_idle && !closed
     }
 }

@@ -31,7 +31,7 @@ use crate::limiter::{Adjustment, Limiter};
 use crate::retry::{Outcome, ReleaseJitter, RetryBudget, RetryPolicy};
 use crate::Error;
 use events::{emit, Hook};
-use layer::{BuiltLayer, KeyState};
+use layer::{BuiltLayer, Closed, KeyState};
 
 /// How long a request waits for its key's first response (the probe)
 /// before it goes anyway.
@@ -88,6 +88,21 @@ impl Cost {
 /// client's [`deadline`](ThrottledClientBuilder::deadline).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Deadline(pub Duration);
+
+/// What a key has learned and whether it is closed; see
+/// [`ThrottledClient::key_status`].
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct KeyStatus {
+    /// The rate the key's bucket applies, in requests (or units) per
+    /// second: `None` while nothing is configured or learned.
+    pub rate: Option<f64>,
+    /// How long calls on the key still fail at once: a server's wait beyond
+    /// the retry cap.
+    pub closed_for: Option<Duration>,
+    /// The status of the response that closed it.
+    pub closed_by: Option<StatusCode>,
+}
 
 /// Something that can become a [`reqwest::Request`]: a `Request` or a
 /// `RequestBuilder`.
@@ -362,6 +377,40 @@ impl ThrottledClient {
         rate
     }
 
+    /// What a layer's key has learned, and whether it is closed: `None`
+    /// when the key is unknown (never used, or evicted).
+    ///
+    /// The key is the layer's key for a request: for the host layer
+    /// `scheme://host:port`, for a route counted in a bucket of its own
+    /// `scheme://host:port~bucket`.
+    pub fn key_status(&self, layer: &str, key: &str) -> Option<KeyStatus> {
+        let built = self.inner.layers.iter().find(|l| l.config.name == layer)?;
+        let state = built.keyed.peek(&key.to_owned())?;
+        let rate = state.adapt().applied_rate();
+        let now = Instant::now();
+        let closed = (*state.closed()).filter(|c| c.until > now);
+        Some(KeyStatus {
+            rate,
+            closed_for: closed.map(|c| c.until - now),
+            closed_by: closed.map(|c| c.status),
+        })
+    }
+
+    /// Forget what a layer's key has learned and clear its close, so that
+    /// calls go again and the key learns afresh (a server that closed it
+    /// for a day by mistake need not lock a caller out). Returns whether the
+    /// key was known. A block within the retry cap ends by itself.
+    pub fn clear_key(&self, layer: &str, key: &str) -> bool {
+        let Some(built) = self.inner.layers.iter().find(|l| l.config.name == layer) else {
+            return false;
+        };
+        let Some(state) = built.keyed.peek(&key.to_owned()) else {
+            return false;
+        };
+        state.reset(&built.config);
+        true
+    }
+
     /// Send a request (a `Request` or a `RequestBuilder`), paced, adapted
     /// and retried. Spends one request from each bucket it passes.
     ///
@@ -437,12 +486,14 @@ impl ThrottledClient {
         let now = Instant::now();
         for m in members {
             let mut closed = m.state.closed();
-            if let Some((until, status)) = *closed {
-                if until > now {
-                    return Err(Error::RetryAfterTooLong {
-                        wait: until - now,
-                        cap: self.inner.policy.max_retry_after(),
-                        status,
+            if let Some(c) = *closed {
+                if c.until > now {
+                    let (wait, cap, status) =
+                        (c.until - now, self.inner.policy.max_retry_after(), c.status);
+                    return Err(if c.by_quota {
+                        Error::QuotaExhausted { wait, cap, status }
+                    } else {
+                        Error::RetryAfterTooLong { wait, cap, status }
                     });
                 }
                 *closed = None;
@@ -588,7 +639,9 @@ impl ThrottledClient {
                 budget.record_failure();
             }
             let error_source = result.err();
-            let retry_after = signal.as_ref().and_then(|s| s.retry_after);
+            let retry_after = signal
+                .as_ref()
+                .and_then(RateLimitSignal::believable_retry_after);
             if let (Some(wait), Some(status)) = (retry_after, status) {
                 if wait > policy.max_retry_after() {
                     self.give_up(attempt, "server wait over the cap", Some(status));
@@ -814,7 +867,7 @@ impl ThrottledClient {
             } else {
                 // A cap is not lowered, but the server's wait is kept.
                 signal
-                    .retry_after
+                    .believable_retry_after()
                     .filter(|_| signal.is_throttled())
                     .map(|wait| Adjustment::BlockUntil(now + wait))
                     .into_iter()
@@ -831,26 +884,33 @@ impl ThrottledClient {
             let Ok(limiter) = &m.state.limiter else {
                 continue;
             };
+            // The block a `Retry-After` asks for, to tell it from a spent
+            // quota's.
+            let asked = signal
+                .believable_retry_after()
+                .filter(|_| signal.is_throttled())
+                .map(|wait| now + wait);
             for adjustment in adjustments {
-                let adjustment = self.jittered(adjustment, now);
                 if let Adjustment::BlockUntil(until) = adjustment {
                     if until.saturating_duration_since(now) > cap {
                         // Do not park every caller behind a wait nobody
-                        // will sit through: close the key, fail fast.
-                        // A 200 saying "0 left until an hour from now" closes
-                        // the key as a 429 would.
-                        let status = StatusCode::from_u16(signal.status)
-                            .ok()
-                            .filter(|s| !s.is_success())
-                            .unwrap_or(StatusCode::TOO_MANY_REQUESTS);
-                        let mut closed = m.state.closed();
-                        let later = closed.is_none_or(|(known, _)| known < until);
-                        if later {
-                            *closed = Some((until, status));
+                        // will sit through: close the key, fail fast, and
+                        // say what the server said (a 200 with nothing
+                        // remaining is a spent quota, not a 429).
+                        let closed = Closed {
+                            until,
+                            status: StatusCode::from_u16(signal.status)
+                                .unwrap_or(StatusCode::TOO_MANY_REQUESTS),
+                            by_quota: asked != Some(until),
+                        };
+                        let mut current = m.state.closed();
+                        if current.is_none_or(|c| c.until < until) {
+                            *current = Some(closed);
                         }
                         continue;
                     }
                 }
+                let adjustment = self.jittered(adjustment, now);
                 if let Adjustment::SetRate(rate) = adjustment {
                     self.emit(Event::Paced {
                         layer: layer.config.name.clone(),

@@ -300,6 +300,15 @@ impl RateLimitSignal {
         }
     }
 
+    /// [`retry_after`](Self::retry_after) when it is believable: less than
+    /// [`MAX_WAIT`]. A server asking for a day or more (a value the parser
+    /// clamped, like `Retry-After: 99999999999999`) is not taken at its
+    /// word: the wait is no signal, so a client neither blocks a key for a
+    /// day nor gives up at once on it.
+    pub fn believable_retry_after(&self) -> Option<Duration> {
+        self.retry_after.filter(|wait| *wait < MAX_WAIT)
+    }
+
     /// Whether the response describes at least one limit.
     pub fn has_limits(&self) -> bool {
         !self.limits.is_empty()
