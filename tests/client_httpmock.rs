@@ -236,7 +236,7 @@ async fn an_absurd_retry_after_is_not_a_signal() {
         matches!(err, Error::RetriesExhausted { attempts: 3, .. }),
         "{err:?}"
     );
-    assert_eq!(mock.hits_async().await, 3);
+    assert_eq!(mock.calls_async().await, 3);
     assert_eq!(
         retry_delays(&log),
         [Duration::from_millis(5), Duration::from_millis(10)]
