@@ -1164,3 +1164,55 @@ fn raw_head_errors_say_where() {
     .to_string();
     assert_eq!(message, "line 3: x");
 }
+
+// --------------------------------------------------------------- Bounded cost
+
+#[test]
+fn a_field_over_the_size_cap_is_ignored_with_a_note() {
+    // 10,000 policies, about 200 KB: ignored whole, before any parsing.
+    let policies: Vec<String> = (0..10_000).map(|i| format!("\"p{i}\";q=10;w=1")).collect();
+    let joined = policies.join(", ");
+    assert!(joined.len() > 150_000);
+    let signal = parse(
+        200,
+        &[
+            ("ratelimit-policy", joined.as_str()),
+            ("x-ratelimit-remaining", "7"),
+        ],
+    );
+    assert_eq!(
+        signal.limits,
+        [Limit::new("requests", Dimension::Requests).with_remaining(7)]
+    );
+    assert_eq!(
+        notes(&signal),
+        [format!(
+            "ratelimit-policy: {} bytes, over the {}-byte cap; ignored",
+            joined.len(),
+            reqwest_pace::headers::MAX_FIELD_BYTES
+        )]
+    );
+}
+
+#[test]
+fn a_list_is_read_to_its_first_members() {
+    let max = reqwest_pace::headers::MAX_MEMBERS;
+    let policies: Vec<String> = (0..max + 36).map(|i| format!("p{i};q=10;w=1")).collect();
+    let signal = parse(200, &[("ratelimit-policy", policies.join(", ").as_str())]);
+    assert_eq!(signal.limits.len(), max);
+    assert_eq!(signal.limits[max - 1].name, format!("p{}", max - 1));
+    assert_eq!(
+        notes(&signal),
+        [format!(
+            "ratelimit-policy: more than {max} members; the rest ignored"
+        )]
+    );
+    let many: Vec<String> = (0..max + 1).map(|i| (100 - i % 50).to_string()).collect();
+    let signal = parse(200, &[("x-ratelimit-remaining", many.join(",").as_str())]);
+    assert!(
+        notes(&signal)
+            .iter()
+            .any(|n| n
+                == &format!("x-ratelimit-remaining: more than {max} members; the rest ignored"))
+    );
+}

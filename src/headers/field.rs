@@ -186,10 +186,27 @@ pub(crate) fn clamp_window(header: &str, window: Duration, notes: &mut Notes) ->
     }
 }
 
+/// The most bytes one field may hold, all its lines together; a longer one
+/// is ignored with a note, so a response costs the parser time linear in
+/// its size and bounded (rate-limit fields are tens of bytes).
+pub const MAX_FIELD_BYTES: usize = 8 * 1024;
+
+/// The most members read from one list field (policies, counters, repeated
+/// values); the rest are ignored with a note.
+pub const MAX_MEMBERS: usize = 64;
+
 /// Every non-empty value of a field, trimmed; non-ASCII and empty values are
-/// noted and skipped.
+/// noted and skipped, and a field over [`MAX_FIELD_BYTES`] is ignored.
 pub(crate) fn texts<'a>(headers: &'a HeaderMap, name: &str, notes: &mut Notes) -> Vec<&'a str> {
     let mut out = Vec::new();
+    let size: usize = headers.get_all(name).iter().map(|v| v.len()).sum();
+    if size > MAX_FIELD_BYTES {
+        notes.push(
+            name,
+            format!("{size} bytes, over the {MAX_FIELD_BYTES}-byte cap; ignored"),
+        );
+        return out;
+    }
     for value in headers.get_all(name) {
         match value.to_str() {
             Ok(text) if text.trim().is_empty() => notes.push(name, "empty value"),
@@ -223,14 +240,21 @@ pub(crate) fn single<T: PartialOrd + Clone + Debug>(
     mut parse: impl FnMut(&str, &mut Notes) -> Option<T>,
 ) -> Option<T> {
     let mut members = Vec::new();
-    for text in texts(headers, name, notes) {
-        for member in text.split(',') {
-            let member = member.trim();
-            if member.is_empty() {
-                notes.push(name, "empty list member");
-            } else {
-                members.push(member);
-            }
+    let all = texts(headers, name, notes);
+    let listed = all.iter().flat_map(|text| text.split(','));
+    for (i, member) in listed.enumerate() {
+        if i == MAX_MEMBERS {
+            notes.push(
+                name,
+                format!("more than {MAX_MEMBERS} members; the rest ignored"),
+            );
+            break;
+        }
+        let member = member.trim();
+        if member.is_empty() {
+            notes.push(name, "empty list member");
+        } else {
+            members.push(member);
         }
     }
     let parsed: Vec<(&str, T)> = members

@@ -29,7 +29,7 @@ use std::time::Duration;
 use http::HeaderMap;
 use sfv::{BareItem, Dictionary, List, ListEntry, Parameters, Parser};
 
-use super::field::{clamp_window, count, name, reset, texts, Clock, Keep, Notes};
+use super::field::{clamp_window, count, name, reset, texts, Clock, Keep, Notes, MAX_MEMBERS};
 use super::value::{base64, Number};
 use super::{Dimension, Limit};
 
@@ -119,7 +119,16 @@ fn list(headers: &HeaderMap, notes: &mut Notes, name: &str) -> Option<List> {
     }
     let joined = texts.join(", ");
     match Parser::new(&joined).parse::<List>() {
-        Ok(list) => Some(list),
+        Ok(mut list) => {
+            if list.len() > MAX_MEMBERS {
+                notes.push(
+                    name,
+                    format!("more than {MAX_MEMBERS} members; the rest ignored"),
+                );
+                list.truncate(MAX_MEMBERS);
+            }
+            Some(list)
+        }
         Err(err) => {
             notes.push(name, format!("not a structured-field list ({err})"));
             None

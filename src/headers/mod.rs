@@ -60,6 +60,11 @@
 //!
 //! # Values are validated and capped
 //!
+//! A field longer than [`MAX_FIELD_BYTES`] (8 KiB, all its lines together)
+//! is ignored, and a list field is read to its first [`MAX_MEMBERS`] (64)
+//! members, each with a note: the parser's cost is linear in the size of a
+//! response and bounded, whatever a server sends.
+//!
 //! No input makes the parser panic, and no wait or reset it yields exceeds
 //! [`MAX_WAIT`] (one day); no window exceeds [`MAX_WINDOW`]. Every value it
 //! could not use (negative, `NaN`, not a number, non-ASCII, out of range,
@@ -87,6 +92,7 @@ use std::time::{Duration, SystemTime};
 
 use http::HeaderMap;
 
+pub use field::{MAX_FIELD_BYTES, MAX_MEMBERS};
 pub use head::{parse_response_head, HeadError};
 pub use value::parse_rfc3339;
 
