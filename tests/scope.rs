@@ -137,7 +137,10 @@ async fn each_server_bucket_is_paced_apart() {
         .start()
         .await
         .unwrap();
-    let client = ThrottledClient::new(reqwest::Client::new()).unwrap();
+    let client = ThrottledClient::builder(reqwest::Client::new())
+        .random(|| 0.5)
+        .build()
+        .unwrap();
     let run = Duration::from_secs(5);
     let start = Instant::now();
     let mut tasks = Vec::new();

@@ -36,7 +36,11 @@ struct Figures {
 async fn run(builder: ServerBuilder) -> Figures {
     let server = builder.start().await.expect("zoo server starts");
     let sustained = server.algorithm().sustained_per_second();
-    let client = ThrottledClient::new(reqwest::Client::new()).expect("default client");
+    // The jitter's draws fixed, so that every run is the same.
+    let client = ThrottledClient::builder(reqwest::Client::new())
+        .random(|| 0.5)
+        .build()
+        .expect("default client");
     let failed = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let mut tasks = Vec::new();

@@ -141,9 +141,11 @@ struct WindowTrack {
     /// The longest a window was seen still running since its start: the
     /// window is longer than this.
     outlived: Duration,
-    /// Whether the whole-second guess (see [`Series::whole_seconds`]) was
-    /// proved wrong.
+    /// Whether the whole-second guess (see [`whole_seconds`]) was proved
+    /// wrong.
     guess_failed: bool,
+    /// Whether the time between starts was proved not to be the length.
+    length_failed: bool,
 }
 
 /// A moving window's bounds: its length is in `(lo, hi]`.
@@ -195,7 +197,8 @@ impl Series {
     pub(crate) fn observe(&mut self, reading: Reading) -> Option<Pace> {
         let now = reading.at;
         if let Some(limit) = reading.limit {
-            self.quota = self.quota.max(limit);
+            // The latest stated limit: a server may lower it.
+            self.quota = limit;
         }
         if let Some(w) = reading.window.filter(|w| !w.is_zero()) {
             self.stated = Some(w);
@@ -257,18 +260,37 @@ impl Series {
             (Some(reset), Some(end)) => now + reset > end + Duration::from_millis(500),
             _ => true,
         };
+        // A quota of one comes back one unit at a time; any other window
+        // gives back at least two at once (one is a bucket's trickle).
+        let least = if self.quota == 1 { 1 } else { 2 };
+        let half = i64::try_from(self.quota / 2).unwrap_or(i64::MAX);
         let jump = !self.refilling
             && moved_on
-            && refill.is_some_and(|r| r >= 2 && (fresh || r >= self.quota as i64 / 2));
+            && refill.is_some_and(|r| r >= least && (fresh || r >= half));
         let guess = whole_seconds(w.outlived, w.length).filter(|_| !w.guess_failed);
-        if let (Some(start), Some(guess), false) = (w.start, guess, jump) {
-            // Well past the guessed end and no new window: the guess was
-            // wrong (and is not made again).
-            if now > start + guess + GUESS_MARGIN {
+        // Past a predicted end and no new window (well past it, or refused
+        // at it): the prediction was wrong.
+        let disproved =
+            |end: Instant| !jump && (now > end + GUESS_MARGIN || (!reading.admitted && now >= end));
+        if let (Some(start), Some(guess)) = (w.start, guess) {
+            // The whole-second guess is not made again.
+            if disproved(start + guess) {
                 w.guess_failed = true;
             }
         }
+        if let (Some(start), Some(length)) = (w.start, w.length.filter(|_| !w.length_failed)) {
+            // Windows that do not start at the first request after the last
+            // one ended (windows aligned to the clock, a first request in
+            // the middle of one) are not measured by the time between two
+            // starts: the series goes by the resets alone from now on.
+            if disproved(start + length) {
+                w.length_failed = true;
+            }
+        }
         if jump || (refill.is_none() && fresh) {
+            if jump {
+                self.top = reading.remaining.saturating_add(1);
+            }
             if let (true, Some(start)) = (jump, w.start) {
                 let length = now.saturating_duration_since(start);
                 w.length = Some(w.length.map_or(length, |l| l.min(length)));
@@ -355,7 +377,7 @@ impl Series {
             });
         }
         if !self.refilling {
-            return self.fixed_window(now, left);
+            return self.fixed_window(now, left, reading.reset);
         }
         if let Some(window) = self.moving_window() {
             let exhausted_until = (left == 0)
@@ -368,7 +390,7 @@ impl Series {
                 exhausted_until,
             });
         }
-        Some(self.bucket(now, left))
+        Some(self.bucket(now, left, reading.admitted))
     }
 
     /// The moving window's length (its upper bound), once the readings show
@@ -384,8 +406,9 @@ impl Series {
     /// The end of the current fixed window, as well as it is known.
     fn boundary(&self) -> Option<Instant> {
         let w = &self.window;
-        let guess = whole_seconds(w.outlived, w.length).filter(|_| !w.guess_failed);
-        let by_length = w.start.zip(guess.or(w.length)).map(|(s, l)| s + l);
+        let length = w.length.filter(|_| !w.length_failed);
+        let guess = whole_seconds(w.outlived, length).filter(|_| !w.guess_failed);
+        let by_length = w.start.zip(guess.or(length)).map(|(s, l)| s + l);
         match (w.boundary, by_length) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -393,7 +416,7 @@ impl Series {
     }
 
     /// Spread what is left of the window evenly until its end.
-    fn fixed_window(&mut self, now: Instant, left: u64) -> Option<Pace> {
+    fn fixed_window(&mut self, now: Instant, left: u64, reset: Option<Duration>) -> Option<Pace> {
         let boundary = self.boundary()?;
         let length = self
             .window
@@ -409,10 +432,21 @@ impl Series {
         let sustained = quota as f64 / length.as_secs_f64();
         let until_end = boundary.saturating_duration_since(now);
         if left == 0 {
+            // Past the end it predicted the server still says nothing is
+            // left: the end this reading names, if it is near (a refusal's
+            // own `Retry-After` blocks the key otherwise).
+            let until = if until_end.is_zero() {
+                reset
+                    .filter(|r| *r <= RESET_RESOLUTION)
+                    .map(|r| now + r)
+                    .filter(|&at| at > now)
+            } else {
+                Some(boundary)
+            };
             return Some(Pace {
                 shape: Shape::FixedWindow,
                 per_second: sustained,
-                exhausted_until: (!until_end.is_zero()).then_some(boundary),
+                exhausted_until: until,
             });
         }
         // Spread over the window less a reset's resolution: the boundary is
@@ -437,10 +471,12 @@ impl Series {
 
     /// Pace a refilling bucket: grow while it stays full, hold it at its
     /// reserve at the measured refill rate otherwise.
-    fn bucket(&mut self, now: Instant, left: u64) -> Pace {
+    fn bucket(&mut self, now: Instant, left: u64, admitted: bool) -> Pace {
         let top = self.top.max(1);
         let level = self.last.map_or(0, |(_, r)| r);
-        let full = level.saturating_add(1) >= top;
+        // Nothing left is never "full", whatever the capacity (a bucket of
+        // one is empty after every admission).
+        let full = level > 0 && level.saturating_add(1) >= top;
         let b = &mut self.bucket;
         if b.per_second <= 0.0 {
             b.per_second = 1.0;
@@ -464,7 +500,8 @@ impl Series {
             let dt = b
                 .grown_at
                 .map_or(0.0, |g| now.saturating_duration_since(g).as_secs_f64())
-                .min(2.0 * interval);
+                .min(2.0 * interval)
+                .min(BUCKET_DOUBLING.as_secs_f64());
             let floor = b.measured.unwrap_or(0.0);
             b.per_second = b.per_second.max(floor) * 2f64.powf(dt / BUCKET_DOUBLING.as_secs_f64());
             b.grown_at = Some(now);
@@ -481,7 +518,16 @@ impl Series {
             if let Some(rate) = b.measured {
                 let reserve = (top as f64 / 10.0).max(1.0);
                 let correction = (left as f64 - reserve) / BUCKET_CORRECTION.as_secs_f64();
-                b.per_second = (rate + correction).max(rate / 2.0).max(f64::MIN_POSITIVE);
+                let corrected = (rate + correction).max(rate / 2.0);
+                // Empty yet admitting every request, the server takes what
+                // is sent at this pace: hold it rather than fall (a server
+                // that always says 0 would otherwise be slowed to nothing).
+                b.per_second = if level == 0 && admitted {
+                    corrected.max(rate).max(b.per_second)
+                } else {
+                    corrected
+                }
+                .max(f64::MIN_POSITIVE);
             }
             b.grown_at = Some(now);
         }
@@ -528,6 +574,34 @@ mod tests {
             let admitted = self.count < self.limit;
             self.count += u64::from(admitted);
             (self.limit - self.count, admitted, start + self.window - t)
+        }
+        fn limit(&self) -> u64 {
+            self.limit
+        }
+    }
+
+    /// A fixed window aligned to the clock (Python `limits`' fixed
+    /// window): window `k` covers `[k × window, (k + 1) × window)`, offset
+    /// by `phase`.
+    struct Aligned {
+        limit: u64,
+        window: f64,
+        phase: f64,
+        current: i64,
+        count: u64,
+    }
+
+    impl Model for Aligned {
+        fn decide(&mut self, t: f64) -> (u64, bool, f64) {
+            let k = ((t + self.phase) / self.window).floor() as i64;
+            if k != self.current {
+                self.current = k;
+                self.count = 0;
+            }
+            let admitted = self.count < self.limit;
+            self.count += u64::from(admitted);
+            let end = (k + 1) as f64 * self.window - self.phase;
+            (self.limit - self.count, admitted, end - t)
         }
         fn limit(&self) -> u64 {
             self.limit
@@ -587,13 +661,23 @@ mod tests {
     /// `secs`, with resets rounded up to whole seconds; returns the last
     /// pace and the share of requests refused.
     fn drive(model: &mut dyn Model, secs: f64) -> (Pace, f64) {
+        let (pace, refused, _) = drive_logged(model, secs);
+        (pace, refused)
+    }
+
+    /// [`drive`], also returning when each refusal came.
+    fn drive_logged(model: &mut dyn Model, secs: f64) -> (Pace, f64, Vec<f64>) {
         let origin = Instant::now();
         let mut series = Series::default();
         let (mut t, mut pace, mut sent, mut refused) = (0.0, None::<Pace>, 0u32, 0u32);
+        let mut refusals = Vec::new();
         while t < secs {
             let (remaining, admitted, reset) = model.decide(t);
             sent += 1;
             refused += u32::from(!admitted);
+            if !admitted {
+                refusals.push(t);
+            }
             let at = origin + Duration::from_secs_f64(t);
             let reading = Reading {
                 at,
@@ -612,7 +696,11 @@ mod tests {
             let next = p.exhausted_until.map_or(next, |until| until.max(next));
             t = next.saturating_duration_since(origin).as_secs_f64();
         }
-        (pace.expect("paced"), f64::from(refused) / f64::from(sent))
+        (
+            pace.expect("paced"),
+            f64::from(refused) / f64::from(sent),
+            refusals,
+        )
     }
 
     #[test]
@@ -626,6 +714,44 @@ mod tests {
         let (pace, refused) = drive(&mut model, 12.0);
         assert_eq!(pace.shape, Shape::FixedWindow);
         assert_eq!(refused, 0.0);
+    }
+
+    /// Windows aligned to the clock do not start at the first request after
+    /// the last one ended, so the time between two starts is not their
+    /// length: the first refusal that proves it (and one that disproves the
+    /// whole-second guess) are the only ones; then the series goes by the
+    /// resets and is never refused again.
+    #[test]
+    fn a_window_aligned_to_the_clock_is_refused_at_most_twice_while_learning() {
+        for (limit, window, phase) in [(20, 2.0, 0.37), (10, 5.0, 0.37), (100, 10.0, 3.1)] {
+            let mut model = Aligned {
+                limit,
+                window,
+                phase,
+                current: i64::MIN,
+                count: 0,
+            };
+            let (pace, _, refusals) = drive_logged(&mut model, 120.0);
+            assert_eq!(pace.shape, Shape::FixedWindow, "{limit}/{window}");
+            assert!(refusals.len() <= 2, "{limit}/{window}: {refusals:?}");
+            assert!(
+                refusals.iter().all(|&t| t < 30.0),
+                "{limit}/{window}: {refusals:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_quota_of_one_is_paced_not_run_away() {
+        let mut model = Fixed {
+            limit: 1,
+            window: 2.0,
+            start: None,
+            count: 0,
+        };
+        let (pace, refused) = drive(&mut model, 60.0);
+        assert!(pace.per_second <= 1.0, "{pace:?}");
+        assert!(refused <= 0.05, "{refused}");
     }
 
     #[test]

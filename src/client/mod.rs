@@ -799,8 +799,9 @@ impl ThrottledClient {
         Ok(())
     }
 
-    /// A block until an instant the server named, released a little later
-    /// by the [`ReleaseJitter`]; other adjustments as they are.
+    /// A block until an instant the server named (a `Retry-After`, the end
+    /// of a spent window), released a little later by the
+    /// [`ReleaseJitter`]; other adjustments as they are.
     fn jittered(&self, adjustment: Adjustment, now: Instant) -> Adjustment {
         match adjustment {
             Adjustment::BlockUntil(until) => {
