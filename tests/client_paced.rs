@@ -711,3 +711,22 @@ async fn a_spent_quota_closes_the_key_with_the_servers_status_and_clear_key_reop
     ));
     assert_eq!(server.requests().len(), 3);
 }
+
+/// `client.send(builder)` keeps what the builder carries: its deadline
+/// here, as `builder.send()` would.
+#[tokio::test(start_paused = true)]
+async fn send_keeps_the_deadline_a_builder_carries() {
+    let server = server(Dialect::None, 1000, 1000).await;
+    let client = ThrottledClient::builder(reqwest::Client::new())
+        .rate(Rate::per_hour(1).unwrap())
+        .burst(1)
+        .build()
+        .unwrap();
+    client.send(client.get(server.url())).await.unwrap();
+    let err = client
+        .send(client.get(server.url()).deadline(Duration::from_secs(1)))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::DeadlineExceeded { .. }), "{err:?}");
+    assert_eq!(server.requests().len(), 1);
+}

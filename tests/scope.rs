@@ -184,3 +184,34 @@ async fn each_server_bucket_is_paced_apart() {
     let search = client.current_rate("host", &format!("{}~search", server.url()));
     assert!(search.is_some_and(|r| r < 2.0), "{search:?}");
 }
+
+/// Of two equally narrow layers (both per credential), only the last added
+/// is taught: one token's limit does not also cap a tenant's other tokens.
+#[tokio::test(start_paused = true)]
+async fn of_equally_narrow_layers_only_the_last_added_learns() {
+    let server = RateLimitedServer::builder()
+        .limit(Rate::per_second(10).unwrap())
+        .burst(10)
+        .dialect(Dialect::XRateLimit)
+        .start()
+        .await
+        .unwrap();
+    let client = ThrottledClient::builder(reqwest::Client::new())
+        .layer(Layer::keyed("tenant", |_| Some("acme".to_owned())))
+        .layer(Layer::per_header("token", "x-api-key"))
+        .build()
+        .unwrap();
+    let work: Vec<(String, Option<String>)> = (0..20)
+        .map(|_| (server.url(), Some("alpha".to_owned())))
+        .collect();
+    drain(&client, work, 4).await;
+    assert_eq!(client.current_rate("tenant", "acme"), None);
+    let token = format!("x-api-key#{:016x}", {
+        // The key is the FNV-1a of the value (see `Layer::per_header`).
+        b"alpha".iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        })
+    });
+    assert!(client.current_rate("token", &token).is_some());
+    assert_eq!(server.stats().total.throttled, 0);
+}

@@ -169,7 +169,8 @@ impl Layer {
     ///
     /// By default a layer learns unless it is a cap: [`global`](Self::global)
     /// layers and layers with a [`rate`](Self::rate) do not. Of the layers a
-    /// request belongs to that learn, only the narrowest teaches: a
+    /// request belongs to that learn, only the narrowest is taught (of
+    /// equally narrow ones, the last added): a
     /// per-credential layer ([`per_header`](Self::per_header),
     /// [`keyed`](Self::keyed)) before the host layer, the host layer before
     /// a global one. A server's limit describes one partition (a token, a

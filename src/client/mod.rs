@@ -109,6 +109,15 @@ pub struct KeyStatus {
 pub trait IntoRequest {
     /// Build the request.
     fn into_request(self) -> Result<Request, reqwest::Error>;
+
+    /// Build the request with the cost and deadline it carries (a
+    /// [`PacedRequestBuilder`]'s; none for a plain request or builder).
+    fn into_call(self) -> Result<(Request, Option<Cost>, Option<Duration>), reqwest::Error>
+    where
+        Self: Sized,
+    {
+        Ok((self.into_request()?, None, None))
+    }
 }
 
 impl IntoRequest for Request {
@@ -418,20 +427,26 @@ impl ThrottledClient {
     /// not retryable (a 404 is `Ok`); a retryable failure that could not be
     /// retried to success is an [`Error`] naming why, with the last status.
     pub async fn send(&self, request: impl IntoRequest) -> Result<Response, Error> {
-        self.send_with_cost(request, &Cost::default()).await
+        let (request, cost, deadline) = request.into_call().map_err(|source| Error::Transport {
+            attempts: 0,
+            source,
+        })?;
+        self.send_with(request, &cost.unwrap_or_default(), deadline)
+            .await
     }
 
-    /// [`send`](Self::send), spending `cost` instead of one request.
+    /// [`send`](Self::send), spending `cost` instead of one request (or
+    /// the cost a [`PacedRequestBuilder`] carries).
     pub async fn send_with_cost(
         &self,
         request: impl IntoRequest,
         cost: &Cost,
     ) -> Result<Response, Error> {
-        let request = request.into_request().map_err(|source| Error::Transport {
+        let (request, _, deadline) = request.into_call().map_err(|source| Error::Transport {
             attempts: 0,
             source,
         })?;
-        self.send_with(request, cost, None).await
+        self.send_with(request, cost, deadline).await
     }
 
     /// [`send_with_cost`](Self::send_with_cost) by a deadline of its own.
@@ -577,7 +592,12 @@ impl ThrottledClient {
                 .map_err(|e| e.into_error(attempt - 1, last_status))?;
             first_send.get_or_insert_with(Instant::now);
             // A wait may have outlasted a close set by another task.
-            self.check_closed(&members)?;
+            if let Err(closed) = self.check_closed(&members) {
+                for (m, &seq) in members.iter().zip(&seqs) {
+                    m.state.adapt().on_no_response(seq);
+                }
+                return Err(closed);
+            }
 
             self.emit(Event::Sent {
                 attempt,
@@ -588,8 +608,9 @@ impl ThrottledClient {
                 Ok(response) => Ok(response),
                 Err(SendFailure::Reqwest(e)) => Err(e),
                 Err(SendFailure::Other(source)) => {
-                    for m in &members {
+                    for (m, &seq) in members.iter().zip(&seqs) {
                         m.state.seen_response.store(true, Ordering::Release);
+                        m.state.adapt().on_no_response(seq);
                     }
                     return Err(other_failure(attempt, source));
                 }
@@ -831,24 +852,26 @@ impl ThrottledClient {
         let now = Instant::now();
         let cap = self.inner.policy.max_retry_after();
         // A server's limit belongs to one partition: only the narrowest
-        // layer of this request that heeds the server is taught.
+        // layer of this request that heeds the server is taught, and of
+        // several equally narrow ones the last added.
         let target = members
             .iter()
-            .map(|m| &self.inner.layers[m.layer])
-            .filter(|l| l.heeds_server())
-            .map(|l| l.scope())
-            .max();
+            .filter(|m| self.inner.layers[m.layer].heeds_server())
+            .max_by_key(|m| (self.inner.layers[m.layer].scope(), m.layer))
+            .map(|m| m.layer);
         for (m, &seq) in members.iter().zip(seqs) {
             m.state.seen_response.store(true, Ordering::Release);
             let layer = &self.inner.layers[m.layer];
-            let taught = layer.heeds_server() && Some(layer.scope()) == target;
-            if !taught || !layer.adaptive() {
-                // In flight no more, and nothing to learn here.
-                m.state.adapt().on_no_response(seq);
-            }
+            let taught = Some(m.layer) == target;
             let (Some(signal), true) = (signal, taught) else {
+                // In flight no more, and nothing to learn here (or no
+                // response: a transport error).
+                m.state.adapt().on_no_response(seq);
                 continue;
             };
+            if !layer.adaptive() {
+                m.state.adapt().on_no_response(seq);
+            }
             if let Some(named) = signal.bucket.as_deref() {
                 // The server counts this route in a bucket of its own: pace
                 // it there from the next request on. What the response says

@@ -143,6 +143,18 @@ impl IntoRequest for PacedRequestBuilder {
     fn into_request(self) -> Result<Request, reqwest::Error> {
         self.build()
     }
+
+    /// Keeps the builder's cost and deadline: `client.send(builder)` is
+    /// `builder.send()`.
+    fn into_call(self) -> Result<(Request, Option<Cost>, Option<Duration>), reqwest::Error> {
+        let PacedRequestBuilder {
+            inner,
+            cost,
+            deadline,
+            ..
+        } = self;
+        Ok((inner.build()?, Some(cost), deadline))
+    }
 }
 
 impl fmt::Debug for PacedRequestBuilder {
