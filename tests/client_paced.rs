@@ -14,6 +14,16 @@ fn no_jitter() -> RetryPolicy {
         .with_backoff(Backoff::exponential(Duration::from_millis(100)).with_jitter(Jitter::None))
 }
 
+/// A client whose every wait is exact: no backoff jitter, no release
+/// jitter, so times can be asserted to the millisecond.
+fn exact_client() -> ThrottledClient {
+    ThrottledClient::builder(reqwest::Client::new())
+        .retry(no_jitter())
+        .release_jitter(ReleaseJitter::none())
+        .build()
+        .unwrap()
+}
+
 fn times(server: &RateLimitedServer) -> Vec<Duration> {
     server.requests().iter().map(|r| r.at).collect()
 }
@@ -60,11 +70,7 @@ async fn retry_after_in_seconds_spaces_the_attempts_exactly() {
             .times(2)
             .retry_after(RetryAfter::Seconds(3)),
     );
-    let client = ThrottledClient::builder(reqwest::Client::new())
-        .retry(no_jitter())
-        .release_jitter(ReleaseJitter::none())
-        .build()
-        .unwrap();
+    let client = exact_client();
     let response = client.send(client.get(server.url())).await.unwrap();
     assert_eq!(response.status(), 200);
     assert_eq!(times(&server), ms(&[0, 3_000, 6_000]));
@@ -75,11 +81,7 @@ async fn retry_after_as_an_http_date_is_measured_against_the_date_header() {
     let server = server(Dialect::XRateLimit, 50, 10).await;
     server
         .inject(Fault::too_many_requests().retry_after(RetryAfter::DateIn(Duration::from_secs(4))));
-    let client = ThrottledClient::builder(reqwest::Client::new())
-        .retry(no_jitter())
-        .release_jitter(ReleaseJitter::none())
-        .build()
-        .unwrap();
+    let client = exact_client();
     let response = client.send(client.get(server.url())).await.unwrap();
     assert_eq!(response.status(), 200);
     assert_eq!(times(&server), ms(&[0, 4_000]));
@@ -89,11 +91,7 @@ async fn retry_after_as_an_http_date_is_measured_against_the_date_header() {
 async fn backoff_without_retry_after_follows_the_schedule() {
     let server = server(Dialect::XRateLimit, 50, 10).await;
     server.inject(Fault::service_unavailable().times(3));
-    let client = ThrottledClient::builder(reqwest::Client::new())
-        .retry(no_jitter())
-        .release_jitter(ReleaseJitter::none())
-        .build()
-        .unwrap();
+    let client = exact_client();
     client.send(client.get(server.url())).await.unwrap();
     // 100 ms doubling, no jitter.
     assert_eq!(times(&server), ms(&[0, 100, 300, 700]));
@@ -164,11 +162,7 @@ async fn a_429_storm_on_one_key_makes_one_pause() {
 /// refused, and the whole run goes at the server's rate.
 async fn learns_the_rate(dialect: Dialect) {
     let server = server(dialect, 50, 10).await;
-    let client = ThrottledClient::builder(reqwest::Client::new())
-        .retry(no_jitter())
-        .release_jitter(ReleaseJitter::none())
-        .build()
-        .unwrap();
+    let client = exact_client();
     let start = tokio::time::Instant::now();
     load(&client, &server, 32, 10).await;
     assert_eq!(server.stats().total.throttled, 0, "{dialect}");
@@ -447,11 +441,7 @@ async fn a_403_with_retry_after_is_retried_and_blocks_the_key() {
             .times(1)
             .retry_after(RetryAfter::Seconds(2)),
     );
-    let client = ThrottledClient::builder(reqwest::Client::new())
-        .retry(no_jitter())
-        .release_jitter(ReleaseJitter::none())
-        .build()
-        .unwrap();
+    let client = exact_client();
     load(&client, &server, 4, 1).await;
     let at = times(&server);
     // The probe got the 403; the three waiting tasks and the retry all go
@@ -471,11 +461,7 @@ async fn a_403_with_retry_after_is_retried_and_blocks_the_key() {
 async fn a_bare_403_is_not_retried() {
     let server = server(Dialect::None, 1000, 1000).await;
     server.inject(Fault::new(reqwest::StatusCode::FORBIDDEN));
-    let client = ThrottledClient::builder(reqwest::Client::new())
-        .retry(no_jitter())
-        .release_jitter(ReleaseJitter::none())
-        .build()
-        .unwrap();
+    let client = exact_client();
     let response = client.send(client.get(server.url())).await.unwrap();
     assert_eq!(response.status(), 403);
     assert_eq!(times(&server), ms(&[0]));
@@ -517,11 +503,7 @@ async fn get_then_send_is_paced_and_retried() {
 #[tokio::test(start_paused = true)]
 async fn a_header_less_first_response_does_not_release_every_waiting_task_at_once() {
     let server = server(Dialect::None, 1000, 1000).await;
-    let client = ThrottledClient::builder(reqwest::Client::new())
-        .retry(no_jitter())
-        .release_jitter(ReleaseJitter::none())
-        .build()
-        .unwrap();
+    let client = exact_client();
     load(&client, &server, 20, 1).await;
     let at = times(&server);
     assert_eq!(at.len(), 20);
@@ -683,11 +665,7 @@ async fn a_spent_quota_closes_the_key_with_the_servers_status_and_clear_key_reop
         .start()
         .await
         .unwrap();
-    let client = ThrottledClient::builder(reqwest::Client::new())
-        .retry(no_jitter())
-        .release_jitter(ReleaseJitter::none())
-        .build()
-        .unwrap();
+    let client = exact_client();
     for _ in 0..2 {
         assert_eq!(client.get(server.url()).send().await.unwrap().status(), 200);
     }

@@ -47,6 +47,17 @@ async fn drain(
     start.elapsed()
 }
 
+/// A server allowing each API key 10/s with a burst of 10.
+async fn ten_per_second_per_key() -> RateLimitedServer {
+    RateLimitedServer::builder()
+        .limit(Rate::per_second(10).unwrap())
+        .burst(10)
+        .dialect(Dialect::XRateLimit)
+        .start()
+        .await
+        .unwrap()
+}
+
 /// 200 hosts allowing 4/s each, a per-host cap of 2/s and a global cap of
 /// 100/s, 1000 requests (5 per host): the global bucket bounds the run. It
 /// starts full (100), then admits 100/s: 9 s for the other 900.
@@ -88,13 +99,7 @@ async fn a_global_cap_is_not_lowered_by_one_hosts_headers() {
 /// requests per token take 5 s when each token is paced on its own limit.
 #[tokio::test(start_paused = true)]
 async fn each_token_learns_its_own_limit_and_the_host_layer_none() {
-    let server = RateLimitedServer::builder()
-        .limit(Rate::per_second(10).unwrap())
-        .burst(10)
-        .dialect(Dialect::XRateLimit)
-        .start()
-        .await
-        .unwrap();
+    let server = ten_per_second_per_key().await;
     let client = ThrottledClient::builder(reqwest::Client::new())
         .layer(Layer::per_header("token", "x-api-key"))
         .build()
@@ -189,13 +194,7 @@ async fn each_server_bucket_is_paced_apart() {
 /// is taught: one token's limit does not also cap a tenant's other tokens.
 #[tokio::test(start_paused = true)]
 async fn of_equally_narrow_layers_only_the_last_added_learns() {
-    let server = RateLimitedServer::builder()
-        .limit(Rate::per_second(10).unwrap())
-        .burst(10)
-        .dialect(Dialect::XRateLimit)
-        .start()
-        .await
-        .unwrap();
+    let server = ten_per_second_per_key().await;
     let client = ThrottledClient::builder(reqwest::Client::new())
         .layer(Layer::keyed("tenant", |_| Some("acme".to_owned())))
         .layer(Layer::per_header("token", "x-api-key"))
