@@ -545,7 +545,8 @@ async fn a_429_storm_ends_every_call_by_its_deadline() {
             Err(Error::DeadlineExceeded { limit, .. }) => {
                 assert_eq!(limit, Duration::from_secs(5))
             }
-            Err(Error::RetriesExhausted { last_status, .. }) => {
+            Err(Error::RetriesExhausted { last_status, .. })
+            | Err(Error::BudgetExhausted { last_status, .. }) => {
                 assert_eq!(last_status.map(|s| s.as_u16()), Some(429))
             }
             other => panic!("unexpected {other:?}"),
@@ -707,4 +708,58 @@ async fn send_keeps_the_deadline_a_builder_carries() {
         .unwrap_err();
     assert!(matches!(err, Error::DeadlineExceeded { .. }), "{err:?}");
     assert_eq!(server.requests().len(), 1);
+}
+
+/// The default retry budget against a host answering nothing but bare
+/// 503s: fifty calls at once retry at most half the budget's ten tokens in
+/// all, instead of three times each, and none waits for long.
+#[tokio::test(start_paused = true)]
+async fn the_default_retry_budget_stops_a_storm_of_bare_503s() {
+    let server = server_none_503().await;
+    let client = ThrottledClient::new(reqwest::Client::new()).unwrap();
+    let start = tokio::time::Instant::now();
+    let calls: Vec<_> = (0..50)
+        .map(|_| {
+            let (client, url) = (client.clone(), server.url());
+            tokio::spawn(async move { client.get(url).send().await })
+        })
+        .collect();
+    let mut budget_errors = 0;
+    for call in calls {
+        match call.await.unwrap() {
+            Err(Error::BudgetExhausted { .. }) => budget_errors += 1,
+            Err(Error::RetriesExhausted { .. }) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let requests = server.requests().len();
+    assert!((50..=55).contains(&requests), "{requests}");
+    assert!(budget_errors >= 45, "{budget_errors}");
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
+    // Without the budget each call is retried three times.
+    let server = server_none_503().await;
+    let client = ThrottledClient::builder(reqwest::Client::new())
+        .without_retry_budget()
+        .build()
+        .unwrap();
+    let calls: Vec<_> = (0..50)
+        .map(|_| {
+            let (client, url) = (client.clone(), server.url());
+            tokio::spawn(async move { client.get(url).send().await })
+        })
+        .collect();
+    for call in calls {
+        assert!(call.await.unwrap().is_err());
+    }
+    assert_eq!(server.requests().len(), 200);
+}
+
+async fn server_none_503() -> RateLimitedServer {
+    let server = server(Dialect::None, 1000, 1000).await;
+    server.inject(Fault::service_unavailable().times(100_000));
+    server
 }

@@ -36,6 +36,18 @@ pub struct RetryBudget {
     tokens: Mutex<f64>,
 }
 
+impl Default for RetryBudget {
+    /// gRPC's usual settings: 10 tokens, a tenth of a token back per
+    /// success; the client's default budget.
+    fn default() -> Self {
+        RetryBudget {
+            max_tokens: 10.0,
+            token_ratio: 0.1,
+            tokens: Mutex::new(10.0),
+        }
+    }
+}
+
 impl RetryBudget {
     /// A budget of `max_tokens` (gRPC allows 0 < max ≤ 1000), refilled by
     /// `token_ratio` per success (0 < ratio ≤ 1).
