@@ -14,6 +14,18 @@ fn no_jitter() -> RetryPolicy {
         .with_backoff(Backoff::exponential(Duration::from_millis(100)).with_jitter(Jitter::None))
 }
 
+/// A client allowed one request an hour, which it has just spent on
+/// `server`: its next pacing wait is an hour.
+async fn one_per_hour_spent(server: &RateLimitedServer) -> ThrottledClient {
+    let client = ThrottledClient::builder(reqwest::Client::new())
+        .rate(Rate::per_hour(1).unwrap())
+        .burst(1)
+        .build()
+        .unwrap();
+    client.get(server.url()).send().await.unwrap();
+    client
+}
+
 /// A client whose every wait is exact: no backoff jitter, no release
 /// jitter, so times can be asserted to the millisecond.
 fn exact_client() -> ThrottledClient {
@@ -559,12 +571,7 @@ async fn a_429_storm_ends_every_call_by_its_deadline() {
 #[tokio::test(start_paused = true)]
 async fn a_pacing_wait_past_the_deadline_fails_at_once_with_the_wait() {
     let server = server(Dialect::None, 1000, 1000).await;
-    let client = ThrottledClient::builder(reqwest::Client::new())
-        .rate(Rate::per_hour(1).unwrap())
-        .burst(1)
-        .build()
-        .unwrap();
-    client.get(server.url()).send().await.unwrap();
+    let client = one_per_hour_spent(&server).await;
     let start = tokio::time::Instant::now();
     let err = client
         .get(server.url())
@@ -696,12 +703,7 @@ async fn a_spent_quota_closes_the_key_with_the_servers_status_and_clear_key_reop
 #[tokio::test(start_paused = true)]
 async fn send_keeps_the_deadline_a_builder_carries() {
     let server = server(Dialect::None, 1000, 1000).await;
-    let client = ThrottledClient::builder(reqwest::Client::new())
-        .rate(Rate::per_hour(1).unwrap())
-        .burst(1)
-        .build()
-        .unwrap();
-    client.send(client.get(server.url())).await.unwrap();
+    let client = one_per_hour_spent(&server).await;
     let err = client
         .send(client.get(server.url()).deadline(Duration::from_secs(1)))
         .await

@@ -4,27 +4,7 @@
 //! wait and window they yield stays within the documented caps.
 #![cfg(feature = "client")]
 
-use std::time::{Duration, UNIX_EPOCH};
-
-use reqwest_pace::headers::{parse_response_head, RateLimitSignal, MAX_WAIT, MAX_WINDOW};
-
-/// What the fuzz target checks, for one input.
-fn check(data: &[u8]) {
-    let Ok((status, headers)) = parse_response_head(data) else {
-        return;
-    };
-    for secs in [0, 1_800_000_000, u64::from(u32::MAX)] {
-        let at = UNIX_EPOCH + Duration::from_secs(secs);
-        let signal = RateLimitSignal::parse(status, &headers, at);
-        assert!(signal.retry_after.is_none_or(|w| w <= MAX_WAIT));
-        for limit in &signal.limits {
-            assert!(limit.reset.is_none_or(|r| r <= MAX_WAIT));
-            assert!(limit.window.is_none_or(|w| w <= MAX_WINDOW));
-        }
-        let _ = signal.is_throttled();
-        let _ = signal.suggested_wait();
-    }
-}
+include!("../fuzz/check_head.rs");
 
 #[test]
 fn the_fuzz_corpus_replays_without_a_panic() {

@@ -237,11 +237,7 @@ impl Series {
         else {
             return false;
         };
-        let length = self.window.length.or_else(|| {
-            self.window
-                .start
-                .map(|s| boundary.saturating_duration_since(s))
-        });
+        let length = self.window_length(boundary);
         let tolerance = length
             .map_or(Duration::ZERO, |l| l / 2)
             .max(Duration::from_secs(1));
@@ -403,6 +399,16 @@ impl Series {
         m.hi.filter(|_| enough && m.lo >= Duration::from_secs(1))
     }
 
+    /// A fixed window's length: the one measured between starts, or else
+    /// from the current window's start to its `boundary`.
+    fn window_length(&self, boundary: Instant) -> Option<Duration> {
+        self.window.length.or_else(|| {
+            self.window
+                .start
+                .map(|s| boundary.saturating_duration_since(s))
+        })
+    }
+
     /// The end of the current fixed window, as well as it is known.
     fn boundary(&self) -> Option<Instant> {
         let w = &self.window;
@@ -419,13 +425,7 @@ impl Series {
     fn fixed_window(&mut self, now: Instant, left: u64, reset: Option<Duration>) -> Option<Pace> {
         let boundary = self.boundary()?;
         let length = self
-            .window
-            .length
-            .or_else(|| {
-                self.window
-                    .start
-                    .map(|s| boundary.saturating_duration_since(s))
-            })
+            .window_length(boundary)
             .filter(|l| !l.is_zero())
             .unwrap_or(Duration::from_secs(1));
         let quota = self.quota.max(self.top).max(1);

@@ -597,10 +597,7 @@ impl ThrottledClient {
             };
 
             self.check_closed(&members)?;
-            let retry_until = first_send
-                .zip(policy.max_elapsed())
-                .map(|(at, limit)| (at + limit, limit));
-            let until = earliest(call_until, retry_until);
+            let until = time_limit(call_until, first_send, policy.max_elapsed());
             let (probes, seqs) = self
                 .wait_for_members(&members, until)
                 .await
@@ -731,10 +728,7 @@ impl ThrottledClient {
                     });
                 }
             }
-            let retry_until = first_send
-                .zip(policy.max_elapsed())
-                .map(|(at, limit)| (at + limit, limit));
-            if let Some((at, limit)) = earliest(call_until, retry_until) {
+            if let Some((at, limit)) = time_limit(call_until, first_send, policy.max_elapsed()) {
                 if Instant::now() + delay > at {
                     self.give_up(attempt, "deadline", status);
                     return Err(Error::DeadlineExceeded {
@@ -995,12 +989,18 @@ impl WaitError {
 /// A key's probe lock, held until its first response is learned from.
 type ProbeGuard<'m> = tokio::sync::MutexGuard<'m, ()>;
 
-/// The earlier of two limits.
-fn earliest(
-    a: Option<(Instant, Duration)>,
-    b: Option<(Instant, Duration)>,
+/// The instant no wait of a call may pass, with the limit it comes from:
+/// the call's deadline, or from the first send on `max_elapsed`, whichever
+/// ends first.
+fn time_limit(
+    call_until: Option<(Instant, Duration)>,
+    first_send: Option<Instant>,
+    max_elapsed: Option<Duration>,
 ) -> Option<(Instant, Duration)> {
-    match (a, b) {
+    let retry_until = first_send
+        .zip(max_elapsed)
+        .map(|(at, limit)| (at + limit, limit));
+    match (call_until, retry_until) {
         (Some(a), Some(b)) => Some(if b.0 < a.0 { b } else { a }),
         (a, b) => a.or(b),
     }
