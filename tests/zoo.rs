@@ -73,17 +73,30 @@ async fn run(builder: ServerBuilder) -> Figures {
     }
 }
 
-/// Runs the zoo server `name` with its wall clock starting at each of
-/// several points of a second (whole-second `Date`s and epoch resets make
-/// the client's view depend on it) and checks every run.
+/// Runs the zoo server `name` at every phase (see [`check_phases`]).
 async fn check(name: &str, min_goodput: f64, max_refused: f64) {
-    for millis in [0, 250, 500, 750, 999] {
-        let (_, builder) = zoo::all()
+    let preset = || {
+        zoo::all()
             .into_iter()
             .find(|(n, _)| *n == name)
-            .expect("zoo server by name");
+            .map(|(_, builder)| builder)
+            .expect("zoo server by name")
+    };
+    check_phases(name, preset, min_goodput, max_refused).await;
+}
+
+/// Runs the server `make` builds with its wall clock starting at each of
+/// several points of a second (whole-second `Date`s and epoch resets make
+/// the client's view depend on it) and checks every run.
+async fn check_phases(
+    name: &str,
+    make: impl Fn() -> ServerBuilder,
+    min_goodput: f64,
+    max_refused: f64,
+) {
+    for millis in [0, 250, 500, 750, 999] {
         let wall = UNIX_EPOCH + Duration::from_millis(1_800_000_000_000 + millis);
-        let figures = run(builder.wall_clock(wall)).await;
+        let figures = run(make().wall_clock(wall)).await;
         println!("{name} (+{millis} ms): {figures:?}");
         assert!(
             figures.goodput >= min_goodput,
@@ -128,19 +141,13 @@ async fn zoo_fixed_window_legacy_epoch_resets() {
 /// under 1 % refused; pinned at 80 %.
 #[tokio::test(start_paused = true)]
 async fn zoo_fixed_window_of_fractional_seconds_with_epoch_resets() {
-    for millis in [0, 250, 500, 750, 999] {
-        let builder = zoo::fixed_window_legacy()
-            .algorithm(Algorithm::FixedWindow {
-                limit: 25,
-                window: Duration::from_millis(2_500),
-            })
-            .wall_clock(UNIX_EPOCH + Duration::from_millis(1_800_000_000_000 + millis));
-        let figures = run(builder).await;
-        println!("2.5 s window (+{millis} ms): {figures:?}");
-        assert!(figures.goodput >= 0.80, "+{millis} ms: {figures:?}");
-        assert!(figures.refused <= 0.01, "+{millis} ms: {figures:?}");
-        assert_eq!(figures.failed, 0, "+{millis} ms: {figures:?}");
-    }
+    let make = || {
+        zoo::fixed_window_legacy().algorithm(Algorithm::FixedWindow {
+            limit: 25,
+            window: Duration::from_millis(2_500),
+        })
+    };
+    check_phases("2.5 s window", make, 0.80, 0.01).await;
 }
 
 #[tokio::test(start_paused = true)]
