@@ -12,8 +12,7 @@ use std::fmt;
 use std::future::Future;
 use std::ops::{Deref, DerefMut};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::Ordering;
 use std::task::{Context, Poll, Waker};
 
 use tokio::time::{Instant, Sleep};
@@ -21,7 +20,7 @@ use tokio::time::{Instant, Sleep};
 use super::algorithm::{Algorithm, Nanos};
 use super::gcra::{admit_compact, Gcra};
 use super::Rate;
-use crate::sync::lock;
+use crate::sync::{lock_model as lock, AtomicU64, Mutex, MutexGuard};
 use crate::Error;
 
 /// A limiter: one [`Algorithm`]'s state behind a lock, a tokio clock and a
@@ -296,6 +295,17 @@ impl<A: Algorithm> RateLimiter<A> {
         }
     }
 
+    /// Lock the state at the instant the lock is taken. An adjustment reads
+    /// the clock only under the lock, so that no decision the lock has taken
+    /// back was made at a later instant than the adjustment: a rate change
+    /// scales the deficit it sees, and a deficit measured from a stale
+    /// `now` would be scaled with the skew in it.
+    fn lock_now(&self) -> Locked<'_, A> {
+        let mut locked = self.lock_at(0);
+        locked.now = self.now();
+        locked
+    }
+
     /// Decide without the lock while the word is armed: `None` when the
     /// lock must decide (not armed, or a weight over the capacity, whose
     /// error the locked path gives).
@@ -451,8 +461,8 @@ impl<A: Algorithm> RateLimiter<A> {
 
     /// Whole tokens available now (0 while blocked).
     pub fn available(&self) -> u64 {
-        let now = self.now();
-        self.lock_at(now).algorithm.available(now)
+        let state = self.lock_now();
+        state.algorithm.available(state.now)
     }
 
     /// How many callers are waiting in [`acquire`](Self::acquire).
@@ -463,16 +473,15 @@ impl<A: Algorithm> RateLimiter<A> {
     /// Whether this limiter is indistinguishable from a fresh one: nobody
     /// waiting and the algorithm back at its starting state.
     pub fn is_idle(&self) -> bool {
-        let now = self.now();
-        let state = self.lock_at(now);
-        state.queue.is_empty() && state.algorithm.is_idle(now)
+        let state = self.lock_now();
+        state.queue.is_empty() && state.algorithm.is_idle(state.now)
     }
 
     /// Run an adjustment, then wake the head waiter so it recomputes its
     /// instant (the adjustment may have made it earlier). One wake-up.
     fn with_state(&self, f: impl FnOnce(&mut A, Nanos)) {
-        let now = self.now();
-        let mut state = self.lock_at(now);
+        let mut state = self.lock_now();
+        let now = state.now;
         f(&mut state.algorithm, now);
         state.wake_head();
     }
