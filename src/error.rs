@@ -2,6 +2,9 @@
 
 use std::time::Duration;
 
+#[cfg(feature = "client")]
+use crate::retry::GiveUp;
+
 /// Everything that can go wrong in `reqwest-pace`.
 ///
 /// Variants are named for the situation, carry the figures that explain it
@@ -57,6 +60,9 @@ pub enum Error {
         cap: Duration,
         /// The status of the response that asked for it.
         status: reqwest::StatusCode,
+        /// The last response (status, headers, the first bytes of its
+        /// body), when an attempt of this call got one.
+        last_response: Option<Box<LastResponse>>,
     },
 
     /// A wait (for a bucket, a key's first response, a server's
@@ -76,6 +82,9 @@ pub enum Error {
         attempts: u32,
         /// The last response's status, if an attempt got one.
         last_status: Option<reqwest::StatusCode>,
+        /// The last response (status, headers, the first bytes of its
+        /// body), when an attempt of this call got one.
+        last_response: Option<Box<LastResponse>>,
     },
 
     /// The key's quota is spent until a reset further away than the
@@ -106,6 +115,9 @@ pub enum Error {
         /// The last transport error, if the last attempt got none.
         #[source]
         source: Option<reqwest::Error>,
+        /// The last response (status, headers, the first bytes of its
+        /// body), when an attempt of this call got one.
+        last_response: Option<Box<LastResponse>>,
     },
 
     /// A retry was due but the retry budget is spent: the upstream is
@@ -120,6 +132,9 @@ pub enum Error {
         /// The last transport error, if the last attempt got none.
         #[source]
         source: Option<reqwest::Error>,
+        /// The last response (status, headers, the first bytes of its
+        /// body), when an attempt of this call got one.
+        last_response: Option<Box<LastResponse>>,
     },
 
     /// The attempt failed in a retryable way, but the request may not be
@@ -134,6 +149,9 @@ pub enum Error {
         /// The transport error, if there was no response.
         #[source]
         source: Option<reqwest::Error>,
+        /// The last response (status, headers, the first bytes of its
+        /// body), when an attempt of this call got one.
+        last_response: Option<Box<LastResponse>>,
     },
 
     /// The request could not be built or sent, and the failure is not one
@@ -175,6 +193,65 @@ pub enum NotRetriedReason {
     BodyNotCloneable,
 }
 
+/// The last response of a call that failed after one: what a caller
+/// needs to see what the server said (its status, its headers, the first
+/// bytes of its body) without the connection it came on.
+#[cfg(feature = "client")]
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct LastResponse {
+    /// The response's status.
+    pub status: reqwest::StatusCode,
+    /// The response's headers.
+    pub headers: http::HeaderMap,
+    /// The first [`LastResponse::MAX_BODY`] bytes of its body, or fewer
+    /// when the body was shorter or did not arrive within
+    /// [`LastResponse::BODY_TIME`].
+    pub body: Vec<u8>,
+    /// Whether the body went on past what `body` holds (or could not be
+    /// read to its end in time).
+    pub truncated: bool,
+}
+
+#[cfg(feature = "client")]
+impl LastResponse {
+    /// The most of a failed response's body that is kept.
+    pub const MAX_BODY: usize = 8 * 1024;
+    /// The longest the body is read for.
+    pub const BODY_TIME: Duration = Duration::from_secs(1);
+
+    /// Keep `response`'s status and headers, and read at most
+    /// [`MAX_BODY`](Self::MAX_BODY) bytes of its body for at most
+    /// [`BODY_TIME`](Self::BODY_TIME) (or less, `time`).
+    pub(crate) async fn read(mut response: reqwest::Response, time: Duration) -> LastResponse {
+        let mut last = LastResponse {
+            status: response.status(),
+            headers: std::mem::take(response.headers_mut()),
+            body: Vec::new(),
+            truncated: false,
+        };
+        let read = async {
+            loop {
+                match response.chunk().await {
+                    Ok(Some(chunk)) => {
+                        let room = Self::MAX_BODY - last.body.len();
+                        last.body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                        if chunk.len() > room {
+                            return true;
+                        }
+                    }
+                    Ok(None) => return false,
+                    Err(_) => return true,
+                }
+            }
+        };
+        last.truncated = tokio::time::timeout(time.min(Self::BODY_TIME), read)
+            .await
+            .unwrap_or(true);
+        last
+    }
+}
+
 #[cfg(feature = "client")]
 fn show_wait(wait: Option<Duration>) -> String {
     wait.map_or_else(String::new, |w| format!(" of {w:?}"))
@@ -201,6 +278,99 @@ impl Error {
         }
     }
 
+    /// The last response (status, headers, the first bytes of its body),
+    /// when the error came after one.
+    #[cfg(feature = "client")]
+    pub fn last_response(&self) -> Option<&LastResponse> {
+        match self {
+            Error::RetryAfterTooLong { last_response, .. }
+            | Error::RetriesExhausted { last_response, .. }
+            | Error::DeadlineExceeded { last_response, .. }
+            | Error::BudgetExhausted { last_response, .. }
+            | Error::NotRetried { last_response, .. } => last_response.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// Why the call gave up, when it gave up retrying: the same reason its
+    /// [`Event::GaveUp`](crate::Event::GaveUp) carried.
+    #[cfg(feature = "client")]
+    pub fn gave_up(&self) -> Option<GiveUp> {
+        Some(match self {
+            Error::RetryAfterTooLong { wait, cap, .. }
+            | Error::QuotaExhausted { wait, cap, .. } => GiveUp::ServerWaitTooLong {
+                wait: *wait,
+                cap: *cap,
+            },
+            Error::DeadlineExceeded { wait, limit, .. } => GiveUp::TimeLimit {
+                wait: *wait,
+                limit: *limit,
+            },
+            Error::RetriesExhausted { .. } => GiveUp::AttemptsExhausted,
+            Error::BudgetExhausted { .. } => GiveUp::BudgetExhausted,
+            Error::NotRetried { reason, .. } => match reason {
+                NotRetriedReason::NonIdempotent => GiveUp::NotIdempotent,
+                NotRetriedReason::BodyNotCloneable => GiveUp::BodyNotCloneable,
+            },
+            Error::Transport { attempts, .. } if *attempts > 0 => GiveUp::NotRetryable,
+            _ => return None,
+        })
+    }
+
+    /// The error a call that gave up for `reason` returns, after `attempts`
+    /// attempts, with what its last attempt left (`source`: the transport
+    /// error when the last attempt got no response).
+    #[cfg(feature = "client")]
+    pub(crate) fn giving_up(
+        reason: GiveUp,
+        attempts: u32,
+        last_status: Option<reqwest::StatusCode>,
+        last_response: Option<LastResponse>,
+        source: Option<reqwest::Error>,
+    ) -> Error {
+        let last_response = last_response.map(Box::new);
+        match (reason, source) {
+            (GiveUp::NotRetryable, Some(source)) => Error::Transport { attempts, source },
+            (GiveUp::ServerWaitTooLong { wait, cap }, _) => Error::RetryAfterTooLong {
+                wait,
+                cap,
+                status: last_status.unwrap_or(reqwest::StatusCode::TOO_MANY_REQUESTS),
+                last_response,
+            },
+            (GiveUp::TimeLimit { wait, limit }, _) => Error::DeadlineExceeded {
+                wait,
+                limit,
+                attempts,
+                last_status,
+                last_response,
+            },
+            (GiveUp::BudgetExhausted, source) => Error::BudgetExhausted {
+                attempts,
+                last_status,
+                source,
+                last_response,
+            },
+            (GiveUp::NotIdempotent, source) => Error::NotRetried {
+                reason: NotRetriedReason::NonIdempotent,
+                last_status,
+                source,
+                last_response,
+            },
+            (GiveUp::BodyNotCloneable, source) => Error::NotRetried {
+                reason: NotRetriedReason::BodyNotCloneable,
+                last_status,
+                source,
+                last_response,
+            },
+            (GiveUp::AttemptsExhausted | GiveUp::NotRetryable, source) => Error::RetriesExhausted {
+                attempts,
+                last_status,
+                source,
+                last_response,
+            },
+        }
+    }
+
     pub(crate) fn config(message: impl Into<String>) -> Self {
         Error::InvalidConfig(message.into())
     }
@@ -210,6 +380,19 @@ impl Error {
     pub(crate) fn throttled(ready: u64, now: u64) -> Self {
         Error::Throttled {
             wait: std::time::Duration::from_nanos(ready.saturating_sub(now)),
+        }
+    }
+}
+
+/// A request that could not be built or sent before any attempt (an invalid
+/// URL, say): [`Error::Transport`] with no attempts, so `?` works on
+/// reqwest's own results in code that returns this crate's error.
+#[cfg(feature = "client")]
+impl From<reqwest::Error> for Error {
+    fn from(source: reqwest::Error) -> Self {
+        Error::Transport {
+            attempts: 0,
+            source,
         }
     }
 }

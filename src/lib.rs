@@ -62,12 +62,12 @@ pub mod testing;
 
 #[cfg(feature = "client")]
 pub use client::{
-    host_key, Cost, Deadline, Event, IntoRequest, KeyStatus, Layer, PacedRequestBuilder,
-    ThrottledClient, ThrottledClientBuilder,
+    host_key, Cost, Deadline, Event, IntoRequest, KeyStatus, Layer, PaceBuilder,
+    PacedRequestBuilder, Pacer, ThrottledClient, ThrottledClientBuilder,
 };
 pub use error::Error;
 #[cfg(feature = "client")]
-pub use error::NotRetriedReason;
+pub use error::{LastResponse, NotRetriedReason};
 pub use limiter::{
     Adjustment, FixedWindowLimiter, KeyedLimiter, Limiter, Rate, RateLimiter,
     SlidingCounterLimiter, SlidingLogLimiter, TokenBucket,

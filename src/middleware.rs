@@ -5,17 +5,17 @@ use reqwest::{Request, Response};
 use reqwest_middleware::{Middleware, Next};
 
 use crate::client::{Cost, Deadline, SendFailure};
-use crate::ThrottledClient;
+use crate::Pacer;
 
-/// A [`reqwest_middleware::Middleware`] that runs a [`ThrottledClient`]'s
-/// pacing, learning and retries around the rest of the chain.
+/// A [`reqwest_middleware::Middleware`] that runs a [`Pacer`]'s pacing,
+/// learning and retries around the rest of the chain.
 ///
 /// Each attempt runs the middlewares after this one (so a tracing
 /// middleware placed after it sees every attempt; one placed before sees
-/// the whole call). The wrapped client's own `reqwest::Client` is not used:
-/// the chain's client sends. Every call costs one request (there is no
-/// per-call [`Cost`](crate::Cost) in a chain; use
-/// [`ThrottledClient::send_with_cost`] for weighted calls), and each attempt
+/// the whole call); the chain's client sends. Every call costs one request
+/// (there is no per-call [`Cost`](crate::Cost) in a chain; use
+/// [`ThrottledClient::send_with_cost`](crate::ThrottledClient::send_with_cost)
+/// for weighted calls), and each attempt
 /// runs the rest of the chain with a fresh copy of the call's extensions,
 /// so what a later middleware writes into them is not seen here. Errors of
 /// this crate come out as
@@ -25,11 +25,9 @@ use crate::ThrottledClient;
 ///
 /// ```
 /// use reqwest_middleware::ClientBuilder;
-/// use reqwest_pace::{PaceMiddleware, Rate, ThrottledClient};
+/// use reqwest_pace::{PaceMiddleware, Pacer, Rate};
 ///
-/// let pace = ThrottledClient::builder(reqwest::Client::new())
-///     .rate(Rate::per_second(20)?)
-///     .build()?;
+/// let pace = Pacer::builder().rate(Rate::per_second(20)?).build()?;
 /// let client = ClientBuilder::new(reqwest::Client::new())
 ///     .with(PaceMiddleware::new(pace))
 ///     .build();
@@ -38,13 +36,17 @@ use crate::ThrottledClient;
 /// ```
 #[derive(Clone, Debug)]
 pub struct PaceMiddleware {
-    client: ThrottledClient,
+    pacer: Pacer,
 }
 
 impl PaceMiddleware {
-    /// Run `client`'s layers, learning and retry policy in a chain.
-    pub fn new(client: ThrottledClient) -> Self {
-        PaceMiddleware { client }
+    /// Run `pacer`'s layers, learning and retry policy in a chain (a
+    /// [`ThrottledClient`](crate::ThrottledClient) converts into its own
+    /// pacer, shared with it).
+    pub fn new(pacer: impl Into<Pacer>) -> Self {
+        PaceMiddleware {
+            pacer: pacer.into(),
+        }
     }
 }
 
@@ -59,7 +61,7 @@ impl Middleware for PaceMiddleware {
         let template = extensions.clone();
         let deadline = extensions.get::<Deadline>().map(|d| d.0);
         let result = self
-            .client
+            .pacer
             .run(req, &Cost::default(), deadline, |attempt| {
                 let next = next.clone();
                 let mut ext = template.clone();

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use httpmock::prelude::*;
-use reqwest_pace::retry::{Backoff, Jitter, Outcome, RetryBudget, RetryPolicy};
+use reqwest_pace::retry::{Backoff, GiveUp, Jitter, Outcome, RetryBudget, RetryPolicy};
 use reqwest_pace::{Error, Event, NotRetriedReason, ThrottledClient};
 
 fn fast_backoff() -> Backoff {
@@ -180,7 +180,10 @@ async fn a_retry_after_past_the_cap_is_returned_at_once_without_sleeping() {
     let mock = server
         .mock_async(|when, then| {
             when.path("/slow-down");
-            then.status(429).header("retry-after", "3600");
+            then.status(429)
+                .header("retry-after", "3600")
+                .header("x-request-id", "abc")
+                .body("hourly quota spent");
         })
         .await;
     let (client, log) = make_client(
@@ -193,10 +196,22 @@ async fn a_retry_after_past_the_cap_is_returned_at_once_without_sleeping() {
         .await
         .unwrap_err();
     match err {
-        Error::RetryAfterTooLong { wait, cap, status } => {
+        Error::RetryAfterTooLong {
+            wait,
+            cap,
+            status,
+            ref last_response,
+        } => {
             assert_eq!(wait, Duration::from_secs(3600));
             assert_eq!(cap, Duration::from_secs(30));
             assert_eq!(status, 429);
+            // What the server said is kept: its headers and body.
+            let last = last_response.as_deref().expect("the 429 is kept");
+            assert_eq!(last.status, 429);
+            assert_eq!(last.headers["x-request-id"], "abc");
+            assert_eq!(last.body, b"hourly quota spent");
+            assert!(!last.truncated);
+            assert_eq!(err.gave_up(), Some(GiveUp::ServerWaitTooLong { wait, cap }));
         }
         other => panic!("unexpected {other:?}"),
     }
@@ -268,6 +283,7 @@ async fn connect_errors_are_retried() {
             attempts: 3,
             last_status: None,
             source: Some(source),
+            last_response: None,
         } => assert!(source.is_connect()),
         other => panic!("unexpected {other:?}"),
     }

@@ -73,8 +73,9 @@ pub enum Event {
     GaveUp {
         /// Attempts made.
         attempts: u32,
-        /// Why, in a few words.
-        reason: String,
+        /// Why: the same reason the call's error gives
+        /// ([`Error::gave_up`](crate::Error::gave_up)).
+        reason: crate::retry::GiveUp,
         /// The last status, if any.
         status: Option<u16>,
     },
@@ -137,7 +138,9 @@ pub(crate) fn emit(hook: Option<&Hook>, event: Event) {
             attempts,
             reason,
             status,
-        } => tracing::warn!(target: "reqwest_pace", attempts, reason, status, "gave up"),
+        } => {
+            tracing::warn!(target: "reqwest_pace", attempts, %reason, status, "gave up")
+        }
         Event::Completed { attempts, status } => {
             tracing::debug!(target: "reqwest_pace", attempts, status, "completed")
         }

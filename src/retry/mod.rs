@@ -8,9 +8,11 @@
 mod backoff;
 mod budget;
 mod classify;
+mod decide;
 mod release;
 
 pub use backoff::{Backoff, Jitter};
 pub use budget::RetryBudget;
 pub use classify::{is_idempotent, Classifier, DefaultClassifier, Outcome, RetryPolicy};
+pub use decide::{Attempted, Decision, GiveUp};
 pub use release::ReleaseJitter;

@@ -1,0 +1,207 @@
+//! The builder shared by [`Pacer`] and [`ThrottledClient`]: one set of
+//! settings, and a `build` for each.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::engine::{Inner, Pacer, Random};
+use super::events::Hook;
+use super::{Event, Layer, ThrottledClient};
+use crate::retry::{ReleaseJitter, RetryBudget, RetryPolicy};
+use crate::Error;
+
+/// Builds a [`Pacer`] (`PaceBuilder<()>`, from [`Pacer::builder`]) or a
+/// [`ThrottledClient`] (`PaceBuilder<reqwest::Client>`, from
+/// [`ThrottledClient::builder`]): the same settings, and the
+/// `reqwest::Client` that sends when there is one.
+#[must_use]
+pub struct PaceBuilder<S> {
+    sender: S,
+    host_layer: Option<Layer>,
+    layers: Vec<Layer>,
+    policy: RetryPolicy,
+    budget: Option<RetryBudget>,
+    hook: Option<Hook>,
+    deadline: Option<Duration>,
+    jitter: ReleaseJitter,
+    random: Option<Random>,
+    /// A setting that applies to nothing, kept to fail `build` with.
+    ignored: Option<&'static str>,
+}
+
+/// The builder of a [`ThrottledClient`].
+pub type ThrottledClientBuilder = PaceBuilder<reqwest::Client>;
+
+impl<S> PaceBuilder<S> {
+    pub(crate) fn new(sender: S) -> Self {
+        PaceBuilder {
+            sender,
+            host_layer: Some(Layer::per_host()),
+            layers: Vec::new(),
+            policy: RetryPolicy::default(),
+            budget: Some(RetryBudget::default()),
+            hook: None,
+            deadline: None,
+            jitter: ReleaseJitter::default(),
+            random: None,
+            ignored: None,
+        }
+    }
+
+    /// A ceiling for each host's bucket. Without it, each host starts
+    /// permissively and paces itself from what its responses say. Set
+    /// after [`without_host_layer`](Self::without_host_layer), it applies
+    /// to nothing, and `build` fails.
+    pub fn rate(mut self, rate: crate::Rate) -> Self {
+        match self.host_layer.take() {
+            Some(layer) => self.host_layer = Some(layer.rate(rate)),
+            None => self.ignored = Some("rate"),
+        }
+        self
+    }
+
+    /// The burst allowed per host (default: one second of the rate). Set
+    /// after [`without_host_layer`](Self::without_host_layer), it applies
+    /// to nothing, and `build` fails.
+    pub fn burst(mut self, burst: u64) -> Self {
+        match self.host_layer.take() {
+            Some(layer) => self.host_layer = Some(layer.burst(burst)),
+            None => self.ignored = Some("burst"),
+        }
+        self
+    }
+
+    /// Replace the default per-host layer.
+    pub fn host_layer(mut self, layer: Layer) -> Self {
+        self.host_layer = Some(layer);
+        self
+    }
+
+    /// Drop the default per-host layer (only the added layers pace).
+    pub fn without_host_layer(mut self) -> Self {
+        self.host_layer = None;
+        self
+    }
+
+    /// Add a layer; a request must pass every layer it belongs to, the
+    /// per-host layer first, then these in the order added.
+    pub fn layer(mut self, layer: Layer) -> Self {
+        self.layers.push(layer);
+        self
+    }
+
+    /// How failures are retried.
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Cap retries to a share of regular traffic. On by default with
+    /// [`RetryBudget::default`] (10 tokens, a tenth back per success).
+    ///
+    /// The budget counts failures retried on the backoff schedule (a bare
+    /// 503, a connect error); a retry the server invited with a
+    /// `Retry-After` spends nothing, since the key's pacing already spaces
+    /// it. Measured: 50 calls at once against a host answering nothing but
+    /// bare 503s send 54 requests and end in 154 ms with the default
+    /// budget, and 200 requests over 48 s without one.
+    pub fn retry_budget(mut self, budget: RetryBudget) -> Self {
+        self.budget = Some(budget);
+        self
+    }
+
+    /// Retry without a budget: each call up to the policy's attempts,
+    /// however many other calls fail.
+    pub fn without_retry_budget(mut self) -> Self {
+        self.budget = None;
+        self
+    }
+
+    /// Receive every [`Event`] (waits, sends, throttles, retries, give-ups).
+    /// The hook runs inline: keep it short.
+    pub fn on_event(mut self, hook: impl Fn(&Event) + Send + Sync + 'static) -> Self {
+        self.hook = Some(Arc::new(hook));
+        self
+    }
+
+    /// A deadline for every call, from when it starts: pacing waits, the
+    /// wait for a key's first response, `Retry-After` blocks and retries
+    /// all end by it, and a wait that would end past it fails at once with
+    /// [`Error::DeadlineExceeded`]. Off by default (the retry policy's
+    /// `max_elapsed` still bounds every wait after the first send); a
+    /// request can set its own with
+    /// [`PacedRequestBuilder::deadline`](crate::PacedRequestBuilder::deadline).
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+
+    /// Positive-only jitter after every instant a server names
+    /// (`Retry-After`, the end of a spent window), so that tasks and
+    /// processes told the same instant do not arrive together (default: up
+    /// to 10 % of the wait, at most 1 s; [`ReleaseJitter::none`] for exact
+    /// releases).
+    pub fn release_jitter(mut self, jitter: ReleaseJitter) -> Self {
+        self.jitter = jitter;
+        self
+    }
+
+    /// The source of uniform draws in `[0, 1)` for the backoff's and the
+    /// release's jitter (default: `fastrand`); a test injects its own.
+    pub fn random(mut self, random: impl Fn() -> f64 + Send + Sync + 'static) -> Self {
+        self.random = Some(Arc::new(random));
+        self
+    }
+
+    /// Validate the configuration and build the engine.
+    fn build_pacer(self) -> Result<(Pacer, S), Error> {
+        if let Some(setting) = self.ignored {
+            return Err(Error::config(format!(
+                "`{setting}` was set without a host layer (after `without_host_layer`), \
+                 where it applies to nothing: set it on a layer instead"
+            )));
+        }
+        let layers = self
+            .host_layer
+            .into_iter()
+            .chain(self.layers)
+            .map(Layer::build)
+            .collect::<Result<Vec<_>, _>>()?;
+        let inner = Inner {
+            layers,
+            policy: self.policy,
+            budget: self.budget.map(Arc::new),
+            hook: self.hook,
+            deadline: self.deadline,
+            jitter: self.jitter,
+            random: self.random.unwrap_or_else(|| Arc::new(fastrand::f64)),
+        };
+        let pacer = Pacer {
+            inner: Arc::new(inner),
+        };
+        Ok((pacer, self.sender))
+    }
+}
+
+impl PaceBuilder<()> {
+    /// Validate the configuration and build the engine.
+    pub fn build(self) -> Result<Pacer, Error> {
+        self.build_pacer().map(|(pacer, ())| pacer)
+    }
+}
+
+impl PaceBuilder<reqwest::Client> {
+    /// Validate the configuration and build the client.
+    pub fn build(self) -> Result<ThrottledClient, Error> {
+        let (pacer, client) = self.build_pacer()?;
+        Ok(ThrottledClient { pacer, client })
+    }
+}
+
+impl Pacer {
+    /// Start building an engine with one adaptive bucket per host, the
+    /// default [`RetryPolicy`] and the default [`RetryBudget`].
+    pub fn builder() -> PaceBuilder<()> {
+        PaceBuilder::new(())
+    }
+}

@@ -1,0 +1,461 @@
+//! The engine: layers, retry policy, budget and hooks, and the paced,
+//! learning retry loop over any way of sending one attempt.
+//!
+//! A call flows one way, and [`Pacer::attempts`] reads in that order:
+//! **key** (which bucket of each layer the request belongs to) → **wait**
+//! (for each bucket, by the call's time limit) → **send** (one attempt,
+//! however the caller sends: a `reqwest::Client`, the rest of a middleware
+//! chain, a tower service) → **read** (the outcome and the server's signal)
+//! → **adjust** (teach the buckets what the server said) → **decide** (the
+//! pure [`RetryPolicy::decide`]: retry after a delay, return, or give up).
+
+use std::future::Future;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::{Method, Request, Response, StatusCode};
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::events::{emit, Hook};
+use super::layer::BuiltLayer;
+use super::wait::{time_limit, Member, Sent};
+use super::{layer, Cost, Event, KeyStatus, SendFailure};
+use crate::error::LastResponse;
+use crate::headers::RateLimitSignal;
+use crate::retry::{Attempted, Decision, GiveUp, Outcome, ReleaseJitter, RetryBudget, RetryPolicy};
+use crate::Error;
+
+/// A source of uniform draws in `[0, 1)`.
+pub(crate) type Random = Arc<dyn Fn() -> f64 + Send + Sync>;
+
+/// The engine of every paced client: the layers (and what each key has
+/// learned), the retry policy and budget, and the event hook, with the
+/// loop that paces, sends, learns and retries one call.
+///
+/// It sends nothing itself: [`ThrottledClient`](crate::ThrottledClient) is
+/// a `Pacer` with a `reqwest::Client` that sends its attempts;
+/// [`PaceMiddleware`](crate::PaceMiddleware) is a `Pacer` whose attempts run
+/// the rest of a `reqwest-middleware` chain; with the `tower` feature,
+/// [`PaceLayer`](crate::PaceLayer) wraps any tower service of reqwest
+/// requests. Cheap to clone (an `Arc` inside): clones share buckets,
+/// learned rates and the budget.
+///
+/// ```
+/// use reqwest_pace::{Pacer, Rate};
+///
+/// let pacer = Pacer::builder().rate(Rate::per_second(20)?).build()?;
+/// assert_eq!(pacer.policy().max_attempts(), 4);
+/// # Ok::<(), reqwest_pace::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Pacer {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) layers: Vec<BuiltLayer>,
+    pub(crate) policy: RetryPolicy,
+    pub(crate) budget: Option<Arc<RetryBudget>>,
+    pub(crate) hook: Option<Hook>,
+    pub(crate) deadline: Option<Duration>,
+    pub(crate) jitter: ReleaseJitter,
+    pub(crate) random: Random,
+}
+
+/// One call's progress through its attempts.
+pub(crate) struct Call {
+    method: Method,
+    url: String,
+    /// The call's own deadline, as an instant and the limit it came from.
+    deadline: Option<(Instant, Duration)>,
+    pub(crate) first_send: Option<Instant>,
+    pub(crate) attempt: u32,
+    previous_delay: Option<Duration>,
+    /// The last status any attempt got, kept across later attempts that got
+    /// none (a 503, then connect errors, still reports the 503).
+    pub(crate) last_status: Option<StatusCode>,
+}
+
+impl Call {
+    fn new(request: &Request, deadline: Option<Duration>) -> Call {
+        Call {
+            method: request.method().clone(),
+            url: request.url().to_string(),
+            deadline: deadline.map(|d| (Instant::now() + d, d)),
+            first_send: None,
+            attempt: 0,
+            previous_delay: None,
+            last_status: None,
+        }
+    }
+
+    /// The instant no wait of this call may pass, with the limit it comes
+    /// from: the deadline, or from the first send on `max_elapsed`.
+    pub(crate) fn limit(&self, max_elapsed: Option<Duration>) -> Option<(Instant, Duration)> {
+        time_limit(self.deadline, self.first_send, max_elapsed)
+    }
+}
+
+/// What one attempt's result says: how the policy classifies it, and the
+/// server's rate-limit signal when there was a response.
+struct Read {
+    outcome: Outcome,
+    signal: Option<RateLimitSignal>,
+}
+
+impl Pacer {
+    /// The retry policy in force.
+    pub fn policy(&self) -> &RetryPolicy {
+        &self.inner.policy
+    }
+
+    fn layer(&self, name: &str) -> Option<&BuiltLayer> {
+        self.inner.layers.iter().find(|l| l.config.name == name)
+    }
+
+    /// The rate a layer's bucket for `key` currently applies, in tokens per
+    /// second: `None` while it is unconstrained (nothing configured or
+    /// learned) or the key is unknown.
+    pub fn current_rate(&self, layer: &str, key: &str) -> Option<f64> {
+        let state = self.layer(layer)?.keyed.peek(&key.to_owned())?;
+        let rate = state.adapt().applied_rate();
+        rate
+    }
+
+    /// What a layer's key has learned, and whether it is closed: `None`
+    /// when the key is unknown (never used, or evicted).
+    ///
+    /// The key is the layer's key for a request: for the host layer
+    /// `scheme://host:port`, for a route counted in a bucket of its own
+    /// `scheme://host:port~bucket`.
+    pub fn key_status(&self, layer: &str, key: &str) -> Option<KeyStatus> {
+        let state = self.layer(layer)?.keyed.peek(&key.to_owned())?;
+        let rate = state.adapt().applied_rate();
+        let now = Instant::now();
+        let closed = (*state.closed()).filter(|c| c.until > now);
+        Some(KeyStatus {
+            rate,
+            closed_for: closed.map(|c| c.until - now),
+            closed_by: closed.map(|c| c.status),
+        })
+    }
+
+    /// Forget what a layer's key has learned and clear its close, so that
+    /// calls go again and the key learns afresh (a server that closed it
+    /// for a day by mistake need not lock a caller out). Returns whether the
+    /// key was known. A block within the retry cap ends by itself.
+    pub fn clear_key(&self, layer: &str, key: &str) -> bool {
+        let Some(built) = self.layer(layer) else {
+            return false;
+        };
+        let Some(state) = built.keyed.peek(&key.to_owned()) else {
+            return false;
+        };
+        state.reset(&built.config);
+        true
+    }
+
+    pub(crate) fn emit(&self, event: Event) {
+        emit(self.inner.hook.as_ref(), event);
+    }
+
+    pub(crate) fn draw(&self) -> f64 {
+        (self.inner.random)()
+    }
+
+    /// Run one call: pace, send with `send`, learn, retry.
+    ///
+    /// Runs inside a `reqwest_pace.send` span carrying the method and URL,
+    /// so every event of one call is grouped under it.
+    pub(crate) async fn run<F, Fut>(
+        &self,
+        request: Request,
+        cost: &Cost,
+        deadline: Option<Duration>,
+        send: F,
+    ) -> Result<Response, Error>
+    where
+        F: FnMut(Request) -> Fut,
+        Fut: Future<Output = Result<Response, SendFailure>>,
+    {
+        let span = tracing::debug_span!(
+            target: "reqwest_pace",
+            "reqwest_pace.send",
+            method = %request.method(),
+            url = %request.url()
+        );
+        let deadline = deadline.or(self.inner.deadline);
+        self.attempts(request, cost, deadline, send)
+            .instrument(span)
+            .await
+    }
+
+    /// The loop: key → wait → send → read → adjust → decide.
+    async fn attempts<F, Fut>(
+        &self,
+        request: Request,
+        cost: &Cost,
+        deadline: Option<Duration>,
+        mut send: F,
+    ) -> Result<Response, Error>
+    where
+        F: FnMut(Request) -> Fut,
+        Fut: Future<Output = Result<Response, SendFailure>>,
+    {
+        let members = self.members(&request, cost);
+        let mut call = Call::new(&request, deadline);
+        let mut current = request;
+        loop {
+            call.attempt += 1;
+            let replay = self.replay(&call, &current);
+            let sent = self.wait(&members, &mut call).await?;
+            let result = match self.send_one(&mut send, current, &call).await {
+                Ok(result) => result,
+                Err(source) => {
+                    sent.abandon(&members, true);
+                    return Err(other_failure(call.attempt, source));
+                }
+            };
+            let read = self.read(&call, &result);
+            self.learn(&members, &sent, read.signal.as_ref(), read.outcome)
+                .await;
+            drop(sent);
+            call.last_status = result
+                .as_ref()
+                .ok()
+                .map(Response::status)
+                .or(call.last_status);
+            match self.decide(&call, &read, replay.is_some()) {
+                Decision::Return => return self.finish(&call, result),
+                Decision::GiveUp(reason) => return Err(self.give_up(&call, reason, result).await),
+                Decision::Retry { delay, from_server } => {
+                    self.emit(Event::Retrying {
+                        attempt: call.attempt,
+                        delay,
+                        from_server,
+                        status: call.last_status.map(|s| s.as_u16()),
+                    });
+                    tokio::time::sleep(delay).await;
+                    call.previous_delay = Some(delay);
+                }
+            }
+            // `Retry` is decided only for a request that can be sent again.
+            let Some(next) = replay else {
+                return Err(Error::giving_up(
+                    GiveUp::BodyNotCloneable,
+                    call.attempt,
+                    call.last_status,
+                    None,
+                    None,
+                ));
+            };
+            current = next;
+        }
+    }
+
+    /// A copy of the request for the next attempt, when there may be one.
+    fn replay(&self, call: &Call, request: &Request) -> Option<Request> {
+        let policy = &self.inner.policy;
+        let may_retry = policy.allows_method(&call.method) && call.attempt < policy.max_attempts();
+        may_retry.then(|| request.try_clone()).flatten()
+    }
+
+    /// Which bucket of each layer the request belongs to (key), and what it
+    /// spends there.
+    fn members(&self, request: &Request, cost: &Cost) -> Vec<Member> {
+        self.inner
+            .layers
+            .iter()
+            .enumerate()
+            .filter_map(|(i, layer)| {
+                let weight = cost.get(layer.config.dimension_ref());
+                if weight == 0 {
+                    return None;
+                }
+                let base = layer.key(request)?;
+                let route = layer::route(request);
+                let bucket = layer.bucket(&base, &route);
+                let key = match &bucket {
+                    Some(bucket) => format!("{base}~{bucket}"),
+                    None => base.clone(),
+                };
+                Some(Member {
+                    layer: i,
+                    state: layer.keyed.get(&key),
+                    weight,
+                    base,
+                    route,
+                    bucket,
+                })
+            })
+            .collect()
+    }
+
+    /// Send one attempt: `Ok` with reqwest's result, or `Err` with another
+    /// layer's failure, which is final.
+    async fn send_one<F, Fut>(
+        &self,
+        send: &mut F,
+        request: Request,
+        call: &Call,
+    ) -> Result<Result<Response, reqwest::Error>, Box<dyn std::error::Error + Send + Sync>>
+    where
+        F: FnMut(Request) -> Fut,
+        Fut: Future<Output = Result<Response, SendFailure>>,
+    {
+        self.emit(Event::Sent {
+            attempt: call.attempt,
+            method: call.method.to_string(),
+            url: call.url.clone(),
+        });
+        match send(request).await {
+            Ok(response) => Ok(Ok(response)),
+            Err(SendFailure::Reqwest(e)) => Ok(Err(e)),
+            Err(SendFailure::Other(source)) => Err(source),
+        }
+    }
+
+    /// Read an attempt's result: its outcome and the server's signal.
+    fn read(&self, call: &Call, result: &Result<Response, reqwest::Error>) -> Read {
+        if let Ok(response) = result {
+            self.emit(Event::Received {
+                attempt: call.attempt,
+                status: response.status().as_u16(),
+            });
+        }
+        Read {
+            outcome: self.inner.policy.classify(result.as_ref()),
+            signal: result.as_ref().ok().map(RateLimitSignal::from_response),
+        }
+    }
+
+    /// Charge the retry budget for this attempt and ask the policy.
+    fn decide(&self, call: &Call, read: &Read, replayable: bool) -> Decision {
+        let policy = &self.inner.policy;
+        let server_wait = read
+            .signal
+            .as_ref()
+            .and_then(RateLimitSignal::believable_retry_after);
+        let budget = self.inner.budget.as_deref();
+        match (read.outcome, budget) {
+            (Outcome::Success, Some(budget)) => budget.record_success(),
+            // A retry the server invited (a `Retry-After`) spends nothing.
+            (Outcome::Retryable, Some(budget)) if server_wait.is_none() => budget.record_failure(),
+            _ => {}
+        }
+        let now = Instant::now();
+        let attempted = Attempted {
+            number: call.attempt,
+            outcome: read.outcome,
+            method: &call.method,
+            replayable,
+            server_wait,
+            time_left: call
+                .limit(policy.max_elapsed())
+                .map(|(at, limit)| (at.saturating_duration_since(now), limit)),
+            budget_allows: budget.map(RetryBudget::can_retry),
+            previous_delay: call.previous_delay,
+            draw: self.draw(),
+        };
+        policy.decide(&attempted, self.inner.jitter)
+    }
+
+    /// The call's result, returned as the classifier left it: a response
+    /// (a success, or a final status such as a 404), or a final transport
+    /// error.
+    fn finish(
+        &self,
+        call: &Call,
+        result: Result<Response, reqwest::Error>,
+    ) -> Result<Response, Error> {
+        match result {
+            Ok(response) => {
+                self.emit(Event::Completed {
+                    attempts: call.attempt,
+                    status: response.status().as_u16(),
+                });
+                Ok(response)
+            }
+            Err(source) => {
+                self.report_give_up(call, GiveUp::NotRetryable);
+                Err(Error::giving_up(
+                    GiveUp::NotRetryable,
+                    call.attempt,
+                    call.last_status,
+                    None,
+                    Some(source),
+                ))
+            }
+        }
+    }
+
+    /// The error of a call that gives up for `reason`, keeping what its last
+    /// attempt left: the response's status, headers and first bytes of
+    /// body (read by the call's time limit), or the transport error.
+    async fn give_up(
+        &self,
+        call: &Call,
+        reason: GiveUp,
+        result: Result<Response, reqwest::Error>,
+    ) -> Error {
+        self.report_give_up(call, reason);
+        let (last, source) = match result {
+            Ok(response) => {
+                let time = call
+                    .limit(self.inner.policy.max_elapsed())
+                    .map_or(LastResponse::BODY_TIME, |(at, _)| {
+                        at.saturating_duration_since(Instant::now())
+                    });
+                (Some(LastResponse::read(response, time).await), None)
+            }
+            Err(source) => (None, Some(source)),
+        };
+        Error::giving_up(reason, call.attempt, call.last_status, last, source)
+    }
+
+    pub(crate) fn report_give_up(&self, call: &Call, reason: GiveUp) {
+        self.emit(Event::GaveUp {
+            attempts: call.attempt,
+            reason,
+            status: call.last_status.map(|s| s.as_u16()),
+        });
+    }
+}
+
+impl Sent<'_> {
+    /// The attempt got no response to learn from: it is in flight no more.
+    pub(crate) fn abandon(self, members: &[Member], answered: bool) {
+        for (m, &seq) in members.iter().zip(&self.seqs) {
+            if answered {
+                m.state.seen_response.store(true, Ordering::Release);
+            }
+            m.state.adapt().on_no_response(seq);
+        }
+    }
+}
+
+#[cfg(feature = "middleware")]
+fn other_failure(attempts: u32, source: Box<dyn std::error::Error + Send + Sync>) -> Error {
+    Error::Middleware { attempts, source }
+}
+
+#[cfg(not(feature = "middleware"))]
+fn other_failure(_attempts: u32, source: Box<dyn std::error::Error + Send + Sync>) -> Error {
+    Error::Backend {
+        message: source.to_string(),
+        source: Some(source),
+    }
+}
+
+impl std::fmt::Debug for Pacer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let layers: Vec<_> = self.inner.layers.iter().map(|l| &l.config).collect();
+        f.debug_struct("Pacer")
+            .field("layers", &layers)
+            .field("policy", &self.inner.policy)
+            .field("budget", &self.inner.budget)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,157 @@
+//! The adjust step: what a response teaches the buckets of its request.
+
+use std::sync::atomic::Ordering;
+
+use tokio::time::Instant;
+
+use super::engine::Pacer;
+use super::layer::{BuiltLayer, Closed};
+use super::wait::{status_or_429, Member, Sent};
+use super::Event;
+use crate::headers::RateLimitSignal;
+use crate::limiter::{Adjustment, Limiter};
+use crate::retry::Outcome;
+
+impl Pacer {
+    /// Teach the request's buckets what its response said (`signal`; none
+    /// for a transport error). A server's limit belongs to one partition:
+    /// only the narrowest layer of this request that heeds the server is
+    /// taught, and of several equally narrow ones the last added. Every
+    /// member counts the attempt as answered.
+    pub(crate) async fn learn(
+        &self,
+        members: &[Member],
+        sent: &Sent<'_>,
+        signal: Option<&RateLimitSignal>,
+        outcome: Outcome,
+    ) {
+        let now = Instant::now();
+        let target = members
+            .iter()
+            .filter(|m| self.inner.layers[m.layer].heeds_server())
+            .max_by_key(|m| (self.inner.layers[m.layer].scope(), m.layer))
+            .map(|m| m.layer);
+        for (m, &seq) in members.iter().zip(&sent.seqs) {
+            m.state.seen_response.store(true, Ordering::Release);
+            match signal.filter(|_| Some(m.layer) == target) {
+                Some(signal) => {
+                    self.teach(m, seq, signal, outcome == Outcome::Success, now)
+                        .await;
+                }
+                None => m.state.adapt().on_no_response(seq),
+            }
+        }
+    }
+
+    /// Teach one member's key.
+    async fn teach(
+        &self,
+        m: &Member,
+        seq: u64,
+        signal: &RateLimitSignal,
+        success: bool,
+        now: Instant,
+    ) {
+        let layer = &self.inner.layers[m.layer];
+        if !layer.adaptive() {
+            m.state.adapt().on_no_response(seq);
+        }
+        if let Some(named) = signal.bucket.as_deref() {
+            // The server counts this route in a bucket of its own: pace it
+            // there from the next request on. What the response says
+            // describes that bucket, so it teaches the key only when the
+            // request was paced in it (the first response of a key names
+            // its default bucket, which the key itself paces).
+            layer.remember_bucket(&m.base, &m.route, named);
+            if !layer.paced_in(&m.base, m.bucket.as_deref(), named) {
+                m.state.adapt().on_no_response(seq);
+                return;
+            }
+        }
+        let adjustments = if layer.adaptive() {
+            m.state.adapt().on_response(now, seq, signal, success)
+        } else {
+            // A cap is not lowered, but the server's wait is kept.
+            server_block(signal, now)
+                .map(Adjustment::BlockUntil)
+                .into_iter()
+                .collect()
+        };
+        if signal.is_throttled() {
+            self.emit(Event::Throttled {
+                layer: layer.config.name.clone(),
+                key: m.state.key.clone(),
+                status: signal.status,
+                retry_after: signal.retry_after,
+            });
+        }
+        let Ok(limiter) = &m.state.limiter else {
+            return;
+        };
+        for adjustment in adjustments {
+            self.apply(m, layer, limiter.as_ref(), adjustment, signal, now)
+                .await;
+        }
+    }
+
+    /// Apply one adjustment to a member's limiter. A block until an
+    /// instant the server named is released a little later by the
+    /// [`ReleaseJitter`](crate::retry::ReleaseJitter); one beyond the retry
+    /// cap closes the key instead, so that calls fail fast rather than park
+    /// behind a wait nobody will sit through.
+    async fn apply(
+        &self,
+        m: &Member,
+        layer: &BuiltLayer,
+        limiter: &dyn Limiter,
+        adjustment: Adjustment,
+        signal: &RateLimitSignal,
+        now: Instant,
+    ) {
+        let adjustment = match adjustment {
+            Adjustment::BlockUntil(until) => {
+                let wait = until.saturating_duration_since(now);
+                if wait > self.inner.policy.max_retry_after() {
+                    self.close(m, until, signal, now);
+                    return;
+                }
+                Adjustment::BlockUntil(until + self.inner.jitter.extra(wait, self.draw()))
+            }
+            Adjustment::SetRate(rate) => {
+                self.emit(Event::Paced {
+                    layer: layer.config.name.clone(),
+                    key: m.state.key.clone(),
+                    per_second: rate.per_second_f64(),
+                });
+                adjustment
+            }
+            other => other,
+        };
+        if let Err(e) = limiter.adjust(adjustment).await {
+            tracing::warn!(target: "reqwest_pace", key = m.state.key, error = %e, "could not adjust limiter");
+        }
+    }
+
+    /// Close a member's key until `until`, saying what the server said: a
+    /// block its `Retry-After` asked for, or a spent quota (a 200 with
+    /// nothing remaining is a spent quota, not a 429).
+    fn close(&self, m: &Member, until: Instant, signal: &RateLimitSignal, now: Instant) {
+        let closed = Closed {
+            until,
+            status: status_or_429(signal.status),
+            by_quota: server_block(signal, now) != Some(until),
+        };
+        let mut current = m.state.closed();
+        if current.is_none_or(|c| c.until < until) {
+            *current = Some(closed);
+        }
+    }
+}
+
+/// The block a throttled response's `Retry-After` asks for.
+fn server_block(signal: &RateLimitSignal, now: Instant) -> Option<Instant> {
+    signal
+        .believable_retry_after()
+        .filter(|_| signal.is_throttled())
+        .map(|wait| now + wait)
+}
