@@ -53,6 +53,8 @@ pub mod headers;
 mod middleware;
 #[cfg(feature = "client")]
 pub mod retry;
+#[cfg(feature = "tower")]
+mod tower;
 
 #[cfg(feature = "redis")]
 pub mod redis;
@@ -60,6 +62,8 @@ pub mod redis;
 #[cfg(feature = "testing")]
 pub mod testing;
 
+#[cfg(feature = "tower")]
+pub use crate::tower::{PaceLayer, PaceService};
 #[cfg(feature = "client")]
 pub use client::{
     host_key, Cost, Deadline, Event, IntoRequest, KeyStatus, Layer, PaceBuilder,

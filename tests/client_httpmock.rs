@@ -217,6 +217,17 @@ async fn a_retry_after_past_the_cap_is_returned_at_once_without_sleeping() {
     }
     assert_eq!(mock.calls_async().await, 1);
     assert!(retry_delays(&log).is_empty(), "it must not sleep");
+    // The event says why in the error's own terms.
+    let reasons: Vec<GiveUp> = log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|e| match e {
+            Event::GaveUp { reason, .. } => Some(*reason),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(reasons, err.gave_up().into_iter().collect::<Vec<_>>());
     // The key is closed: the next call fails fast without a request.
     let again = client
         .send(client.get(server.url("/slow-down")))
@@ -351,4 +362,21 @@ async fn the_retry_budget_stops_a_retry_storm() {
     // so from the second request on none is retried.
     assert_eq!(budget_errors, 19);
     assert_eq!(mock.calls_async().await, 5 + 19);
+}
+
+/// reqwest's own errors convert into the crate's, so `?` works on both in
+/// one function; a request that cannot be built fails before any attempt.
+#[tokio::test]
+async fn a_request_that_cannot_be_built_is_a_transport_error_with_no_attempt() {
+    fn build() -> Result<reqwest::Request, Error> {
+        Ok(reqwest::Client::new().get("not a url").build()?)
+    }
+    assert!(matches!(build(), Err(Error::Transport { attempts: 0, .. })));
+    let (client, log) = make_client(RetryPolicy::default());
+    let err = client.get("not a url").send().await.unwrap_err();
+    assert!(
+        matches!(err, Error::Transport { attempts: 0, .. }),
+        "{err:?}"
+    );
+    assert!(log.lock().unwrap().is_empty(), "nothing was sent");
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use reqwest_middleware::{ClientBuilder, Middleware, Next};
 use reqwest_pace::retry::{Backoff, Jitter, ReleaseJitter, RetryPolicy};
 use reqwest_pace::testing::{Fault, RateLimitedServer, RetryAfter};
-use reqwest_pace::{Deadline, PaceMiddleware, Rate, ThrottledClient};
+use reqwest_pace::{Deadline, PaceMiddleware, Pacer, Rate, ThrottledClient};
 
 /// Counts what reaches it: placed after the pacing middleware, it sees
 /// every attempt.
@@ -27,11 +27,12 @@ impl Middleware for Counter {
     }
 }
 
-/// Exact releases (no jitter after a server's `Retry-After`), so times can
-/// be asserted to the millisecond.
+/// The engine alone, with no `reqwest::Client` of its own (the chain's
+/// sends), and exact releases (no jitter after a server's `Retry-After`),
+/// so times can be asserted to the millisecond.
 fn pace(policy: RetryPolicy) -> PaceMiddleware {
     PaceMiddleware::new(
-        ThrottledClient::builder(reqwest::Client::new())
+        Pacer::builder()
             .retry(policy)
             .release_jitter(ReleaseJitter::none())
             .build()
@@ -149,4 +150,23 @@ async fn a_deadline_in_the_extensions_bounds_the_middlewares_waits() {
         ),
         "{inner:?}"
     );
+}
+
+/// A middleware made from a `ThrottledClient` shares its engine: a call
+/// through the client and one through the chain draw on one bucket.
+#[tokio::test(start_paused = true)]
+async fn a_client_and_its_middleware_share_one_bucket() {
+    let server = RateLimitedServer::builder().start().await.unwrap();
+    let client = ThrottledClient::builder(reqwest::Client::new())
+        .rate(Rate::per_second(1).unwrap())
+        .burst(1)
+        .build()
+        .unwrap();
+    let chain = ClientBuilder::new(reqwest::Client::new())
+        .with(PaceMiddleware::new(client.clone()))
+        .build();
+    let start = tokio::time::Instant::now();
+    client.get(server.url()).send().await.unwrap();
+    chain.get(server.url()).send().await.unwrap();
+    assert_eq!(start.elapsed(), Duration::from_secs(1));
 }

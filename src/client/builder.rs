@@ -205,3 +205,30 @@ impl Pacer {
         PaceBuilder::new(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Rate;
+
+    #[test]
+    fn a_rate_or_burst_without_a_host_layer_fails_the_build() {
+        let rate = Rate::per_second(5).unwrap();
+        let built = Pacer::builder().without_host_layer().rate(rate).build();
+        match built {
+            Err(Error::InvalidConfig(message)) => assert!(message.contains("`rate`"), "{message}"),
+            other => panic!("expected a configuration error, got {other:?}"),
+        }
+        let built = ThrottledClient::builder(reqwest::Client::new())
+            .without_host_layer()
+            .burst(3)
+            .build();
+        assert!(matches!(built, Err(Error::InvalidConfig(m)) if m.contains("`burst`")));
+        // Set before the host layer is dropped, the rate is dropped with it
+        // on purpose: that is the host layer's own setting going away.
+        let built = Pacer::builder().rate(rate).without_host_layer().build();
+        assert!(built.is_ok());
+        // With a host layer, both apply.
+        assert!(Pacer::builder().rate(rate).burst(2).build().is_ok());
+    }
+}
