@@ -128,7 +128,7 @@ async fn post_is_not_retried_unless_the_policy_opts_in() {
         RetryPolicy::default()
             .with_max_attempts(3)
             .with_backoff(fast_backoff())
-            .retry_non_idempotent(true),
+            .with_retry_non_idempotent(true),
     );
     let err = opted_in
         .send(opted_in.post(server.url("/orders")).body("{}"))

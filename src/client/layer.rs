@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use http::HeaderName;
 use reqwest::Request;
 
 use super::adapt::Adaptive;
@@ -55,6 +56,8 @@ pub struct Layer {
     factory: Option<Factory>,
     max_keys: usize,
     idle_timeout: Duration,
+    /// Why the layer cannot be built, found while it was set up.
+    invalid: Option<String>,
 }
 
 /// How much of the traffic one key of a layer covers: a server's limit
@@ -106,6 +109,7 @@ impl Layer {
             factory: None,
             max_keys: 100_000,
             idle_timeout: Duration::from_secs(300),
+            invalid: None,
         }
     }
 
@@ -129,16 +133,31 @@ impl Layer {
     /// One bucket per value of a request header (an API token, a tenant
     /// id); requests without the header are not in this layer.
     ///
+    /// `header` is a [`HeaderName`] or anything that converts into one (a
+    /// `&str` such as `"x-api-key"`); a name that is not a valid header
+    /// name fails [`build`](crate::PaceBuilder::build) instead of never
+    /// matching.
+    ///
     /// The value is not used as the key itself: the key is
     /// `header#<64-bit FNV-1a of the value, in hex>`, so a credential does not
     /// appear in events, logs or (with a shared limiter) Redis key names,
     /// while every process still computes the same key for the same value.
-    pub fn per_header(name: impl Into<String>, header: &'static str) -> Self {
-        Layer::keyed(name, move |r: &Request| {
-            r.headers()
-                .get(header)
-                .map(|v| format!("{header}#{:016x}", fnv1a(v.as_bytes())))
-        })
+    pub fn per_header<H>(name: impl Into<String>, header: H) -> Self
+    where
+        H: TryInto<HeaderName>,
+        H::Error: fmt::Display,
+    {
+        match header.try_into() {
+            Ok(header) => Layer::keyed(name, move |r: &Request| {
+                r.headers()
+                    .get(&header)
+                    .map(|v| format!("{}#{:016x}", header.as_str(), fnv1a(v.as_bytes())))
+            }),
+            Err(e) => Layer {
+                invalid: Some(format!("not a header name: {e}")),
+                ..Layer::keyed(name, |_| None)
+            },
+        }
     }
 
     /// A cap: the layer never goes faster than this. A layer with a rate
@@ -238,6 +257,9 @@ impl Layer {
 
     /// Validate and build the layer's keyed state.
     pub(crate) fn build(self) -> Result<BuiltLayer, Error> {
+        if let Some(invalid) = &self.invalid {
+            return Err(Error::config(format!("layer {:?}: {invalid}", self.name)));
+        }
         if !(self.headroom > 0.0 && self.headroom <= 1.0) {
             return Err(Error::config(format!(
                 "layer {:?}: headroom must be in (0, 1], not {}",
@@ -506,5 +528,28 @@ mod tests {
             .build()
             .unwrap();
         assert_eq!((layer.key)(&without), None);
+    }
+
+    #[test]
+    fn header_names_are_typed_and_an_invalid_one_fails_the_build() {
+        // A typed name and a string name make the same key.
+        let typed = Layer::per_header("token", http::header::AUTHORIZATION);
+        let named = Layer::per_header("token", "Authorization");
+        let request = reqwest::Client::new()
+            .get("http://example.test/")
+            .header("authorization", "t")
+            .build()
+            .unwrap();
+        assert_eq!((typed.key)(&request), (named.key)(&request));
+        assert!((typed.key)(&request).is_some());
+        // A name with a space is no header name: the build says so.
+        let invalid = Layer::per_header("token", "x api key");
+        match invalid.build() {
+            Err(Error::InvalidConfig(message)) => {
+                assert!(message.contains("not a header name"), "{message}")
+            }
+            Err(other) => panic!("unexpected error {other:?}"),
+            Ok(_) => panic!("an invalid header name must fail the build"),
+        }
     }
 }

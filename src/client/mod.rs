@@ -204,7 +204,7 @@ impl ThrottledClient {
 
     /// A POST request; `client.post(url).send()` paces and learns (and
     /// retries only with
-    /// [`RetryPolicy::retry_non_idempotent`](crate::retry::RetryPolicy::retry_non_idempotent)).
+    /// [`RetryPolicy::with_retry_non_idempotent`](crate::retry::RetryPolicy::with_retry_non_idempotent)).
     pub fn post(&self, url: impl reqwest::IntoUrl) -> PacedRequestBuilder {
         self.request(reqwest::Method::POST, url)
     }

@@ -96,7 +96,7 @@ impl Classifier for DefaultClassifier {
 ///     .with_max_attempts(6)
 ///     .with_max_elapsed(Duration::from_secs(30))
 ///     .with_backoff(Backoff::exponential(Duration::from_millis(50)).with_jitter(Jitter::Equal))
-///     .retry_non_idempotent(true);
+///     .with_retry_non_idempotent(true);
 /// assert_eq!(policy.max_attempts(), 6);
 /// ```
 #[derive(Clone)]
@@ -157,7 +157,7 @@ impl RetryPolicy {
     /// Retry POST, PATCH and other non-idempotent methods too. Only do this
     /// when the server deduplicates (an idempotency key) or a duplicate is
     /// harmless.
-    pub fn retry_non_idempotent(mut self, yes: bool) -> Self {
+    pub fn with_retry_non_idempotent(mut self, yes: bool) -> Self {
         self.retry_non_idempotent = yes;
         self
     }
@@ -247,7 +247,7 @@ mod tests {
         assert!(!p.allows_method(&Method::POST));
         assert!(!p.allows_method(&Method::PATCH));
         assert!(RetryPolicy::default()
-            .retry_non_idempotent(true)
+            .with_retry_non_idempotent(true)
             .allows_method(&Method::POST));
     }
 }
