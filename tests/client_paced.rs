@@ -768,3 +768,74 @@ async fn server_none_503() -> RateLimitedServer {
     server.inject(Fault::service_unavailable().times(100_000));
     server
 }
+
+/// `tasks` concurrent tasks, each sending `each` GETs one after the other;
+/// returns how many calls failed.
+async fn failures(
+    client: &ThrottledClient,
+    server: &RateLimitedServer,
+    tasks: usize,
+    each: usize,
+) -> usize {
+    let handles: Vec<_> = (0..tasks)
+        .map(|_| {
+            let client = client.clone();
+            let url = server.url();
+            tokio::spawn(async move {
+                let mut failed = 0;
+                for _ in 0..each {
+                    failed += usize::from(client.get(&url).send().await.is_err());
+                }
+                failed
+            })
+        })
+        .collect();
+    let mut failed = 0;
+    for handle in handles {
+        failed += handle.await.unwrap();
+    }
+    failed
+}
+
+/// Learn a header-less server's rate, stay away past the idle timeout (the
+/// key's state is dropped), then come back: returns the rate learned before,
+/// the rate right after the first call back, and the refusals and failed
+/// calls after coming back.
+async fn come_back_after_idle(remember_for: Duration) -> (f64, f64, u64, usize) {
+    let server = server(Dialect::None, 5, 1).await;
+    let client = ThrottledClient::builder(reqwest::Client::new())
+        .host_layer(Layer::per_host().remember_for(remember_for))
+        .retry(no_jitter().with_max_attempts(10))
+        .release_jitter(ReleaseJitter::none())
+        .build()
+        .unwrap();
+    let key = host_key(&server);
+    load(&client, &server, 4, 20).await;
+    let learned = client.current_rate("host", &key).unwrap();
+    let before = server.stats().total.throttled;
+    // Twice the idle timeout: the next request's sweep drops the key.
+    tokio::time::advance(Duration::from_secs(120)).await;
+    client.get(server.url()).send().await.unwrap();
+    let back = client.current_rate("host", &key).unwrap();
+    let failed = failures(&client, &server, 4, 10).await;
+    let refused = server.stats().total.throttled - before;
+    (learned, back, refused, failed)
+}
+
+/// A host revisited after the idle timeout starts at the pace it had, not
+/// blind: what a key learned outlives its state.
+#[tokio::test(start_paused = true)]
+async fn a_key_dropped_after_the_idle_timeout_comes_back_at_its_learned_rate() {
+    let (learned, back, refused, failed) = come_back_after_idle(Duration::from_secs(3_600)).await;
+    assert_eq!(back, learned, "resumed at the learned rate");
+    assert_eq!(failed, 0, "no call failed on coming back");
+    // Remembering nothing, the same key starts again from the cold start
+    // (10/s against a server allowing 5/s) and pays for it.
+    let (_, blind, blind_refused, blind_failed) = come_back_after_idle(Duration::ZERO).await;
+    assert_eq!(blind, 10.0, "started blind, at the cold start");
+    assert!(blind_failed > 0, "a blind restart fails calls");
+    assert!(
+        refused < blind_refused,
+        "{refused} refusals against {blind_refused}"
+    );
+}

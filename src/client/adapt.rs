@@ -176,7 +176,72 @@ fn sending_time(since: Option<Instant>, now: Instant, per_second: f64) -> f64 {
     dt.min(2.0 / per_second.max(MIN_RATE))
 }
 
+/// What a key learned, kept after its state is dropped so that the key
+/// comes back paced instead of blind: see [`Adaptive::learned`] and
+/// [`Adaptive::resume`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Learned {
+    /// The rate applied, tokens per second.
+    pub(crate) per_second: f64,
+    /// The capacity applied.
+    pub(crate) capacity: u64,
+    /// How it was learned.
+    pub(crate) regime: Regime,
+}
+
+/// The regime a rate was learned in.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Regime {
+    /// From rate-limit headers.
+    Headers,
+    /// Without headers, never throttled yet (slow start).
+    SlowStart,
+    /// Without headers, after a throttle: the rate that was too fast.
+    Throttled {
+        /// The delivered rate that was too fast, tokens per second.
+        too_fast: f64,
+    },
+}
+
 impl Adaptive {
+    /// What this key has learned: `None` while it has learned nothing (a
+    /// configured ceiling alone is not learned).
+    pub(crate) fn learned(&self) -> Option<Learned> {
+        let regime = match self.congestion.phase {
+            _ if self.header_driven => Regime::Headers,
+            Phase::Open => return None,
+            Phase::SlowStart => Regime::SlowStart,
+            Phase::Steady => Regime::Throttled {
+                too_fast: self.congestion.too_fast,
+            },
+        };
+        Some(Learned {
+            per_second: self.applied?,
+            capacity: self.capacity.unwrap_or(1),
+            regime,
+        })
+    }
+
+    /// Start from what an earlier state of this key learned: its rate and
+    /// capacity, and the regime's place (headers are read afresh; the
+    /// header-less regime goes on growing or probing from the rate).
+    pub(crate) fn resume(&mut self, learned: Learned) {
+        self.applied = Some(learned.per_second);
+        self.capacity = Some(learned.capacity);
+        match learned.regime {
+            Regime::Headers => self.header_driven = true,
+            Regime::SlowStart => {
+                self.congestion.phase = Phase::SlowStart;
+                self.congestion.rate = learned.per_second;
+            }
+            Regime::Throttled { too_fast } => {
+                self.congestion.phase = Phase::Steady;
+                self.congestion.rate = learned.per_second;
+                self.congestion.too_fast = too_fast;
+            }
+        }
+    }
+
     pub(crate) fn new(
         dimension: Dimension,
         ceiling: Option<Rate>,

@@ -142,14 +142,16 @@ impl Pacer {
         })
     }
 
-    /// Forget what a layer's key has learned and clear its close, so that
-    /// calls go again and the key learns afresh (a server that closed it
-    /// for a day by mistake need not lock a caller out). Returns whether the
-    /// key was known. A block within the retry cap ends by itself.
+    /// Forget what a layer's key has learned (and any memory of it) and
+    /// clear its close, so that calls go again and the key learns afresh (a
+    /// server that closed it for a day by mistake need not lock a caller
+    /// out). Returns whether the key's state was held. A block within the
+    /// retry cap ends by itself.
     pub fn clear_key(&self, layer: &str, key: &str) -> bool {
         let Some(built) = self.layer(layer) else {
             return false;
         };
+        built.memory.forget(key);
         let Some(state) = built.keyed.peek(&key.to_owned()) else {
             return false;
         };

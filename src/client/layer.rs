@@ -9,7 +9,8 @@ use std::time::Duration;
 use http::HeaderName;
 use reqwest::Request;
 
-use super::adapt::Adaptive;
+use super::adapt::{Adaptive, Learned};
+use super::memory::Memory;
 use crate::headers::Dimension;
 use crate::limiter::{Evictable, KeyedLimiter, Limiter, Rate, TokenBucket};
 use crate::Error;
@@ -21,6 +22,11 @@ type Factory = Arc<dyn Fn(&str) -> Result<Arc<dyn Limiter>, Error> + Send + Sync
 /// effectively unlimited, so the client starts permissively.
 const OPEN_RATE_PER_SECOND: u64 = 1_000_000;
 const OPEN_CAPACITY: u64 = 1_000_000;
+/// How long a key's state is kept once idle: the same as a bare
+/// [`KeyedLimiter`]'s.
+const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long what a key learned is kept after its state is dropped.
+const DEFAULT_REMEMBER_FOR: Duration = Duration::from_secs(3_600);
 /// Share of a learned rate that is used, to stay clear of the server's
 /// edge (clock rounding, requests in flight).
 const DEFAULT_HEADROOM: f64 = 0.97;
@@ -56,6 +62,7 @@ pub struct Layer {
     factory: Option<Factory>,
     max_keys: usize,
     idle_timeout: Duration,
+    remember_for: Duration,
     /// Why the layer cannot be built, found while it was set up.
     invalid: Option<String>,
 }
@@ -83,7 +90,7 @@ pub fn host_key(request: &Request) -> Option<String> {
 
 /// 64-bit FNV-1a: stable across processes and builds (unlike std's
 /// hashers), which a key shared through Redis needs.
-fn fnv1a(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| {
         (hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
     })
@@ -108,7 +115,8 @@ impl Layer {
             headroom: DEFAULT_HEADROOM,
             factory: None,
             max_keys: 100_000,
-            idle_timeout: Duration::from_secs(300),
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            remember_for: DEFAULT_REMEMBER_FOR,
             invalid: None,
         }
     }
@@ -245,9 +253,23 @@ impl Layer {
         self
     }
 
-    /// Forget a key's state after it has been idle this long (default 300 s).
+    /// Drop a key's state after it has been idle this long (default 60 s,
+    /// as [`KeyedLimiter`]'s). What it learned outlives it: see
+    /// [`remember_for`](Self::remember_for).
     pub fn idle_timeout(mut self, idle: Duration) -> Self {
         self.idle_timeout = idle;
+        self
+    }
+
+    /// How long what a key learned (its rate, its burst) is kept after its
+    /// state is dropped (default one hour; zero keeps nothing): a key used
+    /// again within it starts at the learned pace, without a probe, instead
+    /// of learning from scratch. At most [`max_keys`](Self::max_keys) keys
+    /// are remembered, 32 bytes each. Only a layer's own token buckets
+    /// remember; a [`limiter`](Self::limiter) of the caller's keeps its
+    /// state where it lives (Redis keeps it for its TTL).
+    pub fn remember_for(mut self, keep: Duration) -> Self {
+        self.remember_for = keep;
         self
     }
 
@@ -286,14 +308,19 @@ impl Layer {
         TokenBucket::new(rate, capacity)?;
         let config = Arc::new(self);
         let template = Arc::clone(&config);
-        let keyed =
-            KeyedLimiter::new(move |key: &String| KeyState::new(&template, key, rate, capacity))
-                .with_max_keys(config.max_keys)
-                .with_idle_timeout(config.idle_timeout);
+        let memory = Arc::new(Memory::new(config.remember_for, config.max_keys));
+        let recall = Arc::clone(&memory);
+        let keyed = KeyedLimiter::new(move |key: &String| {
+            let learned = template.factory.is_none().then(|| recall.recall(key));
+            KeyState::new(&template, key, (rate, capacity), learned.flatten())
+        })
+        .with_max_keys(config.max_keys)
+        .with_idle_timeout(config.idle_timeout);
         Ok(BuiltLayer {
             config,
             keyed,
             buckets: Mutex::new(HashMap::new()),
+            memory,
         })
     }
 }
@@ -318,6 +345,8 @@ pub(crate) struct BuiltLayer {
     /// Which server bucket (GitHub's resource, Discord's bucket) each route
     /// of each key was last counted in.
     buckets: Mutex<HashMap<(String, String), String>>,
+    /// What the layer's keys learned, kept after their state is dropped.
+    pub(crate) memory: Arc<Memory>,
 }
 
 /// The most routes remembered per layer; past it the memory starts afresh
@@ -428,7 +457,14 @@ pub(crate) struct Closed {
 }
 
 impl KeyState {
-    fn new(config: &Layer, key: &str, rate: Rate, capacity: u64) -> Self {
+    /// The state of `key`, made with the layer's `(rate, capacity)`, or
+    /// resumed from what the key `learned` before its last state was
+    /// dropped: its bucket then starts at the learned rate and capacity,
+    /// full, and no probe goes first.
+    fn new(config: &Layer, key: &str, made_with: (Rate, u64), learned: Option<Learned>) -> Self {
+        let (rate, capacity) = learned
+            .and_then(|l| Some((Rate::from_per_second_f64(l.per_second).ok()?, l.capacity)))
+            .unwrap_or(made_with);
         let (limiter, local) = match &config.factory {
             Some(factory) => (factory(key).map_err(|e| e.to_string()), None),
             None => {
@@ -439,20 +475,24 @@ impl KeyState {
                 (Ok(dynamic), Some(bucket))
             }
         };
+        let mut adapt = Adaptive::new(
+            config.dimension.clone(),
+            config.rate,
+            config.burst,
+            config.headroom,
+        );
+        if let Some(learned) = learned {
+            adapt.resume(learned);
+        }
         KeyState {
             key: key.to_owned(),
             limiter,
             local,
-            adapt: Mutex::new(Adaptive::new(
-                config.dimension.clone(),
-                config.rate,
-                config.burst,
-                config.headroom,
-            )),
+            adapt: Mutex::new(adapt),
             probe: tokio::sync::Mutex::new(()),
-            seen_response: AtomicBool::new(false),
+            seen_response: AtomicBool::new(learned.is_some()),
             closed_until: Mutex::new(None),
-            made_with: (rate, capacity),
+            made_with,
         }
     }
 

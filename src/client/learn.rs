@@ -88,9 +88,19 @@ impl Pacer {
         let Ok(limiter) = &m.state.limiter else {
             return;
         };
+        let relearned = adjustments
+            .iter()
+            .any(|a| matches!(a, Adjustment::SetRate(_) | Adjustment::SetCapacity(_)));
         for adjustment in adjustments {
             self.apply(m, layer, limiter.as_ref(), adjustment, signal, now)
                 .await;
+        }
+        if relearned {
+            // Kept beyond the key's state, so that it comes back paced.
+            let learned = m.state.adapt().learned();
+            if let Some(learned) = learned {
+                layer.memory.remember(&m.state.key, learned);
+            }
         }
     }
 

@@ -15,6 +15,7 @@ mod events;
 mod infer;
 mod layer;
 mod learn;
+mod memory;
 mod request;
 mod wait;
 
