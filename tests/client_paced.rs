@@ -839,3 +839,20 @@ async fn a_key_dropped_after_the_idle_timeout_comes_back_at_its_learned_rate() {
         "{refused} refusals against {blind_refused}"
     );
 }
+
+/// `sweep` drops an idle key's state at once; what it learned comes back
+/// with its next request.
+#[tokio::test(start_paused = true)]
+async fn sweep_drops_idle_state_and_keeps_what_it_learned() {
+    let server = server(Dialect::None, 5, 1).await;
+    let client = exact_client();
+    let key = host_key(&server);
+    load(&client, &server, 4, 5).await;
+    let learned = client.current_rate("host", &key).unwrap();
+    // Busy until its bucket is full again: then idle.
+    tokio::time::advance(Duration::from_secs(1)).await;
+    assert_eq!(client.pacer().sweep(), 1);
+    assert_eq!(client.key_status("host", &key), None, "its state is gone");
+    client.get(server.url()).send().await.unwrap();
+    assert_eq!(client.current_rate("host", &key), Some(learned));
+}

@@ -159,6 +159,15 @@ impl Pacer {
         true
     }
 
+    /// Drop the state of every idle key of every layer now, whatever its
+    /// age, keeping what each learned (see
+    /// [`Layer::remember_for`](crate::Layer::remember_for)); returns how
+    /// many went. Idle keys are otherwise dropped by the layers as they are
+    /// used, once idle for their [`idle_timeout`](crate::Layer::idle_timeout).
+    pub fn sweep(&self) -> usize {
+        self.inner.layers.iter().map(|l| l.keyed.sweep()).sum()
+    }
+
     pub(crate) fn emit(&self, event: Event) {
         emit(self.inner.hook.as_ref(), event);
     }
