@@ -32,12 +32,13 @@
 //! (429 or 503); **failed** counts logical requests that did not end in a
 //! 2xx (from the tasks).
 //!
-//! `cargo bench --bench contenders --features testing [-- FILTER...]` runs
-//! the scenarios whose name (`server/contender`, as `--list` prints them)
-//! contains one of the filters; `--quick` runs each for 3 s instead of 10 s;
-//! `--timeline` prints each run's admitted and refused requests per second.
-//! Run by `cargo test` (which does not pass `--bench`), it is a 1 s smoke
-//! run of one server that asserts nothing about speed.
+//! `cargo bench -p reqwest-pace-benches --bench contenders --features testing
+//! [-- FILTER...]` runs the scenarios whose name (`server/contender`, as
+//! `--list` prints them) contains one of the filters; `--quick` runs each for
+//! 3 s instead of 10 s; `--timeline` prints each run's admitted and refused
+//! requests per second. Run by `cargo test -p reqwest-pace-benches --features
+//! testing --benches` (which does not pass `--bench`), it is a 1 s smoke run
+//! of one server that asserts nothing about speed.
 
 use std::error::Error;
 use std::future::Future;

@@ -2,7 +2,7 @@
 //! parsing the same structured field alone, and the cost of a hostile
 //! 200 KB field (ignored by the size cap).
 //!
-//! `cargo bench --bench headers`
+//! `cargo bench -p reqwest-pace-benches --bench headers`
 
 use std::time::SystemTime;
 

@@ -9,7 +9,7 @@
 //! same conditions, which a busy machine skews far less than back-to-back
 //! criterion groups.
 //!
-//! Run: `cargo bench --no-default-features --features redis --bench redis`
+//! Run: `cargo bench -p reqwest-pace-benches --no-default-features --features redis --bench redis`
 
 #[path = "../tests/redis_support/mod.rs"]
 mod redis_support;

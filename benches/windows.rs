@@ -8,7 +8,7 @@
 //! - `try_acquire` on the admit and the refuse paths, for the token bucket
 //!   and the three windows.
 //!
-//! `cargo bench --bench windows -- --warm-up-time 1 --measurement-time 3`
+//! `cargo bench -p reqwest-pace-benches --bench windows -- --warm-up-time 1 --measurement-time 3`
 
 use std::hint::black_box;
 use std::time::Duration;

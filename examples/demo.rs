@@ -10,9 +10,9 @@
 //! loopback port (50 requests/s, burst 10, `x-ratelimit` headers) and sends
 //! 500 requests from 32 concurrent tasks through a `ThrottledClient` with
 //! no rate configured: the client probes, reads the headers and paces
-//! itself. A progress bar shows sent, throttled and retried requests; a
-//! summary follows. `--json` prints one JSON object as the last line of
-//! standard output.
+//! itself. A progress bar on standard error shows sent, throttled and
+//! retried requests; the summary table follows on standard output, and
+//! `--json` adds one JSON object as its last line.
 
 use std::error::Error as StdError;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -149,12 +149,12 @@ async fn run(args: Args) -> Result<(), Box<dyn StdError>> {
         .build()?;
 
     match &server {
-        Some(_) => eprintln!(
+        Some(_) => println!(
             "embedded server at {url}: {} per second, burst 10, dialect {}; \
              client with no rate configured",
             args.limit, args.dialect
         ),
-        None => eprintln!("sending to {url}; client with no rate configured"),
+        None => println!("sending to {url}; client with no rate configured"),
     }
 
     let start = Instant::now();
@@ -198,16 +198,16 @@ async fn run(args: Args) -> Result<(), Box<dyn StdError>> {
     let rate = server
         .as_ref()
         .and_then(|s| client.current_rate("host", &format!("http://{}", s.addr())));
-    eprintln!();
-    eprintln!("  requests        {:>8}", args.requests);
-    eprintln!("  ok (2xx)        {:>8}", ok);
-    eprintln!("  429 received    {:>8}", Tally::get(&tally.status_429));
-    eprintln!("  retries         {:>8}", Tally::get(&tally.retries));
-    eprintln!("  errors          {:>8}", Tally::get(&tally.errors));
-    eprintln!("  elapsed         {:>8.2} s", elapsed.as_secs_f64());
-    eprintln!("  achieved        {:>8.1} ok/s", achieved);
+    println!();
+    println!("  requests        {:>8}", args.requests);
+    println!("  ok (2xx)        {:>8}", ok);
+    println!("  429 received    {:>8}", Tally::get(&tally.status_429));
+    println!("  retries         {:>8}", Tally::get(&tally.retries));
+    println!("  errors          {:>8}", Tally::get(&tally.errors));
+    println!("  elapsed         {:>8.2} s", elapsed.as_secs_f64());
+    println!("  achieved        {:>8.1} ok/s", achieved);
     if let Some(rate) = rate {
-        eprintln!("  learned pace    {:>8.1} /s", rate);
+        println!("  learned pace    {:>8.1} /s", rate);
     }
     if args.json {
         // Written by hand to keep the documented key order (serde_json's
