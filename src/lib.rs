@@ -10,7 +10,7 @@
 //! rate-limited server lets you test your own backoff ([`testing`]).
 //!
 //! The layout follows the data, one way: a request's keys pick its buckets
-//! ([`Layer`]), it waits for them ([`limiter`]), it is sent, the response
+//! ([`Scope`]), it waits for them ([`limiter`]), it is sent, the response
 //! is parsed ([`headers`]), the buckets are adjusted, and the retry policy
 //! decides ([`retry`]).
 //!
@@ -66,8 +66,8 @@ pub mod testing;
 pub use crate::tower::{PaceLayer, PaceService};
 #[cfg(feature = "client")]
 pub use client::{
-    host_key, Cost, Deadline, Event, IntoRequest, KeyStatus, Layer, PaceBuilder,
-    PacedRequestBuilder, Pacer, ThrottledClient, ThrottledClientBuilder,
+    host_key, Cost, Deadline, Event, IntoRequest, KeyStatus, PaceBuilder, PacedRequestBuilder,
+    Pacer, Scope, ThrottledClient, ThrottledClientBuilder,
 };
 pub use error::Error;
 #[cfg(feature = "client")]

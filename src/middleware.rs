@@ -40,7 +40,7 @@ pub struct PaceMiddleware {
 }
 
 impl PaceMiddleware {
-    /// Run `pacer`'s layers, learning and retry policy in a chain (a
+    /// Run `pacer`'s scopes, learning and retry policy in a chain (a
     /// [`ThrottledClient`](crate::ThrottledClient) converts into its own
     /// pacer, shared with it).
     pub fn new(pacer: impl Into<Pacer>) -> Self {

@@ -36,7 +36,7 @@ pub struct PaceLayer {
 }
 
 impl PaceLayer {
-    /// Run `pacer`'s layers, learning and retry policy around a service (a
+    /// Run `pacer`'s scopes, learning and retry policy around a service (a
     /// [`ThrottledClient`](crate::ThrottledClient) converts into its own
     /// pacer, shared with it).
     pub fn new(pacer: impl Into<Pacer>) -> Self {

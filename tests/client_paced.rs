@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use reqwest_pace::retry::{Backoff, Jitter, ReleaseJitter, RetryPolicy};
 use reqwest_pace::testing::{Dialect, Fault, RateLimitedServer, RetryAfter};
-use reqwest_pace::{Error, Event, Layer, Rate, ThrottledClient};
+use reqwest_pace::{Error, Event, Rate, Scope, ThrottledClient};
 
 fn no_jitter() -> RetryPolicy {
     RetryPolicy::default()
@@ -230,8 +230,8 @@ async fn layered_limits_apply_the_tightest() {
     let client = ThrottledClient::builder(reqwest::Client::new())
         .rate(Rate::per_second(100).unwrap())
         .burst(1)
-        .layer(
-            Layer::per_header("token", "x-api-key")
+        .scope(
+            Scope::per_header("token", "x-api-key")
                 .rate(Rate::per_second(10).unwrap())
                 .burst(1),
         )
@@ -270,7 +270,7 @@ async fn layered_limits_apply_the_tightest() {
     assert!(records
         .windows(2)
         .all(|w| w[1].at - w[0].at >= Duration::from_millis(10)));
-    // A request without a token passes only the host layer: no 100 ms wait.
+    // A request without a token passes only the host scope: no 100 ms wait.
     let t0 = tokio::time::Instant::now();
     client.send(client.get(server.url())).await.unwrap();
     assert!(t0.elapsed() <= Duration::from_millis(10));
@@ -282,9 +282,9 @@ async fn weighted_calls_spend_from_the_matching_dimension() {
     use reqwest_pace::Cost;
     let server = server(Dialect::None, 1000, 1000).await;
     let client = ThrottledClient::builder(reqwest::Client::new())
-        .without_host_layer()
-        .layer(
-            Layer::global()
+        .without_host_scope()
+        .scope(
+            Scope::global()
                 .dimension(Dimension::Tokens)
                 .rate(Rate::per_second(1_000).unwrap())
                 .burst(1_000),
@@ -413,12 +413,12 @@ async fn the_last_status_survives_later_connection_errors() {
 async fn a_sliding_log_layer_keeps_the_learned_pace_exactly() {
     use reqwest_pace::{Limiter, SlidingLogLimiter};
     let server = server(Dialect::XRateLimit, 50, 10).await;
-    let layer = Layer::per_host().limiter(|_| {
+    let scope = Scope::per_host().limiter(|_| {
         let log = SlidingLogLimiter::sliding_log(Rate::per_second(1_000)?)?;
         Ok(Arc::new(log) as Arc<dyn Limiter>)
     });
     let client = ThrottledClient::builder(reqwest::Client::new())
-        .host_layer(layer)
+        .host_scope(scope)
         .retry(no_jitter())
         .release_jitter(ReleaseJitter::none())
         .build()
@@ -804,7 +804,7 @@ async fn failures(
 async fn come_back_after_idle(remember_for: Duration) -> (f64, f64, u64, usize) {
     let server = server(Dialect::None, 5, 1).await;
     let client = ThrottledClient::builder(reqwest::Client::new())
-        .host_layer(Layer::per_host().remember_for(remember_for))
+        .host_scope(Scope::per_host().remember_for(remember_for))
         .retry(no_jitter().with_max_attempts(10))
         .release_jitter(ReleaseJitter::none())
         .build()

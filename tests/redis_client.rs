@@ -11,18 +11,18 @@ use std::time::Duration;
 use redis_support::RedisServer;
 use reqwest_pace::redis::RedisBackend;
 use reqwest_pace::testing::{Dialect, Fault, RateLimitedServer, RetryAfter};
-use reqwest_pace::{Layer, Limiter, Rate, ThrottledClient};
+use reqwest_pace::{Limiter, Rate, Scope, ThrottledClient};
 
 async fn shared_client(redis: &RedisServer, rate: Rate) -> ThrottledClient {
     // Each client has its own backend: its own connection, as another
     // process would.
     let backend = RedisBackend::connect(redis.url()).await.unwrap();
-    let layer = Layer::per_host().rate(rate).burst(1).limiter(move |key| {
+    let scope = Scope::per_host().rate(rate).burst(1).limiter(move |key| {
         let bucket = backend.token_bucket(key, rate, 1)?;
         Ok(Arc::new(bucket) as Arc<dyn Limiter>)
     });
     ThrottledClient::builder(reqwest::Client::new())
-        .host_layer(layer)
+        .host_scope(scope)
         .build()
         .unwrap()
 }

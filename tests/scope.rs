@@ -1,10 +1,10 @@
-//! A server's limit describes one partition: the rule of which layer learns
+//! A server's limit describes one partition: the rule of which scope learns
 //! what, on tokio's paused clock with real embedded servers.
 //!
 //! - A scraper over many hosts with a per-host cap and a global cap: no
 //!   host's headers lower the global cap (nor the per-host cap).
 //! - An SDK with two API tokens, each with its own server-side limit: the
-//!   per-token layer learns each token's limit; the host layer, which both
+//!   per-token scope learns each token's limit; the host scope, which both
 //!   tokens share, learns nothing.
 #![cfg(feature = "testing")]
 
@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
 
 use reqwest_pace::testing::{Algorithm, Dialect, RateLimitedServer};
-use reqwest_pace::{Layer, Rate, ThrottledClient};
+use reqwest_pace::{Rate, Scope, ThrottledClient};
 use tokio::time::Instant;
 
 /// Runs `work` (URL and optional API key per request) through `client`
@@ -76,7 +76,7 @@ async fn a_global_cap_is_not_lowered_by_one_hosts_headers() {
     }
     let client = ThrottledClient::builder(reqwest::Client::new())
         .rate(Rate::per_second(2).unwrap())
-        .layer(Layer::global().rate(Rate::per_second(100).unwrap()))
+        .scope(Scope::global().rate(Rate::per_second(100).unwrap()))
         .build()
         .unwrap();
     let work: Vec<(String, Option<String>)> = (0..5)
@@ -101,7 +101,7 @@ async fn a_global_cap_is_not_lowered_by_one_hosts_headers() {
 async fn each_token_learns_its_own_limit_and_the_host_layer_none() {
     let server = ten_per_second_per_key().await;
     let client = ThrottledClient::builder(reqwest::Client::new())
-        .layer(Layer::per_header("token", "x-api-key"))
+        .scope(Scope::per_header("token", "x-api-key"))
         .build()
         .unwrap();
     let work: Vec<(String, Option<String>)> = (0..60)
@@ -190,14 +190,14 @@ async fn each_server_bucket_is_paced_apart() {
     assert!(search.is_some_and(|r| r < 2.0), "{search:?}");
 }
 
-/// Of two equally narrow layers (both per credential), only the last added
+/// Of two equally narrow scopes (both per credential), only the last added
 /// is taught: one token's limit does not also cap a tenant's other tokens.
 #[tokio::test(start_paused = true)]
 async fn of_equally_narrow_layers_only_the_last_added_learns() {
     let server = ten_per_second_per_key().await;
     let client = ThrottledClient::builder(reqwest::Client::new())
-        .layer(Layer::keyed("tenant", |_| Some("acme".to_owned())))
-        .layer(Layer::per_header("token", "x-api-key"))
+        .scope(Scope::keyed("tenant", |_| Some("acme".to_owned())))
+        .scope(Scope::per_header("token", "x-api-key"))
         .build()
         .unwrap();
     let work: Vec<(String, Option<String>)> = (0..20)
@@ -206,7 +206,7 @@ async fn of_equally_narrow_layers_only_the_last_added_learns() {
     drain(&client, work, 4).await;
     assert_eq!(client.current_rate("tenant", "acme"), None);
     let token = format!("x-api-key#{:016x}", {
-        // The key is the FNV-1a of the value (see `Layer::per_header`).
+        // The key is the FNV-1a of the value (see `Scope::per_header`).
         b"alpha".iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
             (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
         })

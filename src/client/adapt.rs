@@ -3,7 +3,7 @@
 //! Pure arithmetic on `now`, no I/O: [`Adaptive::on_response`] returns the
 //! [`Adjustment`]s to apply. Two regimes:
 //!
-//! - **The server sends rate-limit headers.** Each limit of the layer's
+//! - **The server sends rate-limit headers.** Each limit of the scope's
 //!   dimension is followed by a [`Series`](super::infer::Series), which
 //!   infers from how `remaining` moves against this key's own admissions
 //!   whether the server counts a fixed window, a moving window or a

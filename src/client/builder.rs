@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::engine::{Inner, Pacer, Random};
 use super::events::Hook;
-use super::{Event, Layer, ThrottledClient};
+use super::{Event, Scope, ThrottledClient};
 use crate::retry::{ReleaseJitter, RetryBudget, RetryPolicy};
 use crate::Error;
 
@@ -17,8 +17,8 @@ use crate::Error;
 #[must_use]
 pub struct PaceBuilder<S> {
     sender: S,
-    host_layer: Option<Layer>,
-    layers: Vec<Layer>,
+    host_scope: Option<Scope>,
+    scopes: Vec<Scope>,
     policy: RetryPolicy,
     budget: Option<RetryBudget>,
     hook: Option<Hook>,
@@ -36,8 +36,8 @@ impl<S> PaceBuilder<S> {
     pub(crate) fn new(sender: S) -> Self {
         PaceBuilder {
             sender,
-            host_layer: Some(Layer::per_host()),
-            layers: Vec::new(),
+            host_scope: Some(Scope::per_host()),
+            scopes: Vec::new(),
             policy: RetryPolicy::default(),
             budget: Some(RetryBudget::default()),
             hook: None,
@@ -50,43 +50,43 @@ impl<S> PaceBuilder<S> {
 
     /// A ceiling for each host's bucket. Without it, each host starts
     /// permissively and paces itself from what its responses say. Set
-    /// after [`without_host_layer`](Self::without_host_layer), it applies
+    /// after [`without_host_scope`](Self::without_host_scope), it applies
     /// to nothing, and `build` fails.
     pub fn rate(mut self, rate: crate::Rate) -> Self {
-        match self.host_layer.take() {
-            Some(layer) => self.host_layer = Some(layer.rate(rate)),
+        match self.host_scope.take() {
+            Some(scope) => self.host_scope = Some(scope.rate(rate)),
             None => self.ignored = Some("rate"),
         }
         self
     }
 
     /// The burst allowed per host (default: one second of the rate). Set
-    /// after [`without_host_layer`](Self::without_host_layer), it applies
+    /// after [`without_host_scope`](Self::without_host_scope), it applies
     /// to nothing, and `build` fails.
     pub fn burst(mut self, burst: u64) -> Self {
-        match self.host_layer.take() {
-            Some(layer) => self.host_layer = Some(layer.burst(burst)),
+        match self.host_scope.take() {
+            Some(scope) => self.host_scope = Some(scope.burst(burst)),
             None => self.ignored = Some("burst"),
         }
         self
     }
 
-    /// Replace the default per-host layer.
-    pub fn host_layer(mut self, layer: Layer) -> Self {
-        self.host_layer = Some(layer);
+    /// Replace the default per-host scope.
+    pub fn host_scope(mut self, scope: Scope) -> Self {
+        self.host_scope = Some(scope);
         self
     }
 
-    /// Drop the default per-host layer (only the added layers pace).
-    pub fn without_host_layer(mut self) -> Self {
-        self.host_layer = None;
+    /// Drop the default per-host scope (only the added scopes pace).
+    pub fn without_host_scope(mut self) -> Self {
+        self.host_scope = None;
         self
     }
 
-    /// Add a layer; a request must pass every layer it belongs to, the
-    /// per-host layer first, then these in the order added.
-    pub fn layer(mut self, layer: Layer) -> Self {
-        self.layers.push(layer);
+    /// Add a scope; a request must pass every scope it belongs to, the
+    /// per-host scope first, then these in the order added.
+    pub fn scope(mut self, scope: Scope) -> Self {
+        self.scopes.push(scope);
         self
     }
 
@@ -157,18 +157,18 @@ impl<S> PaceBuilder<S> {
     fn build_pacer(self) -> Result<(Pacer, S), Error> {
         if let Some(setting) = self.ignored {
             return Err(Error::config(format!(
-                "`{setting}` was set without a host layer (after `without_host_layer`), \
-                 where it applies to nothing: set it on a layer instead"
+                "`{setting}` was set without a host scope (after `without_host_scope`), \
+                 where it applies to nothing: set it on a scope instead"
             )));
         }
-        let layers = self
-            .host_layer
+        let scopes = self
+            .host_scope
             .into_iter()
-            .chain(self.layers)
-            .map(Layer::build)
+            .chain(self.scopes)
+            .map(Scope::build)
             .collect::<Result<Vec<_>, _>>()?;
         let inner = Inner {
-            layers,
+            scopes,
             policy: self.policy,
             budget: self.budget.map(Arc::new),
             hook: self.hook,
@@ -214,21 +214,21 @@ mod tests {
     #[test]
     fn a_rate_or_burst_without_a_host_layer_fails_the_build() {
         let rate = Rate::per_second(5).unwrap();
-        let built = Pacer::builder().without_host_layer().rate(rate).build();
+        let built = Pacer::builder().without_host_scope().rate(rate).build();
         match built {
             Err(Error::InvalidConfig(message)) => assert!(message.contains("`rate`"), "{message}"),
             other => panic!("expected a configuration error, got {other:?}"),
         }
         let built = ThrottledClient::builder(reqwest::Client::new())
-            .without_host_layer()
+            .without_host_scope()
             .burst(3)
             .build();
         assert!(matches!(built, Err(Error::InvalidConfig(m)) if m.contains("`burst`")));
-        // Set before the host layer is dropped, the rate is dropped with it
-        // on purpose: that is the host layer's own setting going away.
-        let built = Pacer::builder().rate(rate).without_host_layer().build();
+        // Set before the host scope is dropped, the rate is dropped with it
+        // on purpose: that is the host scope's own setting going away.
+        let built = Pacer::builder().rate(rate).without_host_scope().build();
         assert!(built.is_ok());
-        // With a host layer, both apply.
+        // With a host scope, both apply.
         assert!(Pacer::builder().rate(rate).burst(2).build().is_ok());
     }
 }

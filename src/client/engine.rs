@@ -1,8 +1,8 @@
-//! The engine: layers, retry policy, budget and hooks, and the paced,
+//! The engine: scopes, retry policy, budget and hooks, and the paced,
 //! learning retry loop over any way of sending one attempt.
 //!
 //! A call flows one way, and [`Pacer::attempts`] reads in that order:
-//! **key** (which bucket of each layer the request belongs to) → **wait**
+//! **key** (which bucket of each scope the request belongs to) → **wait**
 //! (for each bucket, by the call's time limit) → **send** (one attempt,
 //! however the caller sends: a `reqwest::Client`, the rest of a middleware
 //! chain, a tower service) → **read** (the outcome and the server's signal)
@@ -19,9 +19,9 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::events::{emit, Hook};
-use super::layer::BuiltLayer;
+use super::scope::BuiltScope;
 use super::wait::{time_limit, Member, Sent};
-use super::{layer, Cost, Event, KeyStatus, SendFailure};
+use super::{scope, Cost, Event, KeyStatus, SendFailure};
 use crate::error::LastResponse;
 use crate::headers::RateLimitSignal;
 use crate::retry::{Attempted, Decision, GiveUp, Outcome, ReleaseJitter, RetryBudget, RetryPolicy};
@@ -30,7 +30,7 @@ use crate::Error;
 /// A source of uniform draws in `[0, 1)`.
 pub(crate) type Random = Arc<dyn Fn() -> f64 + Send + Sync>;
 
-/// The engine of every paced client: the layers (and what each key has
+/// The engine of every paced client: the scopes (and what each key has
 /// learned), the retry policy and budget, and the event hook, with the
 /// loop that paces, sends, learns and retries one call.
 ///
@@ -55,7 +55,7 @@ pub struct Pacer {
 }
 
 pub(crate) struct Inner {
-    pub(crate) layers: Vec<BuiltLayer>,
+    pub(crate) scopes: Vec<BuiltScope>,
     pub(crate) policy: RetryPolicy,
     pub(crate) budget: Option<Arc<RetryBudget>>,
     pub(crate) hook: Option<Hook>,
@@ -111,27 +111,27 @@ impl Pacer {
         &self.inner.policy
     }
 
-    fn layer(&self, name: &str) -> Option<&BuiltLayer> {
-        self.inner.layers.iter().find(|l| l.config.name == name)
+    fn scope(&self, name: &str) -> Option<&BuiltScope> {
+        self.inner.scopes.iter().find(|l| l.config.name == name)
     }
 
-    /// The rate a layer's bucket for `key` currently applies, in tokens per
+    /// The rate a scope's bucket for `key` currently applies, in tokens per
     /// second: `None` while it is unconstrained (nothing configured or
     /// learned) or the key is unknown.
-    pub fn current_rate(&self, layer: &str, key: &str) -> Option<f64> {
-        let state = self.layer(layer)?.keyed.peek(&key.to_owned())?;
+    pub fn current_rate(&self, scope: &str, key: &str) -> Option<f64> {
+        let state = self.scope(scope)?.keyed.peek(&key.to_owned())?;
         let rate = state.adapt().applied_rate();
         rate
     }
 
-    /// What a layer's key has learned, and whether it is closed: `None`
+    /// What a scope's key has learned, and whether it is closed: `None`
     /// when the key is unknown (never used, or evicted).
     ///
-    /// The key is the layer's key for a request: for the host layer
+    /// The key is the scope's key for a request: for the host scope
     /// `scheme://host:port`, for a route counted in a bucket of its own
     /// `scheme://host:port~bucket`.
-    pub fn key_status(&self, layer: &str, key: &str) -> Option<KeyStatus> {
-        let state = self.layer(layer)?.keyed.peek(&key.to_owned())?;
+    pub fn key_status(&self, scope: &str, key: &str) -> Option<KeyStatus> {
+        let state = self.scope(scope)?.keyed.peek(&key.to_owned())?;
         let rate = state.adapt().applied_rate();
         let now = Instant::now();
         let closed = (*state.closed()).filter(|c| c.until > now);
@@ -142,13 +142,13 @@ impl Pacer {
         })
     }
 
-    /// Forget what a layer's key has learned (and any memory of it) and
+    /// Forget what a scope's key has learned (and any memory of it) and
     /// clear its close, so that calls go again and the key learns afresh (a
     /// server that closed it for a day by mistake need not lock a caller
     /// out). Returns whether the key's state was held. A block within the
     /// retry cap ends by itself.
-    pub fn clear_key(&self, layer: &str, key: &str) -> bool {
-        let Some(built) = self.layer(layer) else {
+    pub fn clear_key(&self, scope: &str, key: &str) -> bool {
+        let Some(built) = self.scope(scope) else {
             return false;
         };
         built.memory.forget(key);
@@ -159,13 +159,13 @@ impl Pacer {
         true
     }
 
-    /// Drop the state of every idle key of every layer now, whatever its
+    /// Drop the state of every idle key of every scope now, whatever its
     /// age, keeping what each learned (see
-    /// [`Layer::remember_for`](crate::Layer::remember_for)); returns how
-    /// many went. Idle keys are otherwise dropped by the layers as they are
-    /// used, once idle for their [`idle_timeout`](crate::Layer::idle_timeout).
+    /// [`Scope::remember_for`](crate::Scope::remember_for)); returns how
+    /// many went. Idle keys are otherwise dropped by the scopes as they are
+    /// used, once idle for their [`idle_timeout`](crate::Scope::idle_timeout).
     pub fn sweep(&self) -> usize {
-        self.inner.layers.iter().map(|l| l.keyed.sweep()).sum()
+        self.inner.scopes.iter().map(|l| l.keyed.sweep()).sum()
     }
 
     pub(crate) fn emit(&self, event: Event) {
@@ -273,28 +273,28 @@ impl Pacer {
         may_retry.then(|| request.try_clone()).flatten()
     }
 
-    /// Which bucket of each layer the request belongs to (key), and what it
+    /// Which bucket of each scope the request belongs to (key), and what it
     /// spends there.
     fn members(&self, request: &Request, cost: &Cost) -> Vec<Member> {
         self.inner
-            .layers
+            .scopes
             .iter()
             .enumerate()
-            .filter_map(|(i, layer)| {
-                let weight = cost.get(layer.config.dimension_ref());
+            .filter_map(|(i, scope)| {
+                let weight = cost.get(scope.config.dimension_ref());
                 if weight == 0 {
                     return None;
                 }
-                let base = layer.key(request)?;
-                let route = layer::route(request);
-                let bucket = layer.bucket(&base, &route);
+                let base = scope.key(request)?;
+                let route = scope::route(request);
+                let bucket = scope.bucket(&base, &route);
                 let key = match &bucket {
                     Some(bucket) => format!("{base}~{bucket}"),
                     None => base.clone(),
                 };
                 Some(Member {
-                    layer: i,
-                    state: layer.keyed.get(&key),
+                    scope: i,
+                    state: scope.keyed.get(&key),
                     weight,
                     base,
                     route,
@@ -305,7 +305,7 @@ impl Pacer {
     }
 
     /// Send one attempt: `Ok` with reqwest's result, or `Err` with another
-    /// layer's failure, which is final.
+    /// middleware's failure, which is final.
     async fn send_one<F, Fut>(
         &self,
         send: &mut F,
@@ -462,9 +462,9 @@ fn other_failure(_attempts: u32, source: Box<dyn std::error::Error + Send + Sync
 
 impl std::fmt::Debug for Pacer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let layers: Vec<_> = self.inner.layers.iter().map(|l| &l.config).collect();
+        let scopes: Vec<_> = self.inner.scopes.iter().map(|l| &l.config).collect();
         f.debug_struct("Pacer")
-            .field("layers", &layers)
+            .field("scopes", &scopes)
             .field("policy", &self.inner.policy)
             .field("budget", &self.inner.budget)
             .finish_non_exhaustive()

@@ -12,11 +12,11 @@ use std::time::Duration;
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum Event {
-    /// The request waited for a layer's bucket before it was sent.
+    /// The request waited for a scope's bucket before it was sent.
     Waited {
-        /// The layer's name.
-        layer: String,
-        /// The bucket's key within the layer.
+        /// The scope's name.
+        scope: String,
+        /// The bucket's key within the scope.
         key: String,
         /// How long it waited (tokio clock).
         waited: Duration,
@@ -40,8 +40,8 @@ pub enum Event {
     /// The server throttled the request (429, or 503 with Retry-After), or
     /// said its quota is spent.
     Throttled {
-        /// The layer's name.
-        layer: String,
+        /// The scope's name.
+        scope: String,
         /// The bucket's key.
         key: String,
         /// The response status.
@@ -49,10 +49,10 @@ pub enum Event {
         /// The wait the server asked for, if any.
         retry_after: Option<Duration>,
     },
-    /// A layer's bucket was re-paced from what the server said.
+    /// A scope's bucket was re-paced from what the server said.
     Paced {
-        /// The layer's name.
-        layer: String,
+        /// The scope's name.
+        scope: String,
         /// The bucket's key.
         key: String,
         /// The new rate, requests (or tokens) per second.
@@ -92,8 +92,8 @@ pub(crate) type Hook = Arc<dyn Fn(&Event) + Send + Sync>;
 
 pub(crate) fn emit(hook: Option<&Hook>, event: Event) {
     match &event {
-        Event::Waited { layer, key, waited } => {
-            tracing::debug!(target: "reqwest_pace", layer, key, waited_ms = waited.as_millis() as u64, "waited for bucket")
+        Event::Waited { scope, key, waited } => {
+            tracing::debug!(target: "reqwest_pace", scope, key, waited_ms = waited.as_millis() as u64, "waited for bucket")
         }
         Event::Sent {
             attempt,
@@ -104,23 +104,23 @@ pub(crate) fn emit(hook: Option<&Hook>, event: Event) {
             tracing::debug!(target: "reqwest_pace", attempt, status, "received")
         }
         Event::Throttled {
-            layer,
+            scope,
             key,
             status,
             retry_after,
         } => tracing::info!(
             target: "reqwest_pace",
-            layer,
+            scope,
             key,
             status,
             retry_after_ms = retry_after.map(|d| d.as_millis() as u64),
             "throttled by server"
         ),
         Event::Paced {
-            layer,
+            scope,
             key,
             per_second,
-        } => tracing::debug!(target: "reqwest_pace", layer, key, per_second, "re-paced"),
+        } => tracing::debug!(target: "reqwest_pace", scope, key, per_second, "re-paced"),
         Event::Retrying {
             attempt,
             delay,

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use tokio::time::Instant;
 
 use super::engine::Pacer;
-use super::layer::{BuiltLayer, Closed};
+use super::scope::{BuiltScope, Closed};
 use super::wait::{status_or_429, Member, Sent};
 use super::Event;
 use crate::headers::RateLimitSignal;
@@ -15,7 +15,7 @@ use crate::retry::Outcome;
 impl Pacer {
     /// Teach the request's buckets what its response said (`signal`; none
     /// for a transport error). A server's limit belongs to one partition:
-    /// only the narrowest layer of this request that heeds the server is
+    /// only the narrowest scope of this request that heeds the server is
     /// taught, and of several equally narrow ones the last added. Every
     /// member counts the attempt as answered.
     pub(crate) async fn learn(
@@ -28,12 +28,12 @@ impl Pacer {
         let now = Instant::now();
         let target = members
             .iter()
-            .filter(|m| self.inner.layers[m.layer].heeds_server())
-            .max_by_key(|m| (self.inner.layers[m.layer].scope(), m.layer))
-            .map(|m| m.layer);
+            .filter(|m| self.inner.scopes[m.scope].heeds_server())
+            .max_by_key(|m| (self.inner.scopes[m.scope].breadth(), m.scope))
+            .map(|m| m.scope);
         for (m, &seq) in members.iter().zip(&sent.seqs) {
             m.state.seen_response.store(true, Ordering::Release);
-            match signal.filter(|_| Some(m.layer) == target) {
+            match signal.filter(|_| Some(m.scope) == target) {
                 Some(signal) => {
                     self.teach(m, seq, signal, outcome == Outcome::Success, now)
                         .await;
@@ -52,8 +52,8 @@ impl Pacer {
         success: bool,
         now: Instant,
     ) {
-        let layer = &self.inner.layers[m.layer];
-        if !layer.adaptive() {
+        let scope = &self.inner.scopes[m.scope];
+        if !scope.adaptive() {
             m.state.adapt().on_no_response(seq);
         }
         if let Some(named) = signal.bucket.as_deref() {
@@ -62,13 +62,13 @@ impl Pacer {
             // describes that bucket, so it teaches the key only when the
             // request was paced in it (the first response of a key names
             // its default bucket, which the key itself paces).
-            layer.remember_bucket(&m.base, &m.route, named);
-            if !layer.paced_in(&m.base, m.bucket.as_deref(), named) {
+            scope.remember_bucket(&m.base, &m.route, named);
+            if !scope.paced_in(&m.base, m.bucket.as_deref(), named) {
                 m.state.adapt().on_no_response(seq);
                 return;
             }
         }
-        let adjustments = if layer.adaptive() {
+        let adjustments = if scope.adaptive() {
             m.state.adapt().on_response(now, seq, signal, success)
         } else {
             // A cap is not lowered, but the server's wait is kept.
@@ -79,7 +79,7 @@ impl Pacer {
         };
         if signal.is_throttled() {
             self.emit(Event::Throttled {
-                layer: layer.config.name.clone(),
+                scope: scope.config.name.clone(),
                 key: m.state.key.clone(),
                 status: signal.status,
                 retry_after: signal.retry_after,
@@ -92,14 +92,14 @@ impl Pacer {
             .iter()
             .any(|a| matches!(a, Adjustment::SetRate(_) | Adjustment::SetCapacity(_)));
         for adjustment in adjustments {
-            self.apply(m, layer, limiter.as_ref(), adjustment, signal, now)
+            self.apply(m, scope, limiter.as_ref(), adjustment, signal, now)
                 .await;
         }
         if relearned {
             // Kept beyond the key's state, so that it comes back paced.
             let learned = m.state.adapt().learned();
             if let Some(learned) = learned {
-                layer.memory.remember(&m.state.key, learned);
+                scope.memory.remember(&m.state.key, learned);
             }
         }
     }
@@ -112,7 +112,7 @@ impl Pacer {
     async fn apply(
         &self,
         m: &Member,
-        layer: &BuiltLayer,
+        scope: &BuiltScope,
         limiter: &dyn Limiter,
         adjustment: Adjustment,
         signal: &RateLimitSignal,
@@ -129,7 +129,7 @@ impl Pacer {
             }
             Adjustment::SetRate(rate) => {
                 self.emit(Event::Paced {
-                    layer: layer.config.name.clone(),
+                    scope: scope.config.name.clone(),
                     key: m.state.key.clone(),
                     per_second: rate.per_second_f64(),
                 });

@@ -1,11 +1,11 @@
-//! What a layer's keys learned, kept after their state is dropped.
+//! What a scope's keys learned, kept after their state is dropped.
 //!
 //! A key's whole state (its bucket, the inference of what the server
 //! counts, requests in flight) is dropped once it has been idle for the
-//! layer's idle timeout. What it learned (a rate, a burst, the regime) is
+//! scope's idle timeout. What it learned (a rate, a burst, the regime) is
 //! worth more than the rest and costs much less: it is kept here, by a
-//! 64-bit hash of the key, for the layer's
-//! [`remember_for`](super::Layer::remember_for), so that a host revisited
+//! 64-bit hash of the key, for the scope's
+//! [`remember_for`](super::Scope::remember_for), so that a host revisited
 //! after an idle spell starts at the pace it had instead of blind (a probe,
 //! a cold start, one more burst of 429s). After that age it is learned
 //! again.
@@ -143,7 +143,7 @@ impl Memory {
 /// The key's stable 64-bit hash (FNV-1a): two keys that collide share a
 /// memory, which at 64 bits takes billions of keys to be likely.
 fn hash(key: &str) -> u64 {
-    super::layer::fnv1a(key.as_bytes())
+    super::scope::fnv1a(key.as_bytes())
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! The throttled reqwest client: pace before send, adapt to the server,
 //! retry with async sleeps.
 //!
-//! The flow is one-way: a request's keys (one per [`Layer`]) pick its
+//! The flow is one-way: a request's keys (one per [`Scope`]) pick its
 //! buckets; it waits for each bucket; it is sent; the response's
 //! [`RateLimitSignal`](crate::headers::RateLimitSignal) adjusts the
 //! buckets; the [`RetryPolicy`] decides whether to sleep and try again.
@@ -13,10 +13,10 @@ mod builder;
 mod engine;
 mod events;
 mod infer;
-mod layer;
 mod learn;
 mod memory;
 mod request;
+mod scope;
 mod wait;
 
 use std::time::Duration;
@@ -26,8 +26,8 @@ use reqwest::{Request, RequestBuilder, Response, StatusCode};
 pub use builder::{PaceBuilder, ThrottledClientBuilder};
 pub use engine::Pacer;
 pub use events::Event;
-pub use layer::{host_key, Layer};
 pub use request::PacedRequestBuilder;
+pub use scope::{host_key, Scope};
 
 use crate::headers::Dimension;
 use crate::retry::RetryPolicy;
@@ -35,8 +35,8 @@ use crate::Error;
 
 /// What a request spends from the buckets it passes through: one request by
 /// default, plus any amount in other dimensions (tokens for a
-/// token-metered API). A layer spends the amount of its own
-/// [`dimension`](Layer::dimension); a layer whose dimension the cost does
+/// token-metered API). A scope spends the amount of its own
+/// [`dimension`](Scope::dimension); a scope whose dimension the cost does
 /// not name is not charged.
 ///
 /// ```
@@ -132,7 +132,7 @@ impl IntoRequest for RequestBuilder {
 pub(crate) enum SendFailure {
     /// reqwest's own error: classified by the policy.
     Reqwest(reqwest::Error),
-    /// Another layer's error (a middleware further down the chain): final.
+    /// Another middleware's error (one further down the chain): final.
     #[cfg_attr(not(feature = "middleware"), allow(dead_code))]
     Other(Box<dyn std::error::Error + Send + Sync>),
 }
@@ -180,7 +180,7 @@ impl ThrottledClient {
         &self.client
     }
 
-    /// The engine: layers, learned rates, policy and budget. A
+    /// The engine: scopes, learned rates, policy and budget. A
     /// [`PaceMiddleware`](crate::PaceMiddleware) made from it shares them
     /// with this client.
     pub fn pacer(&self) -> &Pacer {
@@ -231,18 +231,18 @@ impl ThrottledClient {
     }
 
     /// See [`Pacer::current_rate`].
-    pub fn current_rate(&self, layer: &str, key: &str) -> Option<f64> {
-        self.pacer.current_rate(layer, key)
+    pub fn current_rate(&self, scope: &str, key: &str) -> Option<f64> {
+        self.pacer.current_rate(scope, key)
     }
 
     /// See [`Pacer::key_status`].
-    pub fn key_status(&self, layer: &str, key: &str) -> Option<KeyStatus> {
-        self.pacer.key_status(layer, key)
+    pub fn key_status(&self, scope: &str, key: &str) -> Option<KeyStatus> {
+        self.pacer.key_status(scope, key)
     }
 
     /// See [`Pacer::clear_key`].
-    pub fn clear_key(&self, layer: &str, key: &str) -> bool {
-        self.pacer.clear_key(layer, key)
+    pub fn clear_key(&self, scope: &str, key: &str) -> bool {
+        self.pacer.clear_key(scope, key)
     }
 
     /// Send a request (a `Request` or a `RequestBuilder`), paced, adapted

@@ -8,7 +8,7 @@ use reqwest::StatusCode;
 use tokio::time::Instant;
 
 use super::engine::{Call, Pacer};
-use super::layer::KeyState;
+use super::scope::KeyState;
 use super::Event;
 use crate::limiter::Limiter;
 use crate::Error;
@@ -17,13 +17,13 @@ use crate::Error;
 /// before it goes anyway.
 const PROBE_WAIT: Duration = Duration::from_secs(5);
 
-/// One bucket a request belongs to: a layer's key, and what it spends
+/// One bucket a request belongs to: a scope's key, and what it spends
 /// there.
 pub(crate) struct Member {
-    pub(crate) layer: usize,
+    pub(crate) scope: usize,
     pub(crate) state: Arc<KeyState>,
     pub(crate) weight: u64,
-    /// The layer's key before any server bucket, and the request's route.
+    /// The scope's key before any server bucket, and the request's route.
     pub(crate) base: String,
     pub(crate) route: String,
     /// The server bucket this request is paced in, when known for its route.
@@ -151,8 +151,8 @@ impl Pacer {
         until: Option<(Instant, Duration)>,
         probes: &mut Vec<ProbeGuard<'m>>,
     ) -> Result<(), WaitError> {
-        let layer = &self.inner.layers[m.layer];
-        if layer.probes() && !m.state.has_seen_response() {
+        let scope = &self.inner.scopes[m.scope];
+        if scope.probes() && !m.state.has_seen_response() {
             if let Some(guard) = wait_for_probe(&m.state, until).await? {
                 probes.push(guard);
             }
@@ -167,11 +167,11 @@ impl Pacer {
             }
         };
         let t0 = Instant::now();
-        acquire(limiter.as_ref(), m.weight, layer.learns_burst(), until).await?;
+        acquire(limiter.as_ref(), m.weight, scope.learns_burst(), until).await?;
         let waited = t0.elapsed();
         if !waited.is_zero() {
             self.emit(Event::Waited {
-                layer: layer.config.name.clone(),
+                scope: scope.config.name.clone(),
                 key: m.state.key.clone(),
                 waited,
             });
@@ -225,7 +225,7 @@ pub(crate) fn time_limit(
 
 /// Acquire `weight`, by `until` if given: a wait the limiter says would
 /// end past it fails at once, and one that turns out longer fails at it.
-/// For a layer whose burst is learned (not configured) and smaller than the
+/// For a scope whose burst is learned (not configured) and smaller than the
 /// weight, the weight is paid in pieces of at most the burst, one after the
 /// other, so a big request waits for all its tokens instead of failing (or
 /// being undercharged).

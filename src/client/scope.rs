@@ -1,4 +1,4 @@
-//! Layers: which buckets a request belongs to, and how each is made.
+//! Scopes: which buckets a request belongs to, and how each is made.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -34,28 +34,28 @@ const DEFAULT_HEADROOM: f64 = 0.97;
 /// One family of buckets: a key function that says which bucket of the
 /// family a request belongs to (or none), and how a bucket is made.
 ///
-/// A request must pass every layer it belongs to, in the order the layers
+/// A request must pass every scope it belongs to, in the order the scopes
 /// were added: for example a global bucket for all traffic plus one per
 /// API credential.
 ///
 /// ```
-/// use reqwest_pace::{Layer, Rate};
+/// use reqwest_pace::{Scope, Rate};
 ///
 /// // At most 100/s in all, and 10/s per API token (by the Authorization
-/// // header; requests without one are not in this layer).
-/// let global = Layer::global().rate(Rate::per_second(100)?);
-/// let per_token = Layer::per_header("token", "authorization").rate(Rate::per_second(10)?);
+/// // header; requests without one are not in this scope).
+/// let global = Scope::global().rate(Rate::per_second(100)?);
+/// let per_token = Scope::per_header("token", "authorization").rate(Rate::per_second(10)?);
 /// # Ok::<(), reqwest_pace::Error>(())
 /// ```
 #[derive(Clone)]
-pub struct Layer {
+pub struct Scope {
     pub(crate) name: String,
     key: KeyFn,
-    scope: Scope,
+    breadth: Breadth,
     rate: Option<Rate>,
     burst: Option<u64>,
     dimension: Dimension,
-    /// `None`: by the default rule (see [`Layer::adaptive`]).
+    /// `None`: by the default rule (see [`Scope::adaptive`]).
     adaptive: Option<bool>,
     probe: bool,
     headroom: f64,
@@ -63,20 +63,20 @@ pub struct Layer {
     max_keys: usize,
     idle_timeout: Duration,
     remember_for: Duration,
-    /// Why the layer cannot be built, found while it was set up.
+    /// Why the scope cannot be built, found while it was set up.
     invalid: Option<String>,
 }
 
-/// How much of the traffic one key of a layer covers: a server's limit
-/// teaches the narrowest adaptive layer a request belongs to.
+/// How much of the traffic one key of a scope covers: a server's limit
+/// teaches the narrowest adaptive scope a request belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Scope {
-    /// Every request ([`Layer::global`]).
+pub(crate) enum Breadth {
+    /// Every request ([`Scope::global`]).
     Global,
-    /// One host ([`Layer::per_host`]).
+    /// One host ([`Scope::per_host`]).
     Host,
     /// One partition within a host: a credential, a tenant, any custom key
-    /// ([`Layer::per_header`], [`Layer::keyed`]).
+    /// ([`Scope::per_header`], [`Scope::keyed`]).
     Partition,
 }
 
@@ -96,17 +96,17 @@ pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
-impl Layer {
-    /// A layer keyed by `key`: requests for which it returns `None` are not
-    /// in this layer.
+impl Scope {
+    /// A scope keyed by `key`: requests for which it returns `None` are not
+    /// in this scope.
     pub fn keyed(
         name: impl Into<String>,
         key: impl Fn(&Request) -> Option<String> + Send + Sync + 'static,
     ) -> Self {
-        Layer {
+        Scope {
             name: name.into(),
             key: Arc::new(key),
-            scope: Scope::Partition,
+            breadth: Breadth::Partition,
             rate: None,
             burst: None,
             dimension: Dimension::Requests,
@@ -121,25 +121,25 @@ impl Layer {
         }
     }
 
-    /// One bucket per host (scheme + host + port): the default layer.
+    /// One bucket per host (scheme + host + port): the default scope.
     pub fn per_host() -> Self {
-        Layer {
-            scope: Scope::Host,
-            ..Layer::keyed("host", host_key)
+        Scope {
+            breadth: Breadth::Host,
+            ..Scope::keyed("host", host_key)
         }
     }
 
     /// One bucket for every request. A cap: responses never lower it unless
     /// [`adaptive(true)`](Self::adaptive) is asked for.
     pub fn global() -> Self {
-        Layer {
-            scope: Scope::Global,
-            ..Layer::keyed("global", |_| Some(String::from("*")))
+        Scope {
+            breadth: Breadth::Global,
+            ..Scope::keyed("global", |_| Some(String::from("*")))
         }
     }
 
     /// One bucket per value of a request header (an API token, a tenant
-    /// id); requests without the header are not in this layer.
+    /// id); requests without the header are not in this scope.
     ///
     /// `header` is a [`HeaderName`] or anything that converts into one (a
     /// `&str` such as `"x-api-key"`); a name that is not a valid header
@@ -156,22 +156,22 @@ impl Layer {
         H::Error: fmt::Display,
     {
         match header.try_into() {
-            Ok(header) => Layer::keyed(name, move |r: &Request| {
+            Ok(header) => Scope::keyed(name, move |r: &Request| {
                 r.headers()
                     .get(&header)
                     .map(|v| format!("{}#{:016x}", header.as_str(), fnv1a(v.as_bytes())))
             }),
-            Err(e) => Layer {
+            Err(e) => Scope {
                 invalid: Some(format!("not a header name: {e}")),
-                ..Layer::keyed(name, |_| None)
+                ..Scope::keyed(name, |_| None)
             },
         }
     }
 
-    /// A cap: the layer never goes faster than this. A layer with a rate
+    /// A cap: the scope never goes faster than this. A scope with a rate
     /// does not learn from responses unless [`adaptive(true)`](Self::adaptive)
     /// is asked for (then the rate is a ceiling on what it learns). Without
-    /// a rate the layer starts permissively and learns.
+    /// a rate the scope starts permissively and learns.
     pub fn rate(mut self, rate: Rate) -> Self {
         self.rate = Some(rate);
         self
@@ -184,7 +184,7 @@ impl Layer {
         self
     }
 
-    /// What this layer's buckets count (requests by default; `Tokens` for a
+    /// What this scope's buckets count (requests by default; `Tokens` for a
     /// token-metered API). A request spends its [`Cost`](super::Cost) in
     /// this dimension; server limits of this dimension adjust the bucket.
     pub fn dimension(mut self, dimension: Dimension) -> Self {
@@ -192,14 +192,14 @@ impl Layer {
         self
     }
 
-    /// Whether responses adjust this layer's buckets.
+    /// Whether responses adjust this scope's buckets.
     ///
-    /// By default a layer learns unless it is a cap: [`global`](Self::global)
-    /// layers and layers with a [`rate`](Self::rate) do not. Of the layers a
+    /// By default a scope learns unless it is a cap: [`global`](Self::global)
+    /// scopes and scopes with a [`rate`](Self::rate) do not. Of the scopes a
     /// request belongs to that learn, only the narrowest is taught (of
     /// equally narrow ones, the last added): a
-    /// per-credential layer ([`per_header`](Self::per_header),
-    /// [`keyed`](Self::keyed)) before the host layer, the host layer before
+    /// per-credential scope ([`per_header`](Self::per_header),
+    /// [`keyed`](Self::keyed)) before the host scope, the host scope before
     /// a global one. A server's limit describes one partition (a token, a
     /// client address), so what one key's responses say must not cap every
     /// other key that shares a wider bucket.
@@ -209,22 +209,22 @@ impl Layer {
     }
 
     /// Whether the server's waits (`Retry-After` on a throttled response)
-    /// block this layer's key: every learning layer, and a capped layer
+    /// block this scope's key: every learning scope, and a capped scope
     /// narrower than global unless `adaptive(false)` was asked for.
     pub(crate) fn heeds_server(&self) -> bool {
-        self.learns() || (self.adaptive.is_none() && self.scope != Scope::Global)
+        self.learns() || (self.adaptive.is_none() && self.breadth != Breadth::Global)
     }
 
-    /// Whether responses adjust this layer, by the rule in
+    /// Whether responses adjust this scope, by the rule in
     /// [`adaptive`](Self::adaptive).
     pub(crate) fn learns(&self) -> bool {
         self.adaptive
-            .unwrap_or(self.scope != Scope::Global && self.rate.is_none())
+            .unwrap_or(self.breadth != Breadth::Global && self.rate.is_none())
     }
 
     /// Whether a key's first request goes alone, so that the others wait
     /// for its response headers before they burst (default: yes for
-    /// adaptive layers). Turning it off lets the first burst go at once.
+    /// adaptive scopes). Turning it off lets the first burst go at once.
     pub fn probe_first(mut self, probe: bool) -> Self {
         self.probe = probe;
         self
@@ -265,7 +265,7 @@ impl Layer {
     /// state is dropped (default one hour; zero keeps nothing): a key used
     /// again within it starts at the learned pace, without a probe, instead
     /// of learning from scratch. At most [`max_keys`](Self::max_keys) keys
-    /// are remembered, 32 bytes each. Only a layer's own token buckets
+    /// are remembered, 32 bytes each. Only a scope's own token buckets
     /// remember; a [`limiter`](Self::limiter) of the caller's keeps its
     /// state where it lives (Redis keeps it for its TTL).
     pub fn remember_for(mut self, keep: Duration) -> Self {
@@ -277,14 +277,14 @@ impl Layer {
         &self.dimension
     }
 
-    /// Validate and build the layer's keyed state.
-    pub(crate) fn build(self) -> Result<BuiltLayer, Error> {
+    /// Validate and build the scope's keyed state.
+    pub(crate) fn build(self) -> Result<BuiltScope, Error> {
         if let Some(invalid) = &self.invalid {
-            return Err(Error::config(format!("layer {:?}: {invalid}", self.name)));
+            return Err(Error::config(format!("scope {:?}: {invalid}", self.name)));
         }
         if !(self.headroom > 0.0 && self.headroom <= 1.0) {
             return Err(Error::config(format!(
-                "layer {:?}: headroom must be in (0, 1], not {}",
+                "scope {:?}: headroom must be in (0, 1], not {}",
                 self.name, self.headroom
             )));
         }
@@ -316,7 +316,7 @@ impl Layer {
         })
         .with_max_keys(config.max_keys)
         .with_idle_timeout(config.idle_timeout);
-        Ok(BuiltLayer {
+        Ok(BuiltScope {
             config,
             keyed,
             buckets: Mutex::new(HashMap::new()),
@@ -325,9 +325,9 @@ impl Layer {
     }
 }
 
-impl fmt::Debug for Layer {
+impl fmt::Debug for Scope {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Layer")
+        f.debug_struct("Scope")
             .field("name", &self.name)
             .field("rate", &self.rate)
             .field("burst", &self.burst)
@@ -339,17 +339,17 @@ impl fmt::Debug for Layer {
     }
 }
 
-pub(crate) struct BuiltLayer {
-    pub(crate) config: Arc<Layer>,
+pub(crate) struct BuiltScope {
+    pub(crate) config: Arc<Scope>,
     pub(crate) keyed: KeyedLimiter<String, KeyState>,
     /// Which server bucket (GitHub's resource, Discord's bucket) each route
     /// of each key was last counted in.
     buckets: Mutex<HashMap<(String, String), String>>,
-    /// What the layer's keys learned, kept after their state is dropped.
+    /// What the scope's keys learned, kept after their state is dropped.
     pub(crate) memory: Arc<Memory>,
 }
 
-/// The most routes remembered per layer; past it the memory starts afresh
+/// The most routes remembered per scope; past it the memory starts afresh
 /// (each route's next response names its bucket again).
 const MAX_ROUTES: usize = 10_000;
 
@@ -358,7 +358,7 @@ pub(crate) fn route(request: &Request) -> String {
     format!("{} {}", request.method(), request.url().path())
 }
 
-impl BuiltLayer {
+impl BuiltScope {
     pub(crate) fn key(&self, request: &Request) -> Option<String> {
         (self.config.key)(request)
     }
@@ -411,8 +411,8 @@ impl BuiltLayer {
         self.config.learns()
     }
 
-    pub(crate) fn scope(&self) -> Scope {
-        self.config.scope
+    pub(crate) fn breadth(&self) -> Breadth {
+        self.config.breadth
     }
 
     pub(crate) fn heeds_server(&self) -> bool {
@@ -457,11 +457,11 @@ pub(crate) struct Closed {
 }
 
 impl KeyState {
-    /// The state of `key`, made with the layer's `(rate, capacity)`, or
+    /// The state of `key`, made with the scope's `(rate, capacity)`, or
     /// resumed from what the key `learned` before its last state was
     /// dropped: its bucket then starts at the learned rate and capacity,
     /// full, and no probe goes first.
-    fn new(config: &Layer, key: &str, made_with: (Rate, u64), learned: Option<Learned>) -> Self {
+    fn new(config: &Scope, key: &str, made_with: (Rate, u64), learned: Option<Learned>) -> Self {
         let (rate, capacity) = learned
             .and_then(|l| Some((Rate::from_per_second_f64(l.per_second).ok()?, l.capacity)))
             .unwrap_or(made_with);
@@ -499,7 +499,7 @@ impl KeyState {
     /// Forget what was learned and any close: the key starts again as it
     /// was made (a block within the retry cap, held by the limiter, ends by
     /// itself).
-    pub(crate) fn reset(&self, config: &Layer) {
+    pub(crate) fn reset(&self, config: &Scope) {
         *self.closed() = None;
         *self.adapt() = Adaptive::new(
             config.dimension.clone(),
@@ -551,13 +551,13 @@ mod tests {
         // The reference vectors of FNV-1a 64.
         assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
         assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
-        let layer = Layer::per_header("token", "authorization");
+        let scope = Scope::per_header("token", "authorization");
         let request = reqwest::Client::new()
             .get("http://example.test/")
             .header("authorization", "Bearer s3cret")
             .build()
             .unwrap();
-        let key = (layer.key)(&request).unwrap();
+        let key = (scope.key)(&request).unwrap();
         assert!(!key.contains("s3cret"), "{key}");
         assert_eq!(
             key,
@@ -567,14 +567,14 @@ mod tests {
             .get("http://example.test/")
             .build()
             .unwrap();
-        assert_eq!((layer.key)(&without), None);
+        assert_eq!((scope.key)(&without), None);
     }
 
     #[test]
     fn header_names_are_typed_and_an_invalid_one_fails_the_build() {
         // A typed name and a string name make the same key.
-        let typed = Layer::per_header("token", http::header::AUTHORIZATION);
-        let named = Layer::per_header("token", "Authorization");
+        let typed = Scope::per_header("token", http::header::AUTHORIZATION);
+        let named = Scope::per_header("token", "Authorization");
         let request = reqwest::Client::new()
             .get("http://example.test/")
             .header("authorization", "t")
@@ -583,7 +583,7 @@ mod tests {
         assert_eq!((typed.key)(&request), (named.key)(&request));
         assert!((typed.key)(&request).is_some());
         // A name with a space is no header name: the build says so.
-        let invalid = Layer::per_header("token", "x api key");
+        let invalid = Scope::per_header("token", "x api key");
         match invalid.build() {
             Err(Error::InvalidConfig(message)) => {
                 assert!(message.contains("not a header name"), "{message}")
