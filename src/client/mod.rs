@@ -15,6 +15,8 @@ mod events;
 mod infer;
 mod layer;
 mod learn;
+#[cfg(feature = "metrics")]
+mod metrics;
 mod request;
 mod wait;
 
