@@ -24,7 +24,8 @@
 //!
 //! `class` is the status class (`1xx` to `5xx`, or `other`); `status` the
 //! status code of a throttled response (429, 503 or 403); `source` is `server` (the delay is the server's
-//! `Retry-After`) or `backoff`; `reason` is [`GiveUp::label`]. The gauge is
+//! `Retry-After`) or `backoff`; `reason` is
+//! [`GiveUp::label`](crate::retry::GiveUp::label). The gauge is
 //! per layer, not per key: with several keys in a layer it shows whichever
 //! learned last.
 
