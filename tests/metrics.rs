@@ -37,6 +37,7 @@ struct TestRecorder {
     counters: Mutex<BTreeMap<String, Arc<AtomicU64>>>,
     gauges: Mutex<BTreeMap<String, Arc<AtomicU64>>>,
     histograms: Mutex<BTreeMap<String, Arc<Samples>>>,
+    described: Mutex<BTreeMap<String, Option<Unit>>>,
 }
 
 fn series(key: &Key) -> String {
@@ -53,9 +54,15 @@ fn series(key: &Key) -> String {
 }
 
 impl Recorder for TestRecorder {
-    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_counter(&self, name: KeyName, unit: Option<Unit>, help: SharedString) {
+        self.describe(name, unit, help);
+    }
+    fn describe_gauge(&self, name: KeyName, unit: Option<Unit>, help: SharedString) {
+        self.describe(name, unit, help);
+    }
+    fn describe_histogram(&self, name: KeyName, unit: Option<Unit>, help: SharedString) {
+        self.describe(name, unit, help);
+    }
 
     fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
         let mut counters = self.counters.lock().unwrap();
@@ -74,6 +81,27 @@ impl Recorder for TestRecorder {
 }
 
 impl TestRecorder {
+    fn describe(&self, name: KeyName, unit: Option<Unit>, help: SharedString) {
+        assert!(!help.is_empty(), "{} has no help", name.as_str());
+        let mut described = self.described.lock().unwrap();
+        let first = described.insert(name.as_str().to_owned(), unit).is_none();
+        assert!(first, "{} described twice", name.as_str());
+    }
+
+    /// Every series' metric is one that `describe_metrics` describes.
+    fn assert_all_described(&self) {
+        let described = self.described.lock().unwrap();
+        let names = self
+            .counters()
+            .into_keys()
+            .chain(self.gauges().into_keys())
+            .chain(self.histograms_ms().into_keys());
+        for series in names {
+            let name = series.split('{').next().unwrap_or_default();
+            assert!(described.contains_key(name), "{series} is not described");
+        }
+    }
+
     fn counters(&self) -> BTreeMap<String, u64> {
         let counters = self.counters.lock().unwrap();
         counters
@@ -147,6 +175,7 @@ fn paced_client(max_attempts: u32) -> ThrottledClient {
 async fn a_scripted_run_is_counted_exactly() {
     let recorder = TestRecorder::default();
     let _installed = metrics::set_default_local_recorder(&recorder);
+    reqwest_pace::describe_metrics();
 
     let server = RateLimitedServer::builder()
         .limit(Rate::per_second(1000).unwrap())
@@ -222,6 +251,7 @@ async fn a_scripted_run_is_counted_exactly() {
     );
     // A capped layer learns no rate.
     assert_eq!(recorder.gauges(), BTreeMap::new());
+    recorder.assert_all_described();
 }
 
 fn ms(n: u64) -> Duration {
@@ -235,6 +265,7 @@ fn ms(n: u64) -> Duration {
 async fn learned_rates_are_gauged_per_layer_never_per_key() {
     let recorder = TestRecorder::default();
     let _installed = metrics::set_default_local_recorder(&recorder);
+    reqwest_pace::describe_metrics();
 
     let server = RateLimitedServer::builder()
         .limit(Rate::per_second(10).unwrap())
@@ -313,4 +344,29 @@ async fn learned_rates_are_gauged_per_layer_never_per_key() {
             assert!(!name.contains(leak), "{name} names a key");
         }
     }
+    recorder.assert_all_described();
+}
+
+/// `describe_metrics` gives every metric its unit and a line of help, once.
+#[test]
+fn every_metric_is_described_with_its_unit() {
+    let recorder = TestRecorder::default();
+    metrics::with_local_recorder(&recorder, reqwest_pace::describe_metrics);
+    let count = Some(Unit::Count);
+    let seconds = Some(Unit::Seconds);
+    assert_eq!(
+        *recorder.described.lock().unwrap(),
+        expected(&[
+            ("reqwest_pace_sends_total", count),
+            ("reqwest_pace_responses_total", count),
+            ("reqwest_pace_wait_seconds", seconds),
+            ("reqwest_pace_throttled_total", count),
+            ("reqwest_pace_repaced_total", count),
+            ("reqwest_pace_rate_per_second", None),
+            ("reqwest_pace_retries_total", count),
+            ("reqwest_pace_retry_delay_seconds", seconds),
+            ("reqwest_pace_gave_up_total", count),
+            ("reqwest_pace_completed_total", count),
+        ]),
+    );
 }

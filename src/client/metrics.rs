@@ -9,42 +9,105 @@
 //! are never labels, since one series per key grows without bound; ask
 //! [`Pacer::key_status`](super::Pacer::key_status) about one key instead.
 //!
-//! | name | type | labels | one per |
-//! | --- | --- | --- | --- |
-//! | `reqwest_pace_sends_total` | counter | | attempt sent (a retry is a send) |
-//! | `reqwest_pace_responses_total` | counter | `class` | attempt that got a response |
-//! | `reqwest_pace_wait_seconds` | histogram | `layer` | wait for a layer's bucket that was not zero |
-//! | `reqwest_pace_throttled_total` | counter | `layer`, `status` | response the server throttled, per layer it taught |
-//! | `reqwest_pace_repaced_total` | counter | `layer` | rate a layer's bucket learned |
-//! | `reqwest_pace_rate_per_second` | gauge | `layer` | the rate last learned by any key of the layer |
-//! | `reqwest_pace_retries_total` | counter | `source` | retry scheduled |
-//! | `reqwest_pace_retry_delay_seconds` | histogram | `source` | retry's sleep |
-//! | `reqwest_pace_gave_up_total` | counter | `reason` | call that failed for good |
-//! | `reqwest_pace_completed_total` | counter | `class` | call that ended with a final response |
-//!
-//! `class` is the status class (`1xx` to `5xx`, or `other`); `status` the
-//! status code of a throttled response (429, 503 or 403); `source` is `server` (the delay is the server's
-//! `Retry-After`) or `backoff`; `reason` is
-//! [`GiveUp::label`](crate::retry::GiveUp::label). The gauge is
-//! per layer, not per key: with several keys in a layer it shows whichever
-//! learned last.
+//! The names, types and labels are listed on [`describe_metrics`], which
+//! also hands their units and help to the recorder.
 
-use ::metrics::{counter, gauge, histogram};
+use ::metrics::{
+    counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit,
+};
 
 use super::Event;
+
+const SENDS: &str = "reqwest_pace_sends_total";
+const RESPONSES: &str = "reqwest_pace_responses_total";
+const WAIT: &str = "reqwest_pace_wait_seconds";
+const THROTTLED: &str = "reqwest_pace_throttled_total";
+const REPACED: &str = "reqwest_pace_repaced_total";
+const RATE: &str = "reqwest_pace_rate_per_second";
+const RETRIES: &str = "reqwest_pace_retries_total";
+const RETRY_DELAY: &str = "reqwest_pace_retry_delay_seconds";
+const GAVE_UP: &str = "reqwest_pace_gave_up_total";
+const COMPLETED: &str = "reqwest_pace_completed_total";
+
+/// Describe the client's metrics (feature `metrics`) to the installed
+/// recorder: each one's unit and a line of help, which exporters show (a
+/// Prometheus `# HELP`). Call it once after installing the recorder;
+/// recording works without it.
+///
+/// | name | type | labels | one per |
+/// | --- | --- | --- | --- |
+/// | `reqwest_pace_sends_total` | counter | | attempt sent (a retry is a send) |
+/// | `reqwest_pace_responses_total` | counter | `class` | attempt that got a response |
+/// | `reqwest_pace_wait_seconds` | histogram | `layer` | wait for a layer's bucket that was not zero |
+/// | `reqwest_pace_throttled_total` | counter | `layer`, `status` | throttled response, per layer it taught |
+/// | `reqwest_pace_repaced_total` | counter | `layer` | rate a layer's bucket learned |
+/// | `reqwest_pace_rate_per_second` | gauge | `layer` | the rate last learned by any key of the layer |
+/// | `reqwest_pace_retries_total` | counter | `source` | retry scheduled |
+/// | `reqwest_pace_retry_delay_seconds` | histogram | `source` | retry's sleep |
+/// | `reqwest_pace_gave_up_total` | counter | `reason` | call that failed for good |
+/// | `reqwest_pace_completed_total` | counter | `class` | call that ended with a final response |
+///
+/// `layer` is the [`Layer`](crate::Layer)'s name; `class` a status class
+/// (`1xx` to `5xx`, or `other`); `status` a throttled response's code (429,
+/// 503 or 403); `source` is `server` (the server's `Retry-After`) or
+/// `backoff`; `reason` is [`GiveUp::label`](crate::retry::GiveUp::label).
+/// No metric is labelled by a bucket's key or a URL.
+pub fn describe_metrics() {
+    describe_counter!(SENDS, Unit::Count, "Attempts sent, retries included.");
+    describe_counter!(
+        RESPONSES,
+        Unit::Count,
+        "Attempts that got a response, by status class."
+    );
+    describe_histogram!(
+        WAIT,
+        Unit::Seconds,
+        "Waits for a layer's bucket before a send (zero waits are not recorded)."
+    );
+    describe_counter!(
+        THROTTLED,
+        Unit::Count,
+        "Throttled responses (429, 503, or 403 at a spent limit), by layer taught and status."
+    );
+    describe_counter!(REPACED, Unit::Count, "Rates learned, by layer.");
+    describe_gauge!(
+        RATE,
+        "The rate last learned by a key of the layer, in requests (or units) per second."
+    );
+    describe_counter!(
+        RETRIES,
+        Unit::Count,
+        "Retries scheduled, by source of the delay (server or backoff)."
+    );
+    describe_histogram!(
+        RETRY_DELAY,
+        Unit::Seconds,
+        "Sleeps before a retry, by source of the delay (server or backoff)."
+    );
+    describe_counter!(
+        GAVE_UP,
+        Unit::Count,
+        "Calls that failed for good, by reason."
+    );
+    describe_counter!(
+        COMPLETED,
+        Unit::Count,
+        "Calls that ended with a final response, by status class."
+    );
+}
 
 /// Record `event` with the current recorder (none installed: nothing).
 pub(crate) fn record(event: &Event) {
     match event {
         Event::Waited { layer, waited, .. } => {
-            histogram!("reqwest_pace_wait_seconds", "layer" => layer.clone()).record(*waited);
+            histogram!(WAIT, "layer" => layer.clone()).record(*waited);
         }
-        Event::Sent { .. } => counter!("reqwest_pace_sends_total").increment(1),
+        Event::Sent { .. } => counter!(SENDS).increment(1),
         Event::Received { status, .. } => {
-            counter!("reqwest_pace_responses_total", "class" => class(*status)).increment(1);
+            counter!(RESPONSES, "class" => class(*status)).increment(1);
         }
         Event::Throttled { layer, status, .. } => counter!(
-            "reqwest_pace_throttled_total",
+            THROTTLED,
             "layer" => layer.clone(),
             "status" => status.to_string()
         )
@@ -52,21 +115,21 @@ pub(crate) fn record(event: &Event) {
         Event::Paced {
             layer, per_second, ..
         } => {
-            counter!("reqwest_pace_repaced_total", "layer" => layer.clone()).increment(1);
-            gauge!("reqwest_pace_rate_per_second", "layer" => layer.clone()).set(*per_second);
+            counter!(REPACED, "layer" => layer.clone()).increment(1);
+            gauge!(RATE, "layer" => layer.clone()).set(*per_second);
         }
         Event::Retrying {
             delay, from_server, ..
         } => {
             let source = if *from_server { "server" } else { "backoff" };
-            counter!("reqwest_pace_retries_total", "source" => source).increment(1);
-            histogram!("reqwest_pace_retry_delay_seconds", "source" => source).record(*delay);
+            counter!(RETRIES, "source" => source).increment(1);
+            histogram!(RETRY_DELAY, "source" => source).record(*delay);
         }
         Event::GaveUp { reason, .. } => {
-            counter!("reqwest_pace_gave_up_total", "reason" => reason.label()).increment(1);
+            counter!(GAVE_UP, "reason" => reason.label()).increment(1);
         }
         Event::Completed { status, .. } => {
-            counter!("reqwest_pace_completed_total", "class" => class(*status)).increment(1);
+            counter!(COMPLETED, "class" => class(*status)).increment(1);
         }
     }
 }

@@ -24,6 +24,8 @@ use std::time::Duration;
 
 use reqwest::{Request, RequestBuilder, Response, StatusCode};
 
+#[cfg(feature = "metrics")]
+pub use self::metrics::describe_metrics;
 pub use builder::{PaceBuilder, ThrottledClientBuilder};
 pub use engine::Pacer;
 pub use events::Event;
