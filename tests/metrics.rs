@@ -142,8 +142,9 @@ fn expected<T: Clone>(rows: &[(&str, T)]) -> BTreeMap<String, T> {
         .collect()
 }
 
-/// Two requests a second, one at a time; exact retry delays and releases.
-fn paced_client(max_attempts: u32) -> ThrottledClient {
+/// Two requests a second, one at a time; two attempts a call; exact retry
+/// delays and releases.
+fn paced_client() -> ThrottledClient {
     ThrottledClient::builder(reqwest::Client::new())
         .rate(Rate::per_second(2).unwrap())
         .burst(1)
@@ -152,7 +153,7 @@ fn paced_client(max_attempts: u32) -> ThrottledClient {
                 .with_backoff(
                     Backoff::exponential(Duration::from_millis(100)).with_jitter(Jitter::None),
                 )
-                .with_max_attempts(max_attempts)
+                .with_max_attempts(2)
                 .with_max_retry_after(Duration::from_secs(60)),
         )
         .release_jitter(ReleaseJitter::none())
@@ -184,7 +185,7 @@ async fn a_scripted_run_is_counted_exactly() {
         .start()
         .await
         .unwrap();
-    let client = paced_client(2);
+    let client = paced_client();
     let start = tokio::time::Instant::now();
 
     server.inject(
@@ -214,7 +215,9 @@ async fn a_scripted_run_is_counted_exactly() {
         Some(GiveUp::ServerWaitTooLong { .. })
     ));
     assert_eq!(start.elapsed(), ms(3_500));
-    assert_eq!(server.requests().len(), 7);
+    let at: Vec<Duration> = server.requests().iter().map(|r| r.at).collect();
+    let script = [0, 1_000, 1_500, 2_000, 2_500, 3_000, 3_500];
+    assert_eq!(at, script.map(ms));
 
     assert_eq!(
         recorder.counters(),
