@@ -64,6 +64,8 @@ pub mod testing;
 
 #[cfg(feature = "tower")]
 pub use crate::tower::{PaceLayer, PaceService};
+#[cfg(feature = "metrics")]
+pub use client::describe_metrics;
 #[cfg(feature = "client")]
 pub use client::{
     host_key, Cost, Deadline, Event, IntoRequest, KeyStatus, PaceBuilder, PacedRequestBuilder,

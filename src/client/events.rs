@@ -5,7 +5,9 @@ use std::time::Duration;
 
 /// One step of a request's life, sent to the hook installed with
 /// [`ThrottledClientBuilder::on_event`](super::ThrottledClientBuilder::on_event)
-/// and logged with `tracing` (target `reqwest_pace`).
+/// and logged with `tracing` (target `reqwest_pace`); with feature
+/// `metrics`, also counted on the `metrics` facade (see the README's
+/// "Metrics" section for the names and labels).
 ///
 /// Times are the durations decided (waits, sleeps), not measured, so a test
 /// can assert an exact schedule.
@@ -37,8 +39,9 @@ pub enum Event {
         /// The response status.
         status: u16,
     },
-    /// The server throttled the request (429, or 503 with Retry-After), or
-    /// said its quota is spent.
+    /// The server throttled the request: a 429, a 503, or a 403 with
+    /// `Retry-After` or a spent quota
+    /// ([`RateLimitSignal::is_throttled`](crate::headers::RateLimitSignal::is_throttled)).
     Throttled {
         /// The scope's name.
         scope: String,
@@ -145,6 +148,8 @@ pub(crate) fn emit(hook: Option<&Hook>, event: Event) {
             tracing::debug!(target: "reqwest_pace", attempts, status, "completed")
         }
     }
+    #[cfg(feature = "metrics")]
+    super::metrics::record(&event);
     if let Some(hook) = hook {
         hook(&event);
     }

@@ -15,6 +15,8 @@ mod events;
 mod infer;
 mod learn;
 mod memory;
+#[cfg(feature = "metrics")]
+mod metrics;
 mod request;
 mod scope;
 mod wait;
@@ -23,6 +25,8 @@ use std::time::Duration;
 
 use reqwest::{Request, RequestBuilder, Response, StatusCode};
 
+#[cfg(feature = "metrics")]
+pub use self::metrics::describe_metrics;
 pub use builder::{PaceBuilder, ThrottledClientBuilder};
 pub use engine::Pacer;
 pub use events::Event;

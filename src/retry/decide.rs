@@ -58,6 +58,29 @@ pub enum GiveUp {
     BudgetExhausted,
 }
 
+impl GiveUp {
+    /// A short, stable name for the reason, without its fields: the
+    /// `reason` label of the `reqwest_pace_gave_up_total` metric (feature
+    /// `metrics`), and a key to count give-ups by.
+    ///
+    /// ```
+    /// use reqwest_pace::retry::GiveUp;
+    ///
+    /// assert_eq!(GiveUp::AttemptsExhausted.label(), "attempts_exhausted");
+    /// ```
+    pub fn label(&self) -> &'static str {
+        match self {
+            GiveUp::NotRetryable => "not_retryable",
+            GiveUp::ServerWaitTooLong { .. } => "server_wait_too_long",
+            GiveUp::NotIdempotent => "not_idempotent",
+            GiveUp::AttemptsExhausted => "attempts_exhausted",
+            GiveUp::BodyNotCloneable => "body_not_cloneable",
+            GiveUp::TimeLimit { .. } => "time_limit",
+            GiveUp::BudgetExhausted => "budget_exhausted",
+        }
+    }
+}
+
 /// What the decision knows of one attempt.
 #[derive(Clone, Copy, Debug)]
 pub struct Attempted<'a> {
@@ -321,6 +344,31 @@ mod tests {
         for (name, attempt, expected) in rows {
             assert_eq!(p.decide(&attempt, none), expected, "{name}");
         }
+    }
+
+    /// Every reason has its own label, and a reason's fields do not change
+    /// it (a metric's label set stays small).
+    #[test]
+    fn each_reason_has_its_own_label() {
+        let reasons = [
+            GiveUp::NotRetryable,
+            GiveUp::ServerWaitTooLong { wait: S, cap: S },
+            GiveUp::NotIdempotent,
+            GiveUp::AttemptsExhausted,
+            GiveUp::BodyNotCloneable,
+            GiveUp::TimeLimit {
+                wait: None,
+                limit: S,
+            },
+            GiveUp::BudgetExhausted,
+        ];
+        let labels: std::collections::HashSet<_> = reasons.iter().map(GiveUp::label).collect();
+        assert_eq!(labels.len(), reasons.len());
+        let longer = GiveUp::ServerWaitTooLong {
+            wait: 9 * S,
+            cap: 2 * S,
+        };
+        assert_eq!(longer.label(), "server_wait_too_long");
     }
 
     /// The release jitter lengthens a server's wait by the draw's share and
