@@ -128,7 +128,8 @@ mod scripts;
 mod shared;
 
 pub use backend::{
-    FaultPolicy, RedisBackend, DEFAULT_COOLDOWN, DEFAULT_IDLE_TTL, DEFAULT_PREFIX, DEFAULT_TIMEOUT,
+    FaultPolicy, RedisBackend, RedisClusterBackend, RedisConnection, DEFAULT_COOLDOWN,
+    DEFAULT_IDLE_TTL, DEFAULT_PREFIX, DEFAULT_TIMEOUT,
 };
 pub use bucket::{RedisTokenBucket, MAX_REFILL_NANOS};
 pub use log::{RedisSlidingLog, MAX_LOG_LIMIT};
