@@ -39,7 +39,7 @@ pub const DEFAULT_COOLDOWN: Duration = Duration::from_millis(500);
 /// Whatever the policy, a failed call never takes longer than the
 /// [timeout](RedisBackend::with_timeout), nothing panics, and the limiter
 /// goes back to Redis by itself once Redis answers again (the connection
-/// manager reconnects in the background; after a failure the limiter waits
+/// reconnects in the background; after a failure the limiter waits
 /// the [cooldown](RedisBackend::with_cooldown) before trying Redis again,
 /// so an outage does not cost every decision a full timeout).
 ///
