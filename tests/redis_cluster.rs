@@ -21,7 +21,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{ErrorKind, ServerErrorKind};
 use redis_support::free_port;
 use reqwest_pace::redis::{FaultPolicy, RedisBackend, RedisClusterBackend, RedisTokenBucket};
-use reqwest_pace::{Error, Rate};
+use reqwest_pace::{Adjustment, Error, Rate};
 use tokio::time::Instant;
 
 const MS: Duration = Duration::from_millis(1);
@@ -378,11 +378,15 @@ fn name_on(cluster: &Cluster, node: usize, stem: &str) -> String {
         .unwrap()
 }
 
+/// A backend on the cluster, as another process would have: its own
+/// connection, a timeout with room for a loaded machine, the scripts
+/// loaded on every node.
 async fn cluster_backend(cluster: &Cluster) -> RedisClusterBackend {
-    RedisBackend::connect_cluster(cluster.urls())
-        .await
+    let backend = RedisBackend::open_cluster(cluster.urls())
         .unwrap()
-        .with_timeout(Duration::from_secs(1))
+        .with_timeout(Duration::from_secs(1));
+    backend.load_scripts().await.unwrap();
+    backend
 }
 
 /// `tasks` tasks try `bucket` until `run` is over, each sleeping the wait
@@ -490,6 +494,27 @@ async fn cluster_buckets_on_every_master_never_over_admit() {
         granted <= 10 * windows,
         "granted {granted} in {windows} windows"
     );
+
+    // Waiting: each acquire books its turn on the key's master and sleeps
+    // once, so six of them at one per 50 ms (burst 1) take 250 ms at
+    // least, whatever the load.
+    let steady = a
+        .token_bucket("steady", Rate::new(1, 50 * MS).unwrap(), 1)
+        .unwrap();
+    let start = Instant::now();
+    for _ in 0..6 {
+        steady.acquire(1).await.unwrap();
+    }
+    assert!(start.elapsed() >= 245 * MS, "{:?}", start.elapsed());
+
+    // A Retry-After seen through one backend holds back the other.
+    let seen = a.token_bucket(&names[0], rate, capacity).unwrap();
+    let other = b.token_bucket(&names[0], rate, capacity).unwrap();
+    seen.adjust(Adjustment::BlockUntil(Instant::now() + 2_000 * MS))
+        .await
+        .unwrap();
+    let wait = throttled_wait(other.try_acquire(1).await);
+    assert!(wait > 1_000 * MS && wait <= 2_000 * MS, "{wait:?}");
 }
 
 fn throttled_wait(result: Result<(), Error>) -> Duration {
@@ -586,10 +611,7 @@ async fn cluster_reshard_moves_a_bucket_with_its_state_through_ask_and_moved() {
 
     // Adjustments reach the moved key too: a learned capacity of 1 makes
     // a weight of 2 too heavy for every process.
-    bucket
-        .adjust(reqwest_pace::Adjustment::SetCapacity(1))
-        .await
-        .unwrap();
+    bucket.adjust(Adjustment::SetCapacity(1)).await.unwrap();
     assert!(matches!(
         bucket.try_acquire(2).await,
         Err(Error::WeightExceedsCapacity { capacity: 1, .. })
@@ -700,9 +722,7 @@ async fn cluster_master_down_follows_each_fault_policy_for_its_keys_only() {
         within(call);
         let call = Instant::now();
         assert!(is_backend(
-            &strict
-                .adjust(reqwest_pace::Adjustment::SetRemaining(1))
-                .await
+            &strict.adjust(Adjustment::SetRemaining(1)).await
         ));
         within(call);
         let call = Instant::now();
