@@ -1,11 +1,14 @@
 //! The connection, its settings and the fault policy.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{IntoConnectionInfo, Script};
+use redis::cluster::{ClusterClient, ClusterConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, ErrorKind, FromRedisValue, IntoConnectionInfo, Script, ServerErrorKind};
 use tokio::time::Instant;
 
 use super::bucket::RedisTokenBucket;
@@ -36,7 +39,7 @@ pub const DEFAULT_COOLDOWN: Duration = Duration::from_millis(500);
 /// Whatever the policy, a failed call never takes longer than the
 /// [timeout](RedisBackend::with_timeout), nothing panics, and the limiter
 /// goes back to Redis by itself once Redis answers again (the connection
-/// manager reconnects in the background; after a failure the limiter waits
+/// reconnects in the background; after a failure the limiter waits
 /// the [cooldown](RedisBackend::with_cooldown) before trying Redis again,
 /// so an outage does not cost every decision a full timeout).
 ///
@@ -84,12 +87,66 @@ pub enum FaultPolicy {
     },
 }
 
+/// A connection a [`RedisBackend`] can run on: the single-server
+/// [`ConnectionManager`] or the Redis Cluster [`ClusterConnection`].
+///
+/// Both multiplex calls over shared sockets, are cheap to clone and
+/// reconnect by themselves; the cluster connection also follows `MOVED`
+/// and `ASK` redirections and refreshes its slot map after a resharding or
+/// a failover. The trait is sealed: these two are the only kinds.
+pub trait RedisConnection: sealed::Sealed + Clone + Send + Sync + 'static {}
+
+impl RedisConnection for ConnectionManager {}
+impl RedisConnection for ClusterConnection {}
+
+mod sealed {
+    use redis::aio::ConnectionManager;
+    use redis::cluster_async::ClusterConnection;
+
+    /// The connection with its kind erased, so that the limiters need no
+    /// type parameter.
+    #[derive(Clone)]
+    pub enum Conn {
+        Single(ConnectionManager),
+        Cluster(ClusterConnection),
+    }
+
+    pub trait Sealed {
+        fn erase(&self) -> Conn;
+    }
+
+    impl Sealed for ConnectionManager {
+        fn erase(&self) -> Conn {
+            Conn::Single(self.clone())
+        }
+    }
+
+    impl Sealed for ClusterConnection {
+        fn erase(&self) -> Conn {
+            Conn::Cluster(self.clone())
+        }
+    }
+}
+
+use sealed::Conn;
+
+/// A backend on a Redis Cluster, as made by
+/// [`RedisBackend::connect_cluster`] and [`RedisBackend::open_cluster`].
+pub type RedisClusterBackend = RedisBackend<ClusterConnection>;
+
 /// A Redis connection and the settings shared by the limiters made from it.
 ///
-/// Cloning is cheap: clones share the connection (a
-/// [`ConnectionManager`], which multiplexes calls and reconnects by itself)
-/// and the record of recent failures, so the cooldown applies to every
-/// limiter of the backend at once.
+/// The connection is a single server's [`ConnectionManager`] (the default,
+/// from [`connect`](Self::connect) or [`open`](Self::open)) or a Redis
+/// Cluster's [`ClusterConnection`] (from
+/// [`connect_cluster`](RedisBackend::connect_cluster) or
+/// [`open_cluster`](RedisBackend::open_cluster)); the limiters, the
+/// settings and the fault policy are the same on both.
+///
+/// Cloning is cheap: clones share the connection (which multiplexes calls
+/// and reconnects by itself) and the record of recent failures, so the
+/// cooldown applies to every limiter of the backend at once (on a
+/// cluster, to every limiter whose keys hash to the failed slot).
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -109,29 +166,43 @@ pub enum FaultPolicy {
 /// # }
 /// ```
 #[derive(Clone)]
-pub struct RedisBackend {
-    conn: ConnectionManager,
+pub struct RedisBackend<C = ConnectionManager> {
+    conn: C,
+    settings: Settings,
+}
+
+/// Everything of a backend but the typed connection.
+#[derive(Clone)]
+struct Settings {
     prefix: Arc<str>,
     timeout: Duration,
     policy: FaultPolicy,
     idle_ttl: Duration,
     cooldown: Duration,
     health: Arc<Health>,
+    cluster: bool,
 }
 
-/// When the last failure was, shared by clones.
+/// When the last failure was, per scope (the whole server, or one cluster
+/// slot), shared by clones.
 #[derive(Default)]
 struct Health {
-    down_until: Mutex<Option<Instant>>,
+    down_until: Mutex<HashMap<u16, Instant>>,
 }
 
 impl Health {
-    fn down_until(&self) -> Option<Instant> {
-        *crate::sync::lock(&self.down_until)
+    fn down_until(&self, scope: u16) -> Option<Instant> {
+        crate::sync::lock(&self.down_until).get(&scope).copied()
     }
 
-    fn set(&self, until: Option<Instant>) {
-        *crate::sync::lock(&self.down_until) = until;
+    fn fail(&self, scope: u16, until: Instant) {
+        crate::sync::lock(&self.down_until).insert(scope, until);
+    }
+
+    /// Forget a failure in `scope`; whether there was one.
+    fn heal(&self, scope: u16) -> bool {
+        let mut map = crate::sync::lock(&self.down_until);
+        !map.is_empty() && map.remove(&scope).is_some()
     }
 }
 
@@ -142,7 +213,39 @@ fn backend_error(message: impl Into<String>, source: redis::RedisError) -> Error
     }
 }
 
-impl RedisBackend {
+fn no_runtime() -> Result<(), Error> {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return Err(Error::config(
+            "a Redis backend must be created inside a Tokio runtime",
+        ));
+    }
+    Ok(())
+}
+
+/// The Redis Cluster hash slot of `key`: CRC16 (XMODEM) of its hash tag
+/// (the part between the first `{` and the next `}`, when not empty) or
+/// of the whole key, modulo 16384.
+pub(crate) fn key_slot(key: &[u8]) -> u16 {
+    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
+        let rest = &key[open + 1..];
+        let close = rest.iter().position(|&b| b == b'}')?;
+        (close > 0).then(|| &rest[..close])
+    });
+    let mut crc: u16 = 0;
+    for &byte in tagged.unwrap_or(key) {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}
+
+impl RedisBackend<ConnectionManager> {
     /// Connect to `url` (`redis://host:port/db`, `rediss://`, `unix://`)
     /// and load the scripts, failing with [`Error::Backend`] if Redis does
     /// not answer within the default timeout, or [`Error::InvalidConfig`]
@@ -163,11 +266,7 @@ impl RedisBackend {
     /// Must be called inside a Tokio runtime (the connection manager spawns
     /// a task); outside one this is an [`Error::InvalidConfig`].
     pub fn open(url: impl IntoConnectionInfo) -> Result<RedisBackend, Error> {
-        if tokio::runtime::Handle::try_current().is_err() {
-            return Err(Error::config(
-                "a Redis backend must be created inside a Tokio runtime",
-            ));
-        }
+        no_runtime()?;
         let client = redis::Client::open(url)
             .map_err(|e| Error::config(format!("bad Redis connection info: {e}")))?;
         // Reconnect promptly once Redis is back: the connection manager
@@ -180,41 +279,109 @@ impl RedisBackend {
             .map_err(|e| Error::config(format!("cannot set up the Redis connection: {e}")))?;
         Ok(RedisBackend::new(conn))
     }
+}
 
-    /// Use an existing connection manager (with your own TLS, credentials
-    /// or reconnection settings).
-    pub fn new(conn: ConnectionManager) -> RedisBackend {
+impl RedisBackend<ClusterConnection> {
+    /// Connect to a Redis Cluster through any of its `nodes` (each a
+    /// `redis://host:port/`; the others are found from the cluster's slot
+    /// map) and load the scripts on every node, failing with
+    /// [`Error::Backend`] if the cluster does not answer within the default
+    /// timeout, or [`Error::InvalidConfig`] on malformed node addresses.
+    ///
+    /// Must be called inside a Tokio runtime.
+    ///
+    /// ```no_run
+    /// use reqwest_pace::redis::RedisBackend;
+    /// use reqwest_pace::Rate;
+    ///
+    /// # async fn run() -> Result<(), reqwest_pace::Error> {
+    /// let backend = RedisBackend::connect_cluster([
+    ///     "redis://10.0.0.1:6379/",
+    ///     "redis://10.0.0.2:6379/",
+    /// ])
+    /// .await?;
+    /// // The bucket's key is `pace:{api.example.com}:bucket`, in one slot.
+    /// let bucket = backend.token_bucket("api.example.com", Rate::per_second(20)?, 5)?;
+    /// bucket.acquire(1).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn connect_cluster<T: IntoConnectionInfo>(
+        nodes: impl IntoIterator<Item = T>,
+    ) -> Result<RedisClusterBackend, Error> {
+        let backend = RedisBackend::open_cluster(nodes)?;
+        backend.load_scripts().await?;
+        Ok(backend)
+    }
+
+    /// Like [`connect_cluster`](Self::connect_cluster) but without waiting
+    /// for the network: the cluster's slot map is fetched in the
+    /// background and the scripts are loaded on demand, so a process can
+    /// start while the cluster is down.
+    ///
+    /// Must be called inside a Tokio runtime (the cluster connection spawns
+    /// a task); outside one this is an [`Error::InvalidConfig`].
+    pub fn open_cluster<T: IntoConnectionInfo>(
+        nodes: impl IntoIterator<Item = T>,
+    ) -> Result<RedisClusterBackend, Error> {
+        no_runtime()?;
+        // Few, short retries inside the cluster client: a MOVED or a
+        // failover is followed at once, and a call that cannot succeed
+        // within the backend's own timeout is better decided by the fault
+        // policy than retried behind it.
+        let client = ClusterClient::builder(nodes)
+            .retries(3)
+            .min_retry_wait(10)
+            .max_retry_wait(100)
+            .build()
+            .map_err(|e| Error::config(format!("bad Redis Cluster node list: {e}")))?;
+        let config = ClusterConfig::new().set_connection_timeout(Duration::from_secs(1));
+        Ok(RedisBackend::new(
+            client.get_pending_async_connection_with_config(config),
+        ))
+    }
+}
+
+impl<C: RedisConnection> RedisBackend<C> {
+    /// Use an existing connection: a [`ConnectionManager`] or a
+    /// [`ClusterConnection`] with your own TLS, credentials or
+    /// reconnection settings.
+    pub fn new(conn: C) -> RedisBackend<C> {
+        let cluster = matches!(conn.erase(), Conn::Cluster(_));
         RedisBackend {
             conn,
-            prefix: Arc::from(DEFAULT_PREFIX),
-            timeout: DEFAULT_TIMEOUT,
-            policy: FaultPolicy::default(),
-            idle_ttl: DEFAULT_IDLE_TTL,
-            cooldown: DEFAULT_COOLDOWN,
-            health: Arc::default(),
+            settings: Settings {
+                prefix: Arc::from(DEFAULT_PREFIX),
+                timeout: DEFAULT_TIMEOUT,
+                policy: FaultPolicy::default(),
+                idle_ttl: DEFAULT_IDLE_TTL,
+                cooldown: DEFAULT_COOLDOWN,
+                health: Arc::default(),
+                cluster,
+            },
         }
     }
 
     /// Prefix every key with `prefix` (default `"pace:"`). It must not
     /// contain `{` or `}`, which would change the keys' hash tags; limiters
     /// made from a backend with such a prefix refuse to build.
-    pub fn with_prefix(mut self, prefix: impl Into<String>) -> RedisBackend {
-        self.prefix = Arc::from(prefix.into());
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> RedisBackend<C> {
+        self.settings.prefix = Arc::from(prefix.into());
         self
     }
 
     /// Give up on a Redis call after `timeout` (default 200 ms) and decide
     /// by the fault policy. A zero timeout is refused when a limiter is
     /// built.
-    pub fn with_timeout(mut self, timeout: Duration) -> RedisBackend {
-        self.timeout = timeout;
+    pub fn with_timeout(mut self, timeout: Duration) -> RedisBackend<C> {
+        self.settings.timeout = timeout;
         self
     }
 
     /// What to decide when Redis cannot answer (default
     /// [`FaultPolicy::FailClosed`]).
-    pub fn with_fault_policy(mut self, policy: FaultPolicy) -> RedisBackend {
-        self.policy = policy;
+    pub fn with_fault_policy(mut self, policy: FaultPolicy) -> RedisBackend<C> {
+        self.settings.policy = policy;
         self
     }
 
@@ -222,35 +389,42 @@ impl RedisBackend {
     /// (default 60 s). The expiry is set with `PEXPIRE` on every write, so
     /// keys of clients that went away never pile up; a limit learned from a
     /// server (a new rate, a lower capacity) lasts as long as the key.
-    pub fn with_idle_ttl(mut self, idle_ttl: Duration) -> RedisBackend {
-        self.idle_ttl = idle_ttl;
+    pub fn with_idle_ttl(mut self, idle_ttl: Duration) -> RedisBackend<C> {
+        self.settings.idle_ttl = idle_ttl;
         self
     }
 
     /// After a failed call, skip Redis for `cooldown` (default 500 ms) and
     /// decide by the fault policy at once. Zero tries Redis on every call.
-    pub fn with_cooldown(mut self, cooldown: Duration) -> RedisBackend {
-        self.cooldown = cooldown;
+    /// On a cluster the cooldown is kept per hash slot, so a master that is
+    /// down does not hold back the keys of the others.
+    pub fn with_cooldown(mut self, cooldown: Duration) -> RedisBackend<C> {
+        self.settings.cooldown = cooldown;
         self
     }
 
     /// The key prefix.
     pub fn prefix(&self) -> &str {
-        &self.prefix
+        &self.settings.prefix
     }
 
     /// The per-call timeout.
     pub fn timeout(&self) -> Duration {
-        self.timeout
+        self.settings.timeout
     }
 
     /// The fault policy.
     pub fn fault_policy(&self) -> FaultPolicy {
-        self.policy
+        self.settings.policy
+    }
+
+    /// Whether the connection is to a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        self.settings.cluster
     }
 
     /// The connection, for commands of your own.
-    pub fn connection(&self) -> &ConnectionManager {
+    pub fn connection(&self) -> &C {
         &self.conn
     }
 
@@ -267,7 +441,7 @@ impl RedisBackend {
         rate: Rate,
         capacity: u64,
     ) -> Result<RedisTokenBucket, Error> {
-        RedisTokenBucket::new(self.clone(), key.as_ref(), rate, capacity)
+        RedisTokenBucket::new(self.link(), key.as_ref(), rate, capacity)
     }
 
     /// A sliding window log shared by every process using the same Redis,
@@ -278,30 +452,41 @@ impl RedisBackend {
     /// fault policy with zero processes, or a limit above
     /// [`MAX_LOG_LIMIT`](super::MAX_LOG_LIMIT).
     pub fn sliding_log(&self, key: impl AsRef<str>, limit: Rate) -> Result<RedisSlidingLog, Error> {
-        RedisSlidingLog::new(self.clone(), key.as_ref(), limit)
+        RedisSlidingLog::new(self.link(), key.as_ref(), limit)
     }
 
-    /// Load every script with `SCRIPT LOAD`, so that the first decisions
-    /// are a single `EVALSHA` each. Not needed for correctness: a missing
-    /// script is loaded on demand.
+    /// Load every script with `SCRIPT LOAD` (on a cluster, on every node),
+    /// so that the first decisions are a single `EVALSHA` each. Not needed
+    /// for correctness: a missing script is sent again on demand.
     pub async fn load_scripts(&self) -> Result<(), Error> {
-        let mut conn = self.conn.clone();
-        let load = async {
-            for script in scripts::all() {
-                script.load_async(&mut conn).await?;
-            }
-            Ok::<(), redis::RedisError>(())
-        };
-        match tokio::time::timeout(self.timeout, load).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(backend_error("loading the limiter scripts failed", e)),
-            Err(_) => Err(self.timed_out()),
+        self.link().load_scripts().await
+    }
+
+    /// What a limiter keeps of its backend.
+    fn link(&self) -> Link {
+        Link {
+            conn: self.conn.erase(),
+            settings: self.settings.clone(),
         }
+    }
+}
+
+/// A backend with its connection's type erased: what a limiter keeps, and
+/// where every call to Redis is made.
+#[derive(Clone)]
+pub(crate) struct Link {
+    conn: Conn,
+    settings: Settings,
+}
+
+impl Link {
+    pub(crate) fn fault_policy(&self) -> FaultPolicy {
+        self.settings.policy
     }
 
     fn timed_out(&self) -> Error {
         Error::Backend {
-            message: format!("Redis did not answer within {:?}", self.timeout),
+            message: format!("Redis did not answer within {:?}", self.settings.timeout),
             source: None,
         }
     }
@@ -309,24 +494,25 @@ impl RedisBackend {
     /// The key for `key` and `suffix`: `prefix{key}:suffix`. The braces are
     /// a hash tag, so every key of one limiter lands in one cluster slot.
     pub(crate) fn key(&self, key: &str, suffix: &str) -> String {
-        format!("{}{{{key}}}:{suffix}", self.prefix)
+        format!("{}{{{key}}}:{suffix}", self.settings.prefix)
     }
 
     /// Check what a limiter needs of its key and of the backend's settings.
     pub(crate) fn validate(&self, key: &str) -> Result<(), Error> {
+        let settings = &self.settings;
         if key.is_empty() {
             return Err(Error::config("a Redis limiter needs a non-empty key"));
         }
-        if self.prefix.contains(['{', '}']) {
+        if settings.prefix.contains(['{', '}']) {
             return Err(Error::config(format!(
                 "the key prefix {:?} must not contain '{{' or '}}' (hash tags)",
-                self.prefix
+                settings.prefix
             )));
         }
-        if self.timeout.is_zero() {
+        if settings.timeout.is_zero() {
             return Err(Error::config("a Redis limiter needs a timeout above zero"));
         }
-        if let FaultPolicy::LocalFallback { processes: 0 } = self.policy {
+        if let FaultPolicy::LocalFallback { processes: 0 } = settings.policy {
             return Err(Error::config(
                 "a local fallback needs a process count above zero",
             ));
@@ -337,19 +523,88 @@ impl RedisBackend {
     pub(crate) fn idle_ttl_ms(&self) -> u64 {
         // Ten years is forever for a limiter, and keeps `PEXPIRE` in range.
         const MAX_MS: u128 = 10 * 365 * 24 * 3600 * 1000;
-        u64::try_from(self.idle_ttl.as_millis().min(MAX_MS)).unwrap_or(0)
+        u64::try_from(self.settings.idle_ttl.as_millis().min(MAX_MS)).unwrap_or(0)
+    }
+
+    /// Where a failure on `key` counts for the cooldown: the whole server,
+    /// or on a cluster the key's slot (all of a limiter's keys share it).
+    fn scope(&self, key: &str) -> u16 {
+        if self.settings.cluster {
+            key_slot(key.as_bytes())
+        } else {
+            0
+        }
+    }
+
+    /// Send one command, routed by its keys on a cluster.
+    async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> redis::RedisResult<T> {
+        match &self.conn {
+            Conn::Single(conn) => cmd.query_async(&mut conn.clone()).await,
+            Conn::Cluster(conn) => cmd.query_async(&mut conn.clone()).await,
+        }
+    }
+
+    async fn load_scripts(&self) -> Result<(), Error> {
+        let load = async {
+            for script in scripts::all() {
+                match &self.conn {
+                    Conn::Single(conn) => script.load_async(&mut conn.clone()).await?,
+                    Conn::Cluster(conn) => script.load_async(&mut conn.clone()).await?,
+                };
+            }
+            Ok::<(), redis::RedisError>(())
+        };
+        match tokio::time::timeout(self.settings.timeout, load).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(backend_error("loading the limiter scripts failed", e)),
+            Err(_) => Err(self.timed_out()),
+        }
+    }
+
+    /// `EVALSHA`, and on `NOSCRIPT` the same call as `EVAL` with the
+    /// script's source. `EVAL` goes to the node that owns the keys (where
+    /// a `SCRIPT LOAD`, sent to every node, would fail if any node were
+    /// down) and leaves the script cached there for the next `EVALSHA`.
+    async fn evalsha_or_eval(
+        &self,
+        script: &Script,
+        source: &str,
+        keys: &[String],
+        args: &[&[u8]],
+    ) -> redis::RedisResult<Vec<i64>> {
+        let call = |command: &str, body: &str| {
+            let mut cmd = redis::cmd(command);
+            cmd.arg(body).arg(keys.len());
+            for key in keys {
+                cmd.arg(key.as_str());
+            }
+            for arg in args {
+                cmd.arg(*arg);
+            }
+            cmd
+        };
+        match self.query(&call("EVALSHA", script.get_hash())).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                self.query(&call("EVAL", source)).await
+            }
+            other => other,
+        }
     }
 
     /// Run one script call within the timeout. Any failure (timeout, lost
     /// connection, error reply) starts the cooldown and comes back as
-    /// [`Error::Backend`]; during the cooldown Redis is not tried at all.
+    /// [`Error::Backend`]; during the cooldown Redis is not tried at all
+    /// (on a cluster, for keys of the failed slot).
     pub(crate) async fn eval(
         &self,
         script: &Script,
+        source: &str,
         keys: &[String],
         args: &[&[u8]],
     ) -> Result<Vec<i64>, Error> {
-        if let Some(until) = self.health.down_until() {
+        let health = &self.settings.health;
+        let scope = keys.first().map_or(0, |key| self.scope(key));
+        if let Some(until) = health.down_until(scope) {
             if Instant::now() < until {
                 return Err(Error::Backend {
                     message: "Redis failed moments ago; not tried during the cooldown".into(),
@@ -357,30 +612,21 @@ impl RedisBackend {
                 });
             }
         }
-        let mut invocation = script.prepare_invoke();
-        for key in keys {
-            invocation.key(key.as_str());
-        }
-        for arg in args {
-            invocation.arg(*arg);
-        }
-        let mut conn = self.conn.clone();
-        let outcome = tokio::time::timeout(self.timeout, invocation.invoke_async(&mut conn)).await;
-        let result = match outcome {
+        let call = self.evalsha_or_eval(script, source, keys, args);
+        let result = match tokio::time::timeout(self.settings.timeout, call).await {
             Ok(Ok(reply)) => Ok(reply),
             Ok(Err(e)) => Err(backend_error("the limiter script failed", e)),
             Err(_) => Err(self.timed_out()),
         };
         match &result {
             Ok(_) => {
-                if self.health.down_until().is_some() {
-                    self.health.set(None);
-                    tracing::info!("Redis limiter backend answers again");
+                if health.heal(scope) {
+                    tracing::info!(scope, "Redis limiter backend answers again");
                 }
             }
             Err(e) => {
-                tracing::warn!(error = %e, policy = ?self.policy, "Redis limiter call failed");
-                self.health.set(Some(Instant::now() + self.cooldown));
+                tracing::warn!(error = %e, policy = ?self.settings.policy, scope, "Redis limiter call failed");
+                health.fail(scope, Instant::now() + self.settings.cooldown);
             }
         }
         result
@@ -389,25 +635,42 @@ impl RedisBackend {
     /// `HGET key field` as an integer, within the timeout; `None` for a
     /// missing field or any failure (callers use it only as a hint).
     pub(crate) async fn hget_i64(&self, key: &str, field: &str) -> Option<i64> {
-        let mut conn = self.conn.clone();
         let mut cmd = redis::cmd("HGET");
         cmd.arg(key).arg(field);
-        let call = cmd.query_async::<Option<i64>>(&mut conn);
-        match tokio::time::timeout(self.timeout, call).await {
+        match tokio::time::timeout(self.settings.timeout, self.query::<Option<i64>>(&cmd)).await {
             Ok(Ok(value)) => value,
             _ => None,
         }
     }
 }
 
-impl fmt::Debug for RedisBackend {
+impl<C> fmt::Debug for RedisBackend<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = &self.settings;
         f.debug_struct("RedisBackend")
-            .field("prefix", &self.prefix)
-            .field("timeout", &self.timeout)
-            .field("policy", &self.policy)
-            .field("idle_ttl", &self.idle_ttl)
-            .field("cooldown", &self.cooldown)
+            .field("cluster", &s.cluster)
+            .field("prefix", &s.prefix)
+            .field("timeout", &s.timeout)
+            .field("policy", &s.policy)
+            .field("idle_ttl", &s.idle_ttl)
+            .field("cooldown", &s.cooldown)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_follow_the_cluster_spec() {
+        // Examples from the Redis Cluster specification and CLUSTER KEYSLOT.
+        assert_eq!(key_slot(b"123456789"), 0x31C3);
+        assert_eq!(key_slot(b"foo"), 12182);
+        assert_eq!(key_slot(b"bar"), 5061);
+        // Only the hash tag counts; an empty tag counts the whole key.
+        assert_eq!(key_slot(b"pace:{foo}:bucket"), key_slot(b"foo"));
+        assert_eq!(key_slot(b"x{foo}{bar}"), key_slot(b"foo"));
+        assert_ne!(key_slot(b"a{}b"), key_slot(b""));
     }
 }

@@ -5,11 +5,15 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
-use super::backend::RedisBackend;
+use super::backend::Link;
 use super::scripts;
 use super::shared::{nanos_until, Core, Fallback, Op};
 use crate::limiter::{Adjustment, Limiter, Rate};
 use crate::Error;
+
+/// The script's source, for `EVAL` where Redis lacks it (the same file
+/// as [`scripts::TOKEN_BUCKET`]).
+const SOURCE: &str = include_str!("lua/token_bucket.lua");
 
 /// The longest refill (capacity × time per token) the script keeps exact:
 /// 2^52 ns, about 52 days, leaving a factor of two of headroom under the
@@ -64,7 +68,7 @@ pub struct RedisTokenBucket {
 
 impl RedisTokenBucket {
     pub(crate) fn new(
-        backend: RedisBackend,
+        backend: Link,
         key: &str,
         rate: Rate,
         capacity: u64,
@@ -86,6 +90,7 @@ impl RedisTokenBucket {
             core: Arc::new(Core {
                 backend,
                 script: &scripts::TOKEN_BUCKET,
+                source: SOURCE,
                 keys,
                 epoch_key: 0,
                 defaults: [rate.interval_nanos(), capacity],
@@ -184,5 +189,18 @@ impl fmt::Debug for RedisTokenBucket {
             .field("rate", &self.rate)
             .field("capacity", &self.capacity)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eval_sends_the_script_evalsha_names() {
+        assert_eq!(
+            redis::Script::new(SOURCE).get_hash(),
+            scripts::TOKEN_BUCKET.get_hash()
+        );
     }
 }

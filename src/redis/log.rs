@@ -5,11 +5,15 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
-use super::backend::RedisBackend;
+use super::backend::Link;
 use super::scripts;
 use super::shared::{nanos_until, Core, Fallback, Op};
 use crate::limiter::{Adjustment, Limiter, Rate};
 use crate::Error;
+
+/// The script's source, for `EVAL` where Redis lacks it (the same file
+/// as [`scripts::SLIDING_LOG`]).
+const SOURCE: &str = include_str!("lua/sliding_log.lua");
 
 /// The largest count per window a sliding log accepts: the log keeps one
 /// sorted-set member per token, and a Retry-After block writes up to this
@@ -73,11 +77,7 @@ pub struct RedisSlidingLog {
 }
 
 impl RedisSlidingLog {
-    pub(crate) fn new(
-        backend: RedisBackend,
-        key: &str,
-        limit: Rate,
-    ) -> Result<RedisSlidingLog, Error> {
+    pub(crate) fn new(backend: Link, key: &str, limit: Rate) -> Result<RedisSlidingLog, Error> {
         backend.validate(key)?;
         check_limit(limit.count())?;
         let fallback = Fallback::new(backend.fault_policy(), limit, limit.count())?;
@@ -86,6 +86,7 @@ impl RedisSlidingLog {
             core: Arc::new(Core {
                 backend,
                 script: &scripts::SLIDING_LOG,
+                source: SOURCE,
                 keys,
                 epoch_key: 1,
                 defaults: [limit.count(), window_micros(limit)],
@@ -188,5 +189,13 @@ mod tests {
         assert_eq!(window_micros(Rate::per_minute(1).unwrap()), 60_000_000);
         let odd = Rate::new(1, Duration::from_nanos(1_500)).unwrap();
         assert_eq!(window_micros(odd), 2);
+    }
+
+    #[test]
+    fn eval_sends_the_script_evalsha_names() {
+        assert_eq!(
+            redis::Script::new(SOURCE).get_hash(),
+            scripts::SLIDING_LOG.get_hash()
+        );
     }
 }

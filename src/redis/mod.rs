@@ -12,10 +12,14 @@
 //! - [`RedisSlidingLog`]: an exact quota per sliding window, one sorted-set
 //!   member per token.
 //!
-//! Both are made from a [`RedisBackend`], which holds the connection (the
-//! `redis` crate's tokio [`ConnectionManager`](redis::aio::ConnectionManager),
-//! which multiplexes calls and reconnects by itself), the key prefix, the
-//! per-call timeout and the [`FaultPolicy`].
+//! Both are made from a [`RedisBackend`], which holds the connection, the
+//! key prefix, the per-call timeout and the [`FaultPolicy`]. The connection
+//! is the `redis` crate's tokio
+//! [`ConnectionManager`](redis::aio::ConnectionManager) for a single server
+//! ([`RedisBackend::connect`]) or its
+//! [`ClusterConnection`](redis::cluster_async::ClusterConnection) for a
+//! Redis Cluster ([`RedisBackend::connect_cluster`]); both multiplex calls
+//! and reconnect by themselves, and the limiters behave the same on either.
 //!
 //! ```no_run
 //! use reqwest_pace::redis::{FaultPolicy, RedisBackend};
@@ -39,9 +43,13 @@
 //! one Lua script run with `EVALSHA`: read, decide and write happen inside
 //! Redis with nothing in between, so concurrent processes cannot both take
 //! the last token (a GET followed by a SET could). The scripts are loaded
-//! with `SCRIPT LOAD` by [`RedisBackend::connect`]; after a restart, a
-//! failover or a `SCRIPT FLUSH` Redis answers `NOSCRIPT`, and the call loads
-//! the script again and repeats the `EVALSHA`, within the same timeout.
+//! with `SCRIPT LOAD` by [`RedisBackend::connect`] (on a cluster, on every
+//! node); after a restart, a failover, a resharding or a `SCRIPT FLUSH`
+//! the node answers `NOSCRIPT`, and the call is sent again as `EVAL` with
+//! the script's source, within the same timeout. `EVAL` goes where the
+//! keys are, and leaves the script cached there: on a cluster a
+//! `SCRIPT LOAD`, which goes to every node, would fail while any node is
+//! down.
 //!
 //! **Time comes from Redis.** The scripts read the clock with `TIME`, so
 //! every process measures the bucket on the one clock that owns it, and
@@ -86,8 +94,33 @@
 //! **Keys.** A limiter named `key` uses `prefix{key}:bucket`, or
 //! `prefix{key}:log` and `prefix{key}:log:meta`. The braces are a hash tag:
 //! every key of a limiter maps to one Redis Cluster slot, and every key a
-//! script touches is passed in `KEYS`, so the scripts run on a cluster as
-//! they do on a single server.
+//! script touches is passed in `KEYS`, so each decision runs on the one
+//! master that owns the slot, as it would on a single server. Limiters of
+//! different names spread over the slots, and so over the masters.
+//!
+//! **Cluster.** The cluster connection follows `MOVED` and `ASK`: a slot
+//! moved to another master (keys and all, by a resharding) keeps its
+//! limiters' state, and a failover to a replica keeps what was replicated.
+//! A master that restarts without persistence starts its keys from fresh,
+//! as a single server would.
+//!
+//! ```no_run
+//! use reqwest_pace::redis::{FaultPolicy, RedisBackend};
+//! use reqwest_pace::Rate;
+//!
+//! # async fn run() -> Result<(), reqwest_pace::Error> {
+//! let backend = RedisBackend::connect_cluster([
+//!     "redis://10.0.0.1:6379/",
+//!     "redis://10.0.0.2:6379/",
+//!     "redis://10.0.0.3:6379/",
+//! ])
+//! .await?
+//! .with_fault_policy(FaultPolicy::LocalFallback { processes: 4 });
+//! let bucket = backend.token_bucket("api.example.com", Rate::per_second(20)?, 5)?;
+//! bucket.acquire(1).await?;
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! **Expiry.** Every write sets `PEXPIRE` (milliseconds, never 0) to the
 //! time until the limiter is back to its fresh state (full, unblocked,
@@ -112,7 +145,10 @@
 //! After a failure the backend does not try Redis for a short cooldown
 //! (500 ms by default) and decides by the policy at once, so an outage
 //! costs at most one timeout per cooldown rather than one per decision.
-//! Meanwhile the connection manager reconnects in the background, and the
+//! On a cluster the cooldown is kept per hash slot: while one master is
+//! down, the keys in its slots are decided by the policy and the keys of
+//! the other masters go on deciding in Redis.
+//! Meanwhile the connection reconnects in the background, and the
 //! first call after the cooldown that gets an answer brings the limiter
 //! back to Redis; no restart of the process is needed. State held only in
 //! a Redis that restarted without persistence is gone: the limiters start
@@ -128,7 +164,8 @@ mod scripts;
 mod shared;
 
 pub use backend::{
-    FaultPolicy, RedisBackend, DEFAULT_COOLDOWN, DEFAULT_IDLE_TTL, DEFAULT_PREFIX, DEFAULT_TIMEOUT,
+    FaultPolicy, RedisBackend, RedisClusterBackend, RedisConnection, DEFAULT_COOLDOWN,
+    DEFAULT_IDLE_TTL, DEFAULT_PREFIX, DEFAULT_TIMEOUT,
 };
 pub use bucket::{RedisTokenBucket, MAX_REFILL_NANOS};
 pub use log::{RedisSlidingLog, MAX_LOG_LIMIT};

@@ -7,15 +7,17 @@ use std::time::Duration;
 
 use redis::Script;
 
-use super::backend::{FaultPolicy, RedisBackend};
+use super::backend::{FaultPolicy, Link};
 use super::scripts::Reply;
 use crate::limiter::{Adjustment, Rate, TokenBucket};
 use crate::Error;
 
 /// One shared limiter: its script, its keys, and its local fallback.
 pub(crate) struct Core {
-    pub(crate) backend: RedisBackend,
+    pub(crate) backend: Link,
     pub(crate) script: &'static Script,
+    /// The script's source, sent with `EVAL` where Redis lacks the script.
+    pub(crate) source: &'static str,
     /// Every key the script touches, in KEYS order.
     pub(crate) keys: Vec<String>,
     /// Which of `keys` holds the block counter `e`.
@@ -130,7 +132,10 @@ impl Core {
             a.as_bytes(),
             b.as_bytes(),
         ];
-        let reply = self.backend.eval(self.script, &self.keys, &args).await?;
+        let reply = self
+            .backend
+            .eval(self.script, self.source, &self.keys, &args)
+            .await?;
         Reply::parse(&reply)
     }
 
