@@ -12,7 +12,12 @@
 //! The layout follows the data, one way: a request's keys pick its buckets
 //! ([`Scope`]), it waits for them ([`limiter`]), it is sent, the response
 //! is parsed ([`headers`]), the buckets are adjusted, and the retry policy
-//! decides ([`retry`]).
+//! decides ([`retry`], a pure [`RetryPolicy::decide`](retry::RetryPolicy::decide)).
+//! One engine, [`Pacer`], runs that loop over any way of sending an
+//! attempt: [`ThrottledClient`] is a `Pacer` with a `reqwest::Client`;
+//! `PaceMiddleware` (feature `middleware`) and `PaceLayer` (feature
+//! `tower`) are a `Pacer` around a `reqwest-middleware` chain or a tower
+//! service.
 //!
 //! ```
 //! use reqwest_pace::{Rate, ThrottledClient};
@@ -28,7 +33,7 @@
 //!     .build()?;
 //! let start = tokio::time::Instant::now();
 //! for _ in 0..3 {
-//!     client.send(client.get(&url)).await?;
+//!     client.get(&url).send().await?;
 //! }
 //! assert_eq!(start.elapsed(), std::time::Duration::from_millis(200));
 //! # Ok(())
