@@ -83,6 +83,7 @@ impl FastPath<Gcra> for BucketWord {
         }
     }
 
+    #[inline]
     fn try_decide(&self, now: Nanos, weight: u64) -> Option<Result<(), Nanos>> {
         let params = self.params?;
         if weight > params.capacity {
@@ -112,6 +113,7 @@ impl FastPath<Gcra> for BucketWord {
         None
     }
 
+    #[inline]
     fn take_back(&self, bucket: &mut Gcra) {
         if self.params.is_some() {
             let word = self.word.swap(DISARMED, Ordering::AcqRel);
@@ -121,6 +123,7 @@ impl FastPath<Gcra> for BucketWord {
         }
     }
 
+    #[inline]
     fn hand_over(&self, bucket: &Gcra, now: Nanos) -> bool {
         let Some(params) = self.params else {
             return false;
@@ -170,12 +173,14 @@ impl Template {
     }
 
     /// The template's capacity.
+    #[inline]
     pub(super) fn capacity(&self) -> u64 {
         self.capacity
     }
 
     /// Decide a compact entry at `now`, as its whole bucket would, for a
     /// weight of at least 1.
+    #[inline]
     pub(super) fn decide(&self, full_at: &mut Nanos, now: Nanos, weight: u64) -> Result<(), Error> {
         if weight > self.capacity {
             return Err(Error::WeightExceedsCapacity {

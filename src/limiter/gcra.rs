@@ -126,6 +126,7 @@ impl Algorithm for Gcra {
         self.capacity
     }
 
+    #[inline]
     fn try_admit(&mut self, now: Nanos, weight: u64) -> Result<(), Nanos> {
         let need = wide(weight) * self.t();
         if now < self.blocked_until || need > self.span() {
@@ -222,6 +223,7 @@ impl Gcra {
     /// The state at `now` as a bare `full_at`, when it is no more than
     /// that (no block in force) and fits a `u64`: what a keyed map keeps of
     /// a compact key, and a limiter's lock-free word holds.
+    #[inline]
     pub(super) fn plain_full_at(&self, now: Nanos) -> Option<Nanos> {
         if self.blocked_until > now {
             return None;
@@ -232,6 +234,7 @@ impl Gcra {
     /// Take back a `full_at` given out by
     /// [`plain_full_at`](Gcra::plain_full_at), after decisions made on it
     /// with [`admit`] moved it.
+    #[inline]
     pub(super) fn set_full_at(&mut self, full_at: Nanos) {
         self.full_at = wide(full_at);
     }
