@@ -14,7 +14,16 @@ pub type Nanos = u64;
 /// `weight` go at `now`, and if not, when?". Implementations must be exact:
 /// when [`try_admit`](Algorithm::try_admit) refuses with `ready_at`, a call at
 /// `ready_at` with no change in between must succeed.
+///
+/// Every call is decided under the limiter's lock unless the algorithm names
+/// a [`FastPath`] of its own: only the token bucket ([`Gcra`](super::Gcra))
+/// does, with the lock-free word of [`BucketWord`](super::BucketWord);
+/// others name [`LockOnly`].
 pub trait Algorithm: Send + 'static {
+    /// How a [`RateLimiter`](super::RateLimiter) of this algorithm decides
+    /// calls without its lock: [`LockOnly`] when it never does.
+    type FastPath: FastPath<Self>;
+
     /// The largest weight that can ever be admitted in one call.
     fn capacity(&self) -> u64;
 
@@ -55,32 +64,63 @@ pub trait Algorithm: Send + 'static {
 
     /// What is available at `now`, in whole tokens.
     fn available(&self, now: Nanos) -> u64;
+}
 
-    /// The state at `now` as a plain token bucket, when it is no more than
-    /// that (no block in force): what lets [`RateLimiter`](super::RateLimiter)
-    /// decide calls without its lock, and a keyed map keep a key compact.
-    /// `None`, the default, decides every call under the lock.
-    fn as_bucket(&self, now: Nanos) -> Option<BucketState> {
-        let _ = now;
+/// What a [`RateLimiter`](super::RateLimiter) keeps beside its lock to
+/// decide some calls of algorithm `A` without taking it.
+///
+/// The limiter calls it at three points, and the last two always under its
+/// lock: before taking the lock for a call ([`try_decide`]), as the lock is
+/// taken ([`take_back`], which must give the algorithm back every decision
+/// made without the lock, so that the lock sees the whole state), and as
+/// it is released with nobody queued ([`hand_over`]). Sealed: the crate's
+/// token bucket has the only fast path other than [`LockOnly`].
+///
+/// [`try_decide`]: FastPath::try_decide
+/// [`take_back`]: FastPath::take_back
+/// [`hand_over`]: FastPath::hand_over
+pub trait FastPath<A: ?Sized>: Send + Sync + Sized + sealed::Sealed {
+    /// The fast path of a limiter made with `algorithm`, at instant 0.
+    fn new(algorithm: &A) -> Self;
+
+    /// Decide `weight` (at least 1) at `now` without the lock: `Ok` when
+    /// admitted, `Err` with the instant it would be, `None` when the lock
+    /// must decide.
+    fn try_decide(&self, now: Nanos, weight: u64) -> Option<Result<(), Nanos>>;
+
+    /// Under the lock, as it is taken: stop deciding without it, and give
+    /// `algorithm` the state those decisions left.
+    fn take_back(&self, algorithm: &mut A);
+
+    /// Under the lock, as it is released with nobody queued: decide without
+    /// the lock from now on if `algorithm` at `now` allows it. Returns
+    /// whether it does.
+    fn hand_over(&self, algorithm: &A, now: Nanos) -> bool;
+}
+
+/// The fast path of an algorithm that has none: every call takes the lock.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LockOnly;
+
+impl<A: ?Sized> FastPath<A> for LockOnly {
+    fn new(_: &A) -> Self {
+        LockOnly
+    }
+
+    fn try_decide(&self, _: Nanos, _: u64) -> Option<Result<(), Nanos>> {
         None
     }
 
-    /// Take back the `full_at` of a state given out by
-    /// [`as_bucket`](Algorithm::as_bucket), after decisions made without the
-    /// lock moved it. Called only on algorithms that gave one out.
-    fn set_bucket_full_at(&mut self, full_at: Nanos) {
-        let _ = full_at;
+    fn take_back(&self, _: &mut A) {}
+
+    fn hand_over(&self, _: &A, _: Nanos) -> bool {
+        false
     }
 }
 
-/// A token bucket's whole state between adjustments: see
-/// [`Algorithm::as_bucket`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BucketState {
-    /// Nanoseconds per token.
-    pub interval: Nanos,
-    /// The most tokens held at once.
-    pub capacity: u64,
-    /// When the bucket is full again, in nanoseconds since the origin.
-    pub full_at: Nanos,
+pub(super) mod sealed {
+    /// Keeps [`FastPath`](super::FastPath) to this crate's implementations.
+    pub trait Sealed {}
+
+    impl Sealed for super::LockOnly {}
 }

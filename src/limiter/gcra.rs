@@ -7,7 +7,8 @@
 //! allowed when the result is at most `now + C·T`. One integer of state, no
 //! floating point, no drift: refusal times are exact to the nanosecond.
 
-use super::algorithm::{Algorithm, BucketState, Nanos};
+use super::algorithm::{Algorithm, Nanos};
+use super::bucket::BucketWord;
 use super::Rate;
 
 /// Token-bucket state: capacity (burst) and refill rate (sustained rate)
@@ -30,24 +31,49 @@ pub(super) fn narrow(n: u128) -> Nanos {
     u64::try_from(n).unwrap_or(u64::MAX)
 }
 
-/// The GCRA step on a bare `full_at`, for decisions made outside a `Gcra`
-/// (a keyed map's compact entries, a limiter's lock-free path):
-/// [`Gcra::try_admit`] with no block in force and `need` (the weight times
-/// the interval) at most `span` (the capacity times the interval). Returns
-/// the new `full_at`, or the instant the weight would be admitted.
-pub(super) fn admit_compact(
-    full_at: Nanos,
-    now: Nanos,
-    need: Nanos,
-    span: Nanos,
-) -> Result<Nanos, Nanos> {
+/// The integers the GCRA step runs on: `u64` for a bare `full_at` decided
+/// outside a [`Gcra`] (a keyed map's compact entries, a limiter's lock-free
+/// word), `u128` inside one, whose products of a weight and an interval
+/// cannot overflow.
+pub(super) trait Tick: Copy + Ord + std::ops::Sub<Output = Self> {
+    /// `self + rhs`, at most the type's largest value.
+    fn saturating_add(self, rhs: Self) -> Self;
+}
+
+impl Tick for u64 {
+    fn saturating_add(self, rhs: u64) -> u64 {
+        u64::saturating_add(self, rhs)
+    }
+}
+
+impl Tick for u128 {
+    fn saturating_add(self, rhs: u128) -> u128 {
+        u128::saturating_add(self, rhs)
+    }
+}
+
+/// The GCRA step, the one admission arithmetic of the token bucket: take
+/// `need` (the weight times the interval) from a bucket full again at
+/// `full_at`, at `now`, when the bucket spans `span` (the capacity times
+/// the interval). Returns the new `full_at`, or the instant the weight
+/// would be admitted, which is then later than `now`. `need` must be at
+/// most `span` (a weight within the capacity).
+///
+/// [`Gcra::try_admit`] and [`Gcra::earliest`] run it on `u128`; a keyed
+/// map's compact entries and a limiter's lock-free word on `u64`. The Lua
+/// script of the shared bucket (`src/redis/lua/token_bucket.lua`) writes
+/// the same step relative to `now`; `tests/lua_mirror.rs` checks that the
+/// two agree.
+#[inline]
+pub(super) fn admit<N: Tick>(full_at: N, now: N, need: N, span: N) -> Result<N, N> {
+    debug_assert!(need <= span, "a weight over the capacity");
     let next = full_at.max(now).saturating_add(need);
     if next - now <= span {
         Ok(next)
     } else {
         // Then full_at > now (need alone fits the span), so this is later
-        // than now: the same instant as `Gcra::earliest`, written so that
-        // no step overflows (span - need ≥ 0, and the result is above now).
+        // than now, and written so that no step overflows: span - need is
+        // at least 0, and full_at - (span - need) is above now.
         Err(full_at - (span - need))
     }
 }
@@ -94,24 +120,37 @@ impl Gcra {
 }
 
 impl Algorithm for Gcra {
+    type FastPath = BucketWord;
+
     fn capacity(&self) -> u64 {
         self.capacity
     }
 
+    #[inline]
     fn try_admit(&mut self, now: Nanos, weight: u64) -> Result<(), Nanos> {
-        let ready = self.earliest(now, weight);
-        if ready > now {
-            return Err(ready);
+        let need = wide(weight) * self.t();
+        if now < self.blocked_until || need > self.span() {
+            // Blocked, or more than the bucket holds (which the callers
+            // never ask): `earliest` is then later than now.
+            return Err(self.earliest(now, weight));
         }
-        self.full_at = self.full_at.max(wide(now)) + wide(weight) * self.t();
-        Ok(())
+        match admit(self.full_at, wide(now), need, self.span()) {
+            Ok(next) => {
+                self.full_at = next;
+                Ok(())
+            }
+            Err(ready) => Err(narrow(ready)),
+        }
     }
 
     fn earliest(&self, now: Nanos, weight: u64) -> Nanos {
         // Smallest t >= now with max(full_at, t) + w·T - t <= C·T.
         let need = wide(weight) * self.t();
         let by_tokens = if need <= self.span() {
-            (self.full_at + need).saturating_sub(self.span())
+            match admit(self.full_at, wide(now), need, self.span()) {
+                Ok(_) => wide(now),
+                Err(ready) => ready,
+            }
         } else {
             // More than the capacity (a queue's sum): when that many tokens
             // will have flowed through an empty-then-refilling bucket.
@@ -178,19 +217,25 @@ impl Algorithm for Gcra {
         let tokens_ns = self.span().saturating_sub(self.deficit(now));
         narrow(tokens_ns / self.t())
     }
+}
 
-    fn as_bucket(&self, now: Nanos) -> Option<BucketState> {
+impl Gcra {
+    /// The state at `now` as a bare `full_at`, when it is no more than
+    /// that (no block in force) and fits a `u64`: what a keyed map keeps of
+    /// a compact key, and a limiter's lock-free word holds.
+    #[inline]
+    pub(super) fn plain_full_at(&self, now: Nanos) -> Option<Nanos> {
         if self.blocked_until > now {
             return None;
         }
-        Some(BucketState {
-            interval: self.rate.interval_nanos(),
-            capacity: self.capacity,
-            full_at: u64::try_from(self.full_at).ok()?,
-        })
+        u64::try_from(self.full_at).ok()
     }
 
-    fn set_bucket_full_at(&mut self, full_at: Nanos) {
+    /// Take back a `full_at` given out by
+    /// [`plain_full_at`](Gcra::plain_full_at), after decisions made on it
+    /// with [`admit`] moved it.
+    #[inline]
+    pub(super) fn set_full_at(&mut self, full_at: Nanos) {
         self.full_at = wide(full_at);
     }
 }
@@ -345,12 +390,12 @@ mod tests {
             for (advance, weight) in steps {
                 now += advance;
                 let weight = weight.min(capacity);
-                let compact = admit_compact(full_at, now, weight * t, capacity * t);
+                let compact = admit(full_at, now, weight * t, capacity * t);
                 prop_assert_eq!(compact.map(|_| ()), g.try_admit(now, weight));
                 if let Ok(next) = compact {
                     full_at = next;
                 }
-                prop_assert_eq!(g.as_bucket(now).map(|b| b.full_at), Some(full_at));
+                prop_assert_eq!(g.plain_full_at(now), Some(full_at));
             }
         }
 

@@ -6,8 +6,10 @@
 //! - **Compact entries**, in a map of token buckets made from one template
 //!   ([`KeyedLimiter::token_buckets`]): the key and one instant, when its
 //!   bucket is full again (16 bytes with a `u64` key), decided in place
-//!   under the shard's lock with the GCRA step of [`Gcra`]. An idle key
-//!   costs no allocation of its own, and a decision touches one cache line.
+//!   under the shard's lock with the GCRA step of [`Gcra`](super::Gcra). An
+//!   idle key costs no allocation of its own, and a decision touches one
+//!   cache line. The map knows the bucket only through [`Fold`], whose one
+//!   implementation lives beside the bucket (`bucket.rs`).
 //! - **Whole limiters** (`Arc<L>` with a last-used stamp): every entry of
 //!   any other map, and a bucket map's keys that a caller had to wait on or
 //!   asked for ([`KeyedLimiter::get`]). The sweep folds such a bucket back
@@ -25,7 +27,7 @@ use hashbrown::HashTable;
 use tokio::time::Instant;
 
 use super::algorithm::{Algorithm, Nanos};
-use super::gcra::{admit_compact, Gcra};
+use super::bucket::{BucketFold, Template};
 use super::{Rate, RateLimiter, TokenBucket};
 use crate::sync::lock;
 use crate::Error;
@@ -135,19 +137,42 @@ impl<K, L: Evictable> Live<K, L> {
     }
 }
 
+/// How a keyed map moves a key of limiter type `L` between its compact
+/// form (one `full_at` on the map's template) and its whole limiter.
+/// Implemented for [`TokenBucket`] alone; a map of anything else has no
+/// compact entries.
+pub(super) trait Fold<L>: Send + Sync {
+    /// A whole limiter on `template` whose bucket is full again at
+    /// `full_at`, with instants counted from `origin`.
+    fn expand(&self, template: &Template, full_at: Nanos, origin: Instant) -> L;
+
+    /// `limiter`'s `full_at` at `now`, when nothing else about it differs
+    /// from `template` (nobody queued, no block in force, the template's
+    /// rate and capacity) and its instants are counted from `origin`.
+    fn shrink(
+        &self,
+        template: &Template,
+        limiter: &L,
+        origin: Instant,
+        now: Nanos,
+    ) -> Option<Nanos>;
+}
+
 /// The template of a map of token buckets, and how to move one key between
 /// the compact form and a whole limiter.
 struct Compact<L> {
-    rate: Rate,
-    capacity: u64,
-    /// `capacity × interval`: how long an empty bucket takes to fill.
-    span: Nanos,
-    /// A whole limiter whose bucket is full again at `full_at`.
-    expand: fn(&Compact<L>, Nanos, Instant) -> L,
-    /// A limiter's `full_at`, when nothing else about it differs from the
-    /// template (nobody queued, no block in force, the template's rate and
-    /// capacity) and its instants share the map's origin.
-    shrink: fn(&Compact<L>, &L, Instant, Nanos) -> Option<Nanos>,
+    template: Template,
+    fold: Box<dyn Fold<L>>,
+}
+
+impl<L> Compact<L> {
+    fn expand(&self, full_at: Nanos, origin: Instant) -> L {
+        self.fold.expand(&self.template, full_at, origin)
+    }
+
+    fn shrink(&self, limiter: &L, origin: Instant, now: Nanos) -> Option<Nanos> {
+        self.fold.shrink(&self.template, limiter, origin, now)
+    }
 }
 
 fn default_shards() -> usize {
@@ -180,28 +205,10 @@ where
         let mut map = Self::new(move |_| {
             RateLimiter::from_algorithm(super::Gcra::new(rate, capacity, capacity))
         });
-        // A compact entry's `full_at` is a u64 of nanoseconds: a bucket whose
-        // span is over half of that range (292 years) stays a whole limiter
-        // per key (its arithmetic is 128-bit), so that `full_at`, at most
-        // `now + span`, cannot saturate within 292 years of the map's life.
-        map.compact = rate
-            .interval_nanos()
-            .checked_mul(capacity)
-            .filter(|span| *span <= u64::MAX / 2)
-            .map(|span| Compact {
-                rate,
-                capacity,
-                span,
-                expand: |c, full_at, origin| {
-                    RateLimiter::from_algorithm_at(
-                        Gcra::with_full_at(c.rate, c.capacity, full_at),
-                        origin,
-                    )
-                },
-                shrink: |c, bucket, origin, now| {
-                    bucket.compact_state(c.rate, c.capacity, origin, now)
-                },
-            });
+        map.compact = Template::new(rate, capacity).map(|template| Compact {
+            template,
+            fold: Box::new(BucketFold),
+        });
         Ok(map)
     }
 }
@@ -315,7 +322,7 @@ where
                 return false;
             }
             let folded = match &self.compact {
-                Some(c) if entry.unheld() => (c.shrink)(c, &entry.value, self.origin, now),
+                Some(c) if entry.unheld() => c.shrink(&entry.value, self.origin, now),
                 _ => None,
             };
             let Some(full_at) = folded else { return true };
@@ -458,7 +465,7 @@ where
             entry.remove();
         }
         let value = Arc::new(match &self.compact {
-            Some(compact) => (compact.expand)(compact, full_at, self.origin),
+            Some(compact) => compact.expand(full_at, self.origin),
             // Only a map of template buckets has compact entries.
             None => (self.factory)(key),
         });
@@ -556,12 +563,14 @@ where
         // The common case first: a compact key, found by one probe.
         if let Some(compact) = &self.compact {
             if let Some((_, full_at)) = shard.compact.find_mut(hash, |(k, _)| k == key) {
-                return decide_compact(compact, full_at, now, weight);
+                return compact.template.decide(full_at, now, weight);
             }
             // A new key's bucket is the template's: a weight it can never
             // hold fails without making room for the key.
-            if weight > compact.capacity && shard.live.find(hash, |e| e.key == *key).is_none() {
-                return decide_compact(compact, &mut 0, now, weight);
+            if weight > compact.template.capacity()
+                && shard.live.find(hash, |e| e.key == *key).is_none()
+            {
+                return compact.template.decide(&mut 0, now, weight);
             }
         }
         match self.find_or_insert(&mut shard, hash, key, now) {
@@ -569,7 +578,7 @@ where
                 entry.last_used = now;
                 entry.value.try_acquire_at(at, weight)
             }
-            Found::Compact(full_at, compact) => decide_compact(compact, full_at, now, weight),
+            Found::Compact(full_at, compact) => compact.template.decide(full_at, now, weight),
         }
     }
 }
@@ -594,31 +603,6 @@ fn drop_oldest<T>(table: &mut HashTable<T>, count: usize, age: impl Fn(&T) -> Op
         }
         _ => true,
     });
-}
-
-/// Decide a compact entry at `now`, as its whole bucket would, for a weight
-/// of at least 1.
-fn decide_compact<L>(
-    compact: &Compact<L>,
-    full_at: &mut Nanos,
-    now: Nanos,
-    weight: u64,
-) -> Result<(), Error> {
-    if weight > compact.capacity {
-        return Err(Error::WeightExceedsCapacity {
-            weight,
-            capacity: compact.capacity,
-        });
-    }
-    // weight ≤ capacity, so weight × interval ≤ span fits.
-    let need = weight * compact.rate.interval_nanos();
-    match admit_compact(*full_at, now, need, compact.span) {
-        Ok(next) => {
-            *full_at = next;
-            Ok(())
-        }
-        Err(ready) => Err(Error::throttled(ready, now)),
-    }
 }
 
 fn nanos(d: Duration) -> Nanos {

@@ -3,7 +3,11 @@
 //! The split follows governor's: an [`Algorithm`] is the pure arithmetic of
 //! one key's state as a function of `now` (in [`gcra`](Gcra) for the token
 //! bucket); [`RateLimiter`] adds the tokio clock, a lock and a FIFO queue of
-//! waiters; [`KeyedLimiter`] holds one limiter per key. The [`Limiter`]
+//! waiters; [`KeyedLimiter`] holds one limiter per key. The token bucket's
+//! two speed-ups (deciding without the lock, and keeping a keyed map's
+//! idle keys as one instant each) live beside it in `bucket.rs`, reached
+//! through the bucket's [`FastPath`] and the map's template, not through
+//! the generic [`Algorithm`]. The [`Limiter`]
 //! trait is the object-safe face the client uses, so that a local bucket and
 //! a shared Redis limiter are interchangeable per key.
 //!
@@ -11,6 +15,7 @@
 //! every wait is exact and instant.
 
 mod algorithm;
+mod bucket;
 mod gcra;
 mod keyed;
 mod rate;
@@ -20,7 +25,8 @@ mod window;
 use futures::future::BoxFuture;
 use tokio::time::Instant;
 
-pub use algorithm::{Algorithm, BucketState, Nanos};
+pub use algorithm::{Algorithm, FastPath, LockOnly, Nanos};
+pub use bucket::BucketWord;
 pub use gcra::Gcra;
 pub use keyed::{Evictable, KeyedLimiter};
 pub use rate::Rate;

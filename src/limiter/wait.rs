@@ -17,8 +17,8 @@ use std::task::{Context, Poll, Waker};
 
 use tokio::time::{Instant, Sleep};
 
-use super::algorithm::{Algorithm, Nanos};
-use super::gcra::{admit_compact, Gcra};
+use super::algorithm::{Algorithm, FastPath, Nanos};
+use super::gcra::Gcra;
 use super::Rate;
 use crate::sync::{lock_model as lock, AtomicU64, Mutex, MutexGuard};
 use crate::Error;
@@ -40,13 +40,14 @@ use crate::Error;
 ///   Waiting needs a Tokio runtime with the time driver enabled.
 /// - **Lock-free when it can be.** A token bucket that nobody waits on, with
 ///   no block in force and still on the rate and capacity it was made with,
-///   keeps its state in one atomic word: calls are then decided by one
+///   keeps its state in one atomic word ([`BucketWord`](super::BucketWord),
+///   the bucket's [`FastPath`]): calls are then decided by one
 ///   compare-and-swap, and refused by a plain load, without the lock. Every
 ///   other case (waiting, adjusting, a bucket whose rate the server changed,
 ///   the window algorithms) takes the lock, which first takes the word back.
 ///
 /// The token bucket is [`TokenBucket`], this type over [`Gcra`].
-pub struct RateLimiter<A> {
+pub struct RateLimiter<A: Algorithm> {
     origin: Instant,
     state: Mutex<State<A>>,
     /// While nobody is queued: the earliest instant (nanoseconds since the
@@ -55,39 +56,16 @@ pub struct RateLimiter<A> {
     /// read without it, so `try_acquire(1)` can refuse with an exact wait
     /// without taking the lock. A stale read can only refuse a call that a
     /// change made a moment later would have let through, never admit one.
-    /// 0 while the bucket is armed (below).
+    /// 0 while the fast path decides.
     hint: AtomicU64,
-    /// The token bucket this limiter was made as, when its algorithm is one
-    /// ([`Algorithm::as_bucket`]): the only parameters `word` is ever
-    /// decided with.
-    fast: Option<Fast>,
-    /// While armed, the bucket's `full_at`, which then is the state: decided
-    /// by compare-and-swap without the lock. [`DISARMED`] otherwise.
-    ///
-    /// It is armed (under the lock, as the lock is released) only while
-    /// nobody is queued, no block is in force and the algorithm is still
-    /// the bucket of `fast`; taking the lock disarms it first. A decision
-    /// made without the lock therefore always uses the parameters the state
-    /// really has: whatever happened between its load and its
-    /// compare-and-swap, a word that compares equal is a `full_at` of the
-    /// same bucket.
-    word: AtomicU64,
+    /// The algorithm's way of deciding calls without the lock, if it has
+    /// one: taken back as the lock is taken, handed over as it is released
+    /// with nobody queued.
+    fast: A::FastPath,
 }
 
-/// The value of [`RateLimiter::word`] when the lock decides.
-const DISARMED: u64 = u64::MAX;
-
-/// A bucket's fixed parameters, for decisions made without the lock.
-#[derive(Clone, Copy)]
-struct Fast {
-    interval: Nanos,
-    capacity: u64,
-    /// `capacity × interval`.
-    span: Nanos,
-}
-
-/// The state, locked at `now`; on release it arms the lock-free word or
-/// publishes the refusal hint.
+/// The state, locked at `now`; on release it hands the state over to the
+/// fast path or publishes the refusal hint.
 struct Locked<'a, A: Algorithm> {
     state: MutexGuard<'a, State<A>>,
     limiter: &'a RateLimiter<A>,
@@ -111,15 +89,9 @@ impl<A: Algorithm> Drop for Locked<'_, A> {
     fn drop(&mut self) {
         // Still under the lock here: the guard field drops after this body.
         let limiter = self.limiter;
-        if let (Some(fast), true) = (limiter.fast, self.state.queue.is_empty()) {
-            let bucket = self.state.algorithm.as_bucket(self.now);
-            if let Some(b) = bucket.filter(|b| {
-                b.interval == fast.interval && b.capacity == fast.capacity && b.full_at != DISARMED
-            }) {
-                limiter.hint.store(0, Ordering::Release);
-                limiter.word.store(b.full_at, Ordering::Release);
-                return;
-            }
+        if self.state.queue.is_empty() && limiter.fast.hand_over(&self.state.algorithm, self.now) {
+            limiter.hint.store(0, Ordering::Release);
+            return;
         }
         let hint = if self.state.queue.is_empty() {
             let ready = self.state.algorithm.earliest(self.now, 1);
@@ -240,8 +212,8 @@ impl RateLimiter<Gcra> {
         if !state.queue.is_empty() || state.algorithm.rate() != rate {
             return None;
         }
-        let bucket = state.algorithm.as_bucket(now)?;
-        (bucket.capacity == capacity).then_some(bucket.full_at)
+        let full_at = state.algorithm.plain_full_at(now)?;
+        (state.algorithm.capacity() == capacity).then_some(full_at)
     }
 }
 
@@ -254,20 +226,9 @@ impl<A: Algorithm> RateLimiter<A> {
     /// Wrap an algorithm whose instant 0 is `origin` (a keyed map's, so
     /// that its compact entries and full limiters share one time line).
     pub(crate) fn from_algorithm_at(algorithm: A, origin: Instant) -> Self {
-        let bucket = algorithm.as_bucket(0);
-        let fast = bucket.and_then(|b| {
-            Some(Fast {
-                interval: b.interval,
-                capacity: b.capacity,
-                span: b.interval.checked_mul(b.capacity)?,
-            })
-        });
-        // Armed at once when the algorithm is a bucket: `fast` is set
-        // only then.
-        let word = fast.and(bucket).map_or(DISARMED, |b| b.full_at);
+        let fast = A::FastPath::new(&algorithm);
         RateLimiter {
             fast,
-            word: AtomicU64::new(word),
             origin,
             state: Mutex::new(State {
                 algorithm,
@@ -279,15 +240,10 @@ impl<A: Algorithm> RateLimiter<A> {
         }
     }
 
-    /// Lock the state, taking back the lock-free word first.
+    /// Lock the state, taking back what the fast path decided first.
     fn lock_at(&self, now: Nanos) -> Locked<'_, A> {
         let mut state = lock(&self.state);
-        if self.fast.is_some() {
-            let word = self.word.swap(DISARMED, Ordering::AcqRel);
-            if word != DISARMED {
-                state.algorithm.set_bucket_full_at(word);
-            }
-        }
+        self.fast.take_back(&mut state.algorithm);
         Locked {
             state,
             limiter: self,
@@ -306,35 +262,11 @@ impl<A: Algorithm> RateLimiter<A> {
         locked
     }
 
-    /// Decide without the lock while the word is armed: `None` when the
-    /// lock must decide (not armed, or a weight over the capacity, whose
-    /// error the locked path gives).
+    /// Decide without the lock when the fast path can: `None` when the
+    /// lock must decide (a weight over the capacity included, whose error
+    /// the locked path gives).
     fn try_fast(&self, now: Nanos, weight: u64) -> Option<Result<(), Nanos>> {
-        let fast = self.fast?;
-        if weight > fast.capacity {
-            return None;
-        }
-        let need = weight * fast.interval;
-        let mut word = self.word.load(Ordering::Acquire);
-        while word != DISARMED {
-            let next = match admit_compact(word, now, need, fast.span) {
-                Ok(next) => next,
-                // A refusal writes nothing.
-                Err(ready) => return Some(Err(ready)),
-            };
-            if next == DISARMED {
-                // 584 years from the origin: leave it to the lock.
-                return None;
-            }
-            match self
-                .word
-                .compare_exchange_weak(word, next, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => return Some(Ok(())),
-                Err(seen) => word = seen,
-            }
-        }
-        None
+        self.fast.try_decide(now, weight)
     }
 
     fn nanos(&self, at: Instant) -> Nanos {
@@ -617,8 +549,8 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    fn armed<A: Algorithm>(limiter: &RateLimiter<A>) -> bool {
-        limiter.word.load(Ordering::Acquire) != DISARMED
+    fn armed(limiter: &TokenBucket) -> bool {
+        limiter.fast.is_armed()
     }
 
     #[tokio::test(start_paused = true)]
@@ -656,6 +588,10 @@ mod tests {
             crate::limiter::SlidingLog::new(Rate::per_second(10).unwrap()).unwrap(),
         );
         log.try_acquire(1).unwrap();
-        assert!(!armed(&log));
+        // Its fast path is the one that never decides: every call, this
+        // one included, takes the lock.
+        let lock_only: &crate::limiter::LockOnly = &log.fast;
+        let decided = FastPath::<crate::limiter::SlidingLog>::try_decide(lock_only, log.now(), 1);
+        assert_eq!(decided, None);
     }
 }

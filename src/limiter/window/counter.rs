@@ -8,7 +8,7 @@
 //! `c` on both sides), so a refusal's instant can be solved for directly:
 //! `e = W − ⌊(N − c − w) × W / p⌋`.
 
-use super::{Algorithm, Nanos, Quota, Rate, RateLimiter};
+use super::{Algorithm, LockOnly, Nanos, Quota, Rate, RateLimiter};
 use crate::limiter::gcra::{narrow, wide};
 use crate::Error;
 
@@ -163,6 +163,8 @@ impl SlidingWindowCounter {
 }
 
 impl Algorithm for SlidingWindowCounter {
+    type FastPath = LockOnly;
+
     /// N: a whole window's worth.
     fn capacity(&self) -> u64 {
         self.quota.limit()

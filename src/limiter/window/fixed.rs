@@ -4,7 +4,7 @@
 //! multiples of W from the limiter's creation, so a refusal's instant is
 //! simply the next boundary.
 
-use super::{Algorithm, Nanos, Quota, Rate, RateLimiter};
+use super::{Algorithm, LockOnly, Nanos, Quota, Rate, RateLimiter};
 use crate::Error;
 
 /// Fixed-window state: at most N admitted between consecutive boundaries,
@@ -123,6 +123,8 @@ impl FixedWindow {
 }
 
 impl Algorithm for FixedWindow {
+    type FastPath = LockOnly;
+
     /// N: a whole window's worth.
     fn capacity(&self) -> u64 {
         self.quota.limit()

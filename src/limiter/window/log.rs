@@ -9,7 +9,7 @@
 
 use std::collections::VecDeque;
 
-use super::{Algorithm, Nanos, Quota, Rate, RateLimiter};
+use super::{Algorithm, LockOnly, Nanos, Quota, Rate, RateLimiter};
 use crate::Error;
 
 /// Sliding-log state: the admissions of the last W, so that no window of
@@ -245,6 +245,8 @@ impl SlidingLog {
 }
 
 impl Algorithm for SlidingLog {
+    type FastPath = LockOnly;
+
     /// N: a whole window's worth.
     fn capacity(&self) -> u64 {
         self.quota.limit()

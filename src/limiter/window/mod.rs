@@ -58,7 +58,7 @@ pub use counter::{SlidingCounterLimiter, SlidingWindowCounter};
 pub use fixed::{FixedWindow, FixedWindowLimiter};
 pub use log::{SlidingLog, SlidingLogLimiter};
 
-use super::algorithm::{Algorithm, Nanos};
+use super::algorithm::{Algorithm, LockOnly, Nanos};
 use super::gcra::Gcra;
 use super::{KeyedLimiter, Rate, RateLimiter};
 use crate::Error;
