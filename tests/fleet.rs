@@ -326,8 +326,10 @@ async fn fleet_obeys_a_retry_after_seen_by_one_worker() {
 
 /// Nothing configured: each worker learns the server's rate from the IETF
 /// headers and writes it to the shared bucket, so all four pace as one.
-/// (With bare `X-RateLimit` headers the learning fleet also stays under the
-/// limit but holds calls for about a minute; see BENCHMARKS.md.)
+/// (With bare `X-RateLimit` headers, which state no window, each worker
+/// infers the refill from its own admissions while the whole fleet drains
+/// the server's bucket: it stays under the limit but holds calls for up to
+/// a minute; see BENCHMARKS.md.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fleet_learns_with_nothing_configured() {
     let redis = RedisServer::start();
