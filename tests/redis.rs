@@ -69,29 +69,11 @@ async fn hammer_shared_bucket(
         buckets.push(backend.token_bucket("race", rate, capacity).unwrap());
     }
     let mut conn = raw(server).await;
-    let granted = Arc::new(AtomicU64::new(0));
     let start_us = redis_time(&mut conn).await;
-    let deadline = Instant::now() + run;
-    let mut handles = Vec::new();
-    for bucket in buckets {
-        let granted = Arc::clone(&granted);
-        handles.push(tokio::spawn(async move {
-            while Instant::now() < deadline {
-                match bucket.try_acquire(1).await {
-                    Ok(()) => {
-                        granted.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Err(Error::Throttled { wait }) => tokio::time::sleep(wait).await,
-                    Err(e) => panic!("unexpected {e:?}"),
-                }
-            }
-        }));
-    }
-    for h in handles {
-        h.await.unwrap();
-    }
+    let buckets = buckets.into_iter().map(Arc::new).collect();
+    let granted = redis_support::grant_until(buckets, Instant::now() + run).await;
     let end_us = redis_time(&mut conn).await;
-    (granted.load(Ordering::Relaxed), start_us, end_us)
+    (granted, start_us, end_us)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -13,7 +13,6 @@ mod redis_support;
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -394,27 +393,7 @@ async fn cluster_backend(cluster: &Cluster) -> RedisClusterBackend {
 /// grants.
 async fn hammer(bucket: RedisTokenBucket, tasks: usize, run: Duration) -> u64 {
     let bucket = Arc::new(bucket);
-    let granted = Arc::new(AtomicU64::new(0));
-    let deadline = Instant::now() + run;
-    let mut handles = Vec::new();
-    for _ in 0..tasks {
-        let (bucket, granted) = (Arc::clone(&bucket), Arc::clone(&granted));
-        handles.push(tokio::spawn(async move {
-            while Instant::now() < deadline {
-                match bucket.try_acquire(1).await {
-                    Ok(()) => {
-                        granted.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Err(Error::Throttled { wait }) => tokio::time::sleep(wait).await,
-                    Err(e) => panic!("unexpected {e:?}"),
-                }
-            }
-        }));
-    }
-    for h in handles {
-        h.await.unwrap();
-    }
-    granted.load(Ordering::Relaxed)
+    redis_support::grant_until(vec![bucket; tasks], Instant::now() + run).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -125,3 +125,33 @@ fn ping(port: u16) -> bool {
     let mut buf = [0u8; 7];
     stream.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
 }
+
+/// Each bucket in a task of its own until `deadline`: try, and on a refusal
+/// sleep exactly the wait given. Returns how many tokens were granted in
+/// all. (Several tasks may share one bucket: pass it more than once.)
+pub async fn grant_until(
+    buckets: Vec<std::sync::Arc<reqwest_pace::redis::RedisTokenBucket>>,
+    deadline: tokio::time::Instant,
+) -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let granted = std::sync::Arc::new(AtomicU64::new(0));
+    let mut handles = Vec::new();
+    for bucket in buckets {
+        let granted = std::sync::Arc::clone(&granted);
+        handles.push(tokio::spawn(async move {
+            while tokio::time::Instant::now() < deadline {
+                match bucket.try_acquire(1).await {
+                    Ok(()) => {
+                        granted.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(reqwest_pace::Error::Throttled { wait }) => tokio::time::sleep(wait).await,
+                    Err(e) => panic!("unexpected {e:?}"),
+                }
+            }
+        }));
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+    granted.load(Ordering::Relaxed)
+}
