@@ -180,6 +180,12 @@ fn default_shards() -> usize {
     (cores * 4).next_power_of_two().clamp(4, 64)
 }
 
+/// Whether a table holding `len` entries in room for `capacity` is worth
+/// shrinking: at most a quarter full, and room for more than a handful.
+fn mostly_empty(len: usize, capacity: usize) -> bool {
+    capacity > 16 && len.saturating_mul(4) <= capacity
+}
+
 fn new_shards<K, L>(count: usize) -> Box<[Mutex<Shard<K, L>>]> {
     (0..count)
         .map(|_| {
@@ -333,7 +339,26 @@ where
             );
             false
         });
+        self.give_back_room(shard);
         before - shard.len()
+    }
+
+    /// Shrink a shard's tables once a sweep has left them mostly empty:
+    /// hash tables keep their capacity as entries go, so a map that once
+    /// held a burst of keys would otherwise hold their room for ever. Only
+    /// a table at most a quarter full is shrunk, to twice what it holds,
+    /// so that a shard whose keys come and go does not grow and shrink on
+    /// every sweep.
+    fn give_back_room(&self, shard: &mut Shard<K, L>) {
+        let hasher = &self.hasher;
+        if mostly_empty(shard.compact.len(), shard.compact.capacity()) {
+            let len = shard.compact.len();
+            shard.compact.shrink_to(2 * len, |(key, _)| hasher.hash_one(key));
+        }
+        if mostly_empty(shard.live.len(), shard.live.capacity()) {
+            let len = shard.live.len();
+            shard.live.shrink_to(2 * len, |e| hasher.hash_one(&e.key));
+        }
     }
 
     /// The entry of `key`, without making one.
@@ -645,6 +670,47 @@ mod tests {
         drop(held);
         assert_eq!(keyed.sweep(), 1);
         assert!(keyed.is_empty());
+    }
+
+    /// Room held by a map's tables, compact and whole, over every shard.
+    fn room<K, L>(keyed: &KeyedLimiter<K, L>) -> usize {
+        keyed
+            .shards
+            .iter()
+            .map(|s| {
+                let s = lock(s);
+                s.compact.capacity() + s.live.capacity()
+            })
+            .sum()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_sweep_gives_back_the_room_of_the_keys_it_drops() {
+        let keyed = KeyedLimiter::token_buckets(Rate::per_second(10).unwrap(), 2)
+            .unwrap()
+            .with_shards(2)
+            .with_idle_timeout(Duration::from_secs(5));
+        for host in 0..10_000u32 {
+            keyed.try_acquire(&host, 1).unwrap();
+            if host % 2 == 0 {
+                // Half of them whole, as a key a caller needed is.
+                drop(keyed.get(&host));
+            }
+        }
+        assert!(room(&keyed) >= 10_000, "{}", room(&keyed));
+        // Ten keys stay held; the rest are idle and go.
+        let held: Vec<_> = (0..10u32).map(|host| keyed.get(&host)).collect();
+        tokio::time::advance(Duration::from_secs(6)).await;
+        assert_eq!(keyed.sweep(), 9_990);
+        assert_eq!(keyed.len(), 10);
+        // Two tables per shard, each with room for twice what it holds at
+        // most (a table's smallest size is a few entries).
+        assert!(room(&keyed) <= 64, "{}", room(&keyed));
+        // A table that is more than a quarter full keeps its room.
+        let kept = room(&keyed);
+        keyed.sweep();
+        assert_eq!(room(&keyed), kept);
+        drop(held);
     }
 
     #[tokio::test(start_paused = true)]
