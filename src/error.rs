@@ -37,6 +37,23 @@ pub enum Error {
         wait: Duration,
     },
 
+    /// A limiter is held by a server's wait (a `Retry-After`, a quota
+    /// spent until its reset) that ends further away than the caller would
+    /// wait ([`Bounds::max_block`](crate::limiter::Bounds::max_block)):
+    /// nothing was taken. A throttled client reports it as
+    /// `RetryAfterTooLong` or `QuotaExhausted`.
+    #[error("held by the server for {wait:?} more (status {status}), longer than {max:?}")]
+    Blocked {
+        /// Time until the block ends.
+        wait: Duration,
+        /// The longest block the caller would wait out.
+        max: Duration,
+        /// The status of the response that asked for the block.
+        status: u16,
+        /// Whether a spent quota asked for it (rather than a `Retry-After`).
+        spent_quota: bool,
+    },
+
     /// A shared limiter's backend (Redis) could not give a decision and its
     /// fault policy says to fail closed.
     #[error("limiter backend unavailable: {message}")]

@@ -2,7 +2,10 @@
 //! over seeded random sequences (rates, capacities, clock advances,
 //! weights, reservations, blocks), the real script, run by `EVALSHA` on a
 //! real `redis-server`, makes every decision the Rust [`Gcra`] makes, with
-//! the same retry instant to the nanosecond, and keeps the same state.
+//! the same retry instant to the nanosecond, and keeps the same state;
+//! bounded reservations (a latest grant, a longest block) refuse exactly
+//! what the Rust bucket's answers say they must, and lifting a block
+//! leaves the state `Gcra::unblock` leaves.
 //!
 //! The script reads the clock with Redis `TIME`, which a test cannot set.
 //! It counts time from the instant stored with the state (`t`), and a clock
@@ -50,13 +53,16 @@ impl Seq {
     }
 }
 
-/// One call of the script on the bucket's key.
+/// "No bound", as the script reads a bound in nanoseconds.
+const UNBOUNDED: u64 = 1 << 62;
+
+/// One call of the script on the bucket's key, with its three operands.
 async fn call(
     conn: &mut MultiplexedConnection,
     script: &Script,
     bucket: (u64, u64),
     op: &str,
-    operand: u64,
+    operands: [u64; 3],
 ) -> Vec<i64> {
     let (interval, capacity) = bucket;
     script
@@ -65,11 +71,17 @@ async fn call(
         .arg(60_000)
         .arg(interval)
         .arg(capacity)
-        .arg(operand)
-        .arg(0)
+        .arg(operands[0])
+        .arg(operands[1])
+        .arg(operands[2])
         .invoke_async(conn)
         .await
         .expect("the script runs")
+}
+
+/// `try` or `reserve` of `weight` with no bound.
+fn take(weight: u64) -> [u64; 3] {
+    [weight, UNBOUNDED, UNBOUNDED]
 }
 
 /// The stored deficit and block left (`d`, `b`), in nanoseconds.
@@ -112,8 +124,17 @@ enum Step {
     Try(u64),
     /// `reserve` with this weight.
     Reserve(u64),
+    /// `reserve` with this weight, booking no later than `max_wait` from
+    /// now and waiting out no block longer than `max_block`.
+    ReserveWithin {
+        weight: u64,
+        max_wait: u64,
+        max_block: u64,
+    },
     /// `block` for this many nanoseconds from now.
     Block(u64),
+    /// `unblock`.
+    Unblock,
 }
 
 /// A time per token and a capacity whose refill stays well within what a
@@ -141,9 +162,15 @@ fn step(seq: &mut Seq, interval: u64, capacity: u64) -> Step {
     } else {
         seq.range(1, capacity)
     };
-    match seq.range(0, 19) {
+    match seq.range(0, 23) {
         0..=11 => Step::Try(weight),
         12..=16 => Step::Reserve(weight),
+        17..=19 => Step::ReserveWithin {
+            weight,
+            max_wait: seq.range(0, 2 * capacity * interval),
+            max_block: seq.range(0, 2 * capacity * interval),
+        },
+        20 => Step::Unblock,
         _ => Step::Block(seq.range(0, 3 * capacity * interval)),
     }
 }
@@ -156,6 +183,9 @@ struct Seen {
     refused_in_a_block: u64,
     booked_later: u64,
     too_heavy: u64,
+    refused_past_the_bound: u64,
+    held_by_a_block: u64,
+    unblocked: u64,
 }
 
 /// Run one sequence; panics with its seed and step on the first mismatch.
@@ -196,18 +226,20 @@ async fn mirror(
         let at =
             format!("seed {seed}, step {i}: {step:?} at {now} ns on T {interval} ns, C {capacity}");
         match step {
-            Step::Try(w) | Step::Reserve(w) if w > capacity => {
+            Step::Try(w) | Step::Reserve(w) | Step::ReserveWithin { weight: w, .. }
+                if w > capacity =>
+            {
                 let op = if matches!(step, Step::Try(_)) {
                     "try"
                 } else {
                     "reserve"
                 };
-                let reply = call(conn, script, bucket, op, w).await;
+                let reply = call(conn, script, bucket, op, take(w)).await;
                 assert_eq!(reply, vec![2, capacity as i64], "{at}");
                 seen.too_heavy += 1;
             }
             Step::Try(w) => {
-                let reply = call(conn, script, bucket, "try", w).await;
+                let reply = call(conn, script, bucket, "try", take(w)).await;
                 match gcra.try_admit(now, w) {
                     Ok(()) => {
                         assert_eq!(&reply[..2], &[0, 0], "{at}: Rust admits");
@@ -221,7 +253,7 @@ async fn mirror(
                 }
             }
             Step::Reserve(w) => {
-                let reply = call(conn, script, bucket, "reserve", w).await;
+                let reply = call(conn, script, bucket, "reserve", take(w)).await;
                 let ready = gcra.earliest(now, w);
                 seen.booked_later += u64::from(ready > now);
                 assert_eq!(
@@ -235,10 +267,37 @@ async fn mirror(
                     "{at}: admitted at its turn"
                 );
             }
+            Step::ReserveWithin {
+                weight: w,
+                max_wait,
+                max_block,
+            } => {
+                let reply = call(conn, script, bucket, "reserve", [w, max_wait, max_block]).await;
+                let ready = gcra.earliest(now, w);
+                if block_left > max_block {
+                    // Held, with what asked for the block (the mirror's
+                    // blocks name status 429, a Retry-After: 858).
+                    let cause = if block_left > 0 { 858 } else { 0 };
+                    assert_eq!(reply, vec![4, block_left as i64, cause], "{at}");
+                    seen.held_by_a_block += 1;
+                } else if ready - now > max_wait {
+                    assert_eq!(reply, vec![1, (ready - now) as i64], "{at}: past the bound");
+                    seen.refused_past_the_bound += 1;
+                } else {
+                    assert_eq!(&reply[..2], &[0, (ready - now) as i64], "{at}");
+                    assert_eq!(gcra.try_admit(ready, w), Ok(()), "{at}");
+                }
+            }
             Step::Block(u) => {
-                let reply = call(conn, script, bucket, "block", u).await;
+                let reply = call(conn, script, bucket, "block", [u, 858, 0]).await;
                 assert_eq!(reply, vec![3, 0], "{at}");
                 gcra.block_until(now, now + u);
+            }
+            Step::Unblock => {
+                let reply = call(conn, script, bucket, "unblock", [0, 0, 0]).await;
+                assert_eq!(reply, vec![3, 0], "{at}");
+                seen.unblocked += u64::from(block_left > 0);
+                gcra.unblock(now);
             }
         }
         // The same state: when the whole bucket is back (or the block is
@@ -272,6 +331,9 @@ async fn the_script_decides_as_the_rust_bucket_over_random_sequences() {
         ("refused in a block", seen.refused_in_a_block),
         ("booked for later", seen.booked_later),
         ("over the capacity", seen.too_heavy),
+        ("refused past the bound", seen.refused_past_the_bound),
+        ("held by a block", seen.held_by_a_block),
+        ("unblocked", seen.unblocked),
     ] {
         assert!(count >= 50, "only {count} steps {outcome}: {seen:?}");
     }

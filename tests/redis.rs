@@ -12,6 +12,7 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 use redis_support::{free_port, RedisServer};
+use reqwest_pace::limiter::{Bounds, Grant, ServerBlock};
 use reqwest_pace::redis::{FaultPolicy, RedisBackend, RedisTokenBucket};
 use reqwest_pace::{Adjustment, Error, Limiter, Rate};
 use tokio::time::Instant;
@@ -386,6 +387,144 @@ async fn a_block_arriving_while_a_waiter_sleeps_holds_it_back() {
     let took = waiter.await.unwrap();
     assert!(took >= 445 * MS, "went at {took:?}, inside the block");
     assert!(took < 800 * MS, "{took:?}");
+}
+
+/// The error of an acquisition held by a server's block.
+fn held(result: Result<Grant, Error>) -> (Duration, u16, bool) {
+    match result {
+        Err(Error::Blocked {
+            wait,
+            status,
+            spent_quota,
+            ..
+        }) => (wait, status, spent_quota),
+        other => panic!("expected Blocked, got {other:?}"),
+    }
+}
+
+/// A server's block longer than a caller's bound, written by one backend,
+/// refuses the other's acquisitions with what asked for it: a new one at
+/// once, and one already asleep on a reservation when it wakes, instead of
+/// booking a turn after the block. Lifted by either, it is gone for both.
+#[tokio::test]
+async fn a_block_longer_than_the_bound_refuses_every_backend_with_its_cause() {
+    let server = RedisServer::start();
+    let a = RedisBackend::connect(server.url()).await.unwrap();
+    let b = RedisBackend::connect(server.url()).await.unwrap();
+    let rate = Rate::new(1, 2 * Duration::from_secs(1)).unwrap();
+    let seen_by_a = a.token_bucket("api", rate, 1).unwrap();
+    let other = b.token_bucket("api", rate, 1).unwrap();
+    let within = Bounds::default().max_block(Duration::from_secs(60));
+    let first = other.acquire_within(1, within).await.unwrap();
+    assert_eq!(first.shared_count, Some(1));
+    // The next turn is 2 s away: a waiter books it and sleeps.
+    let start = Instant::now();
+    let sleeper = {
+        let other = other.clone();
+        tokio::spawn(async move { (other.acquire_within(1, within).await, start.elapsed()) })
+    };
+    tokio::time::sleep(200 * MS).await;
+    let hour = Duration::from_secs(3_600);
+    seen_by_a
+        .adjust(Adjustment::Block(ServerBlock::new(
+            Instant::now() + hour,
+            429,
+            false,
+        )))
+        .await
+        .unwrap();
+    let (result, took) = sleeper.await.unwrap();
+    let (wait, status, spent_quota) = held(result);
+    assert!(wait > hour - Duration::from_secs(10), "{wait:?}");
+    assert_eq!((status, spent_quota), (429, false));
+    assert!(took < Duration::from_secs(30), "held for {took:?}");
+    // A new acquisition is refused at once.
+    let (wait, ..) = held(other.acquire_within(1, within).await);
+    assert!(wait > hour - Duration::from_secs(10), "{wait:?}");
+    // Without a bound on blocks it would book a turn after the block; a
+    // bound on the grant's instant refuses that, booking nothing.
+    let soon = Bounds::default().by(Instant::now() + Duration::from_secs(5));
+    match other.acquire_within(1, soon).await {
+        Err(Error::Throttled { wait }) => assert!(wait > hour - Duration::from_secs(10)),
+        other => panic!("expected Throttled, got {other:?}"),
+    }
+    // A later block of a spent quota takes over, with its own cause.
+    seen_by_a
+        .adjust(Adjustment::Block(ServerBlock::new(
+            Instant::now() + 2 * hour,
+            200,
+            true,
+        )))
+        .await
+        .unwrap();
+    let (wait, status, spent_quota) = held(other.acquire_within(1, within).await);
+    assert!(wait > hour, "{wait:?}");
+    assert_eq!((status, spent_quota), (200, true));
+    // Lifted by the other backend: both go again, at the rate, and the
+    // shared count goes on from where it was.
+    other.adjust(Adjustment::Unblock).await.unwrap();
+    let grant = seen_by_a.acquire_within(1, within).await.unwrap();
+    assert!(grant.shared_count.is_some_and(|n| n >= 2), "{grant:?}");
+    let wait = throttled_wait(other.try_acquire(1).await);
+    assert!(wait > Duration::from_secs(1), "{wait:?}");
+}
+
+/// The same for the shared sliding log: the block's cause refuses the
+/// other backend, and lifting it frees the window of the block's
+/// stand-ins (the grants in it stay counted).
+#[tokio::test]
+async fn a_sliding_log_shares_a_block_longer_than_the_bound_and_its_lifting() {
+    let server = RedisServer::start();
+    let a = RedisBackend::connect(server.url()).await.unwrap();
+    let b = RedisBackend::connect(server.url()).await.unwrap();
+    let limit = Rate::new(4, Duration::from_secs(10)).unwrap();
+    let log_a = a.sliding_log("quota", limit).unwrap();
+    let log_b = b.sliding_log("quota", limit).unwrap();
+    let within = Bounds::default().max_block(Duration::from_secs(60));
+    let grant = log_b.acquire_within(1, within).await.unwrap();
+    assert_eq!(grant.shared_count, Some(1));
+    log_a
+        .adjust(Adjustment::Block(ServerBlock::new(
+            Instant::now() + Duration::from_secs(600),
+            503,
+            false,
+        )))
+        .await
+        .unwrap();
+    let (wait, status, spent_quota) = held(log_b.acquire_within(1, within).await);
+    assert!(wait > Duration::from_secs(590), "{wait:?}");
+    assert_eq!((status, spent_quota), (503, false));
+    log_a.adjust(Adjustment::Unblock).await.unwrap();
+    // Three of the four fit at once again (one grant is in the window).
+    for n in 2..=4 {
+        let grant = log_b.acquire_within(1, within).await.unwrap();
+        assert_eq!(grant.shared_count, Some(n));
+    }
+    throttled_wait(log_a.try_acquire(1).await);
+}
+
+/// A bound on the grant's instant refuses a turn past it in the same call
+/// and books nothing: the next caller gets the same turn.
+#[tokio::test]
+async fn a_grant_past_its_bound_is_refused_and_books_nothing() {
+    let server = RedisServer::start();
+    let backend = RedisBackend::connect(server.url()).await.unwrap();
+    let rate = Rate::new(1, 2 * Duration::from_secs(1)).unwrap();
+    let bucket = backend.token_bucket("api", rate, 1).unwrap();
+    bucket.try_acquire(1).await.unwrap();
+    for _ in 0..3 {
+        let soon = Bounds::default().by(Instant::now() + 100 * MS);
+        match bucket.acquire_within(1, soon).await {
+            Err(Error::Throttled { wait }) => {
+                assert!(wait > Duration::from_secs(1) && wait <= 2 * Duration::from_secs(1));
+            }
+            other => panic!("expected Throttled, got {other:?}"),
+        }
+    }
+    // Three refusals booked nothing: the turn is still the one 2 s after
+    // the first grant, not 8 s.
+    let wait = throttled_wait(bucket.try_acquire(1).await);
+    assert!(wait <= 2 * Duration::from_secs(1), "{wait:?}");
 }
 
 #[tokio::test]

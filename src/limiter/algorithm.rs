@@ -55,6 +55,12 @@ pub trait Algorithm: Send + 'static {
     /// (one token at `until`, then one per interval), not with a full burst.
     fn block_until(&mut self, now: Nanos, until: Nanos);
 
+    /// Lift any block, as if it ended at `now`: from `now` on, resume at
+    /// the rate as [`block_until`](Algorithm::block_until) would at its end
+    /// (one token now, then one per interval). Without a block in force it
+    /// changes nothing.
+    fn unblock(&mut self, now: Nanos);
+
     /// Whether the state is indistinguishable from a freshly created one
     /// at `now`, so that a keyed map may drop it.
     fn is_idle(&self, now: Nanos) -> bool;

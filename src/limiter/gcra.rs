@@ -202,6 +202,16 @@ impl Algorithm for Gcra {
         self.full_at = self.full_at.max(resume);
     }
 
+    fn unblock(&mut self, now: Nanos) {
+        if self.blocked_until <= now {
+            return;
+        }
+        self.blocked_until = 0;
+        // The block's resume schedule, moved to now.
+        let resume = wide(now) + wide(self.capacity - 1) * self.t();
+        self.full_at = self.full_at.min(resume);
+    }
+
     fn is_idle(&self, now: Nanos) -> bool {
         self.full_at <= wide(now) && self.blocked_until <= now
     }
@@ -279,6 +289,22 @@ mod tests {
         assert_eq!(g.try_admit(1_000 * MS, 1), Ok(()));
         assert_eq!(g.try_admit(1_000 * MS, 1), Err(1_100 * MS));
         assert!(!g.is_idle(1_000 * MS));
+    }
+
+    #[test]
+    fn unblock_resumes_at_rate_from_now() {
+        let mut g = bucket(10, 10);
+        g.block_until(0, 60_000 * MS);
+        g.unblock(500 * MS);
+        // As if the block had ended at 500 ms: one token then, then one
+        // per 100 ms, not the whole burst.
+        assert_eq!(g.try_admit(500 * MS, 1), Ok(()));
+        assert_eq!(g.try_admit(500 * MS, 1), Err(600 * MS));
+        // Without a block in force it changes nothing.
+        let mut h = bucket(10, 10);
+        h.try_admit(0, 10).unwrap();
+        h.unblock(0);
+        assert_eq!(h.try_admit(0, 1), Err(100 * MS));
     }
 
     #[test]

@@ -353,7 +353,9 @@ where
         let hasher = &self.hasher;
         if mostly_empty(shard.compact.len(), shard.compact.capacity()) {
             let len = shard.compact.len();
-            shard.compact.shrink_to(2 * len, |(key, _)| hasher.hash_one(key));
+            shard
+                .compact
+                .shrink_to(2 * len, |(key, _)| hasher.hash_one(key));
         }
         if mostly_empty(shard.live.len(), shard.live.capacity()) {
             let len = shard.live.len();

@@ -52,6 +52,111 @@ pub enum Adjustment {
     SetRemaining(u64),
     /// Admit nothing before this instant, then resume at the rate.
     BlockUntil(Instant),
+    /// [`BlockUntil`](Adjustment::BlockUntil) the block's end, keeping what
+    /// asked for it where the state is shared (a Redis limiter), so that
+    /// every process can refuse to sit through it as the one that saw the
+    /// response did (see [`Bounds::max_block`]). A local limiter keeps the
+    /// block alone.
+    Block(ServerBlock),
+    /// Lift any block, as if it ended now: resume at the rate from now.
+    Unblock,
+}
+
+/// A wait a server asked for, and what asked for it: a `Retry-After` on a
+/// throttled response, or a quota a response said was spent until its
+/// reset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ServerBlock {
+    /// Nothing is admitted before this instant.
+    pub until: Instant,
+    /// The status of the response that asked for it.
+    pub status: u16,
+    /// Whether a spent quota asked for it (rather than a `Retry-After`).
+    pub spent_quota: bool,
+}
+
+impl ServerBlock {
+    /// A block until `until`, asked for by a response of `status`.
+    pub fn new(until: Instant, status: u16, spent_quota: bool) -> Self {
+        ServerBlock {
+            until,
+            status,
+            spent_quota,
+        }
+    }
+
+    /// The error of a caller that will not wait `wait` for this block,
+    /// longer than the `max` it would.
+    pub(crate) fn refusal(&self, wait: std::time::Duration, max: std::time::Duration) -> Error {
+        Error::Blocked {
+            wait,
+            max,
+            status: self.status,
+            spent_quota: self.spent_quota,
+        }
+    }
+}
+
+/// What an acquisition with [`Limiter::acquire_within`] may not pass.
+///
+/// ```
+/// use std::time::Duration;
+/// use reqwest_pace::limiter::Bounds;
+///
+/// let bounds = Bounds::default()
+///     .by(tokio::time::Instant::now() + Duration::from_secs(5))
+///     .max_block(Duration::from_secs(60));
+/// assert_eq!(bounds.max_block, Some(Duration::from_secs(60)));
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Bounds {
+    /// Refuse at once, taking nothing, when the grant would come later than
+    /// this: [`Error::Throttled`] with the wait.
+    pub by: Option<Instant>,
+    /// Refuse at once, taking nothing, when the limiter is held by a
+    /// server's [`Block`](Adjustment::Block) that ends further away than
+    /// this: [`Error::Blocked`]. Only a limiter that keeps what asked for a
+    /// block can tell (the Redis ones, for blocks any process wrote);
+    /// others wait it out.
+    pub max_block: Option<std::time::Duration>,
+}
+
+impl Bounds {
+    /// Refuse a grant later than `at`.
+    pub fn by(mut self, at: Instant) -> Self {
+        self.by = Some(at);
+        self
+    }
+
+    /// Refuse to wait out a server's block longer than `max`.
+    pub fn max_block(mut self, max: std::time::Duration) -> Self {
+        self.max_block = Some(max);
+        self
+    }
+}
+
+/// What a limiter says of a grant.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Grant {
+    /// For a limiter whose state several processes share: how many units
+    /// it had granted, to all of them, up to and including this grant. A
+    /// learning client compares it with what a server says remains, to
+    /// tell the fleet's spending from a server's refill. `None` for a
+    /// limiter that only this process uses, whose grants the client
+    /// counts itself.
+    pub shared_count: Option<u64>,
+}
+
+impl Grant {
+    /// A grant counted in shared state, at `count`.
+    pub fn counted(count: u64) -> Self {
+        Grant {
+            shared_count: Some(count),
+        }
+    }
 }
 
 /// The object-safe limiter interface: what the throttled client needs from
@@ -70,6 +175,31 @@ pub trait Limiter: Send + Sync + 'static {
 
     /// Apply server feedback.
     fn adjust(&self, adjustment: Adjustment) -> BoxFuture<'_, Result<(), Error>>;
+
+    /// Wait until `weight` tokens are granted, within `bounds`: refused at
+    /// once, taking nothing, with [`Error::Throttled`] when the grant would
+    /// come after [`Bounds::by`], or with [`Error::Blocked`] when a server's
+    /// block longer than [`Bounds::max_block`] holds the limiter (where the
+    /// limiter can tell). The grant says where it falls in a shared count.
+    ///
+    /// The default asks [`try_acquire`](Limiter::try_acquire) first when
+    /// there is a `by`, then [`acquire`](Limiter::acquire); a limiter whose
+    /// calls cost a round trip (Redis) does it in one.
+    fn acquire_within(&self, weight: u64, bounds: Bounds) -> BoxFuture<'_, Result<Grant, Error>> {
+        Box::pin(async move {
+            if let Some(by) = bounds.by {
+                match self.try_acquire(weight).await {
+                    Ok(()) => return Ok(Grant::default()),
+                    Err(Error::Throttled { wait }) if Instant::now() + wait > by => {
+                        return Err(Error::Throttled { wait })
+                    }
+                    Err(Error::Throttled { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            self.acquire(weight).await.map(|()| Grant::default())
+        })
+    }
 }
 
 impl<A: Algorithm> RateLimiter<A> {
@@ -81,6 +211,8 @@ impl<A: Algorithm> RateLimiter<A> {
             Adjustment::LimitRemaining(n) => self.limit_remaining(n),
             Adjustment::SetRemaining(n) => self.set_remaining(n),
             Adjustment::BlockUntil(until) => self.block_until(until),
+            Adjustment::Block(block) => self.block_until(block.until),
+            Adjustment::Unblock => self.unblock(),
         }
         Ok(())
     }

@@ -381,6 +381,13 @@ impl<A: Algorithm> RateLimiter<A> {
         self.with_state(|algorithm, now| algorithm.block_until(now, until));
     }
 
+    /// Lift any block (a Retry-After the caller no longer believes): the
+    /// limiter resumes at its rate from now, as it would have at the
+    /// block's end.
+    pub fn unblock(&self) {
+        self.with_state(|algorithm, now| algorithm.unblock(now));
+    }
+
     /// The current sustained rate.
     pub fn rate(&self) -> Rate {
         lock(&self.state).algorithm.rate()

@@ -7,8 +7,8 @@ use futures::future::BoxFuture;
 
 use super::backend::Link;
 use super::scripts;
-use super::shared::{nanos_until, Core, Fallback, Op};
-use crate::limiter::{Adjustment, Limiter, Rate};
+use super::shared::{unsupported, Core, Fallback, Op};
+use crate::limiter::{Adjustment, Bounds, Grant, Limiter, Rate};
 use crate::Error;
 
 /// The script's source, for `EVAL` where Redis lacks it (the same file
@@ -106,7 +106,18 @@ impl RedisTokenBucket {
     /// capacity is [`Error::WeightExceedsCapacity`]; a weight of 0 is
     /// granted without asking Redis.
     pub async fn acquire(&self, weight: u64) -> Result<(), Error> {
-        self.core.acquire(weight).await
+        self.core
+            .acquire(weight, Bounds::default())
+            .await
+            .map(|_| ())
+    }
+
+    /// [`acquire`](Self::acquire) within `bounds`, in one Redis call: a
+    /// grant later than [`Bounds::by`] or a block longer than
+    /// [`Bounds::max_block`] is refused without booking anything. The grant
+    /// carries the count of units every process was granted.
+    pub async fn acquire_within(&self, weight: u64, bounds: Bounds) -> Result<Grant, Error> {
+        self.core.acquire(weight, bounds).await
     }
 
     /// Take `weight` tokens now or fail with [`Error::Throttled`] and the
@@ -119,34 +130,12 @@ impl RedisTokenBucket {
     /// on the local bucket. A zero capacity is [`Error::InvalidConfig`].
     pub async fn adjust(&self, adjustment: Adjustment) -> Result<(), Error> {
         let op = match adjustment {
-            Adjustment::SetRate(rate) => Op {
-                name: "rate",
-                a: rate.interval_nanos(),
-                b: 0,
-            },
+            Adjustment::SetRate(rate) => Op::new("rate", rate.interval_nanos()),
             Adjustment::SetCapacity(0) => {
                 return Err(Error::config("a limiter needs a capacity above zero"))
             }
-            Adjustment::SetCapacity(c) => Op {
-                name: "capacity",
-                a: c,
-                b: 0,
-            },
-            Adjustment::LimitRemaining(n) => Op {
-                name: "limit",
-                a: n,
-                b: 0,
-            },
-            Adjustment::SetRemaining(n) => Op {
-                name: "remaining",
-                a: n,
-                b: 0,
-            },
-            Adjustment::BlockUntil(until) => Op {
-                name: "block",
-                a: nanos_until(until),
-                b: 0,
-            },
+            Adjustment::SetCapacity(c) => Op::new("capacity", c),
+            other => Op::common(other).ok_or_else(|| unsupported(other))?,
         };
         self.core.adjust(adjustment, op).await
     }
@@ -179,6 +168,10 @@ impl Limiter for RedisTokenBucket {
 
     fn adjust(&self, adjustment: Adjustment) -> BoxFuture<'_, Result<(), Error>> {
         Box::pin(RedisTokenBucket::adjust(self, adjustment))
+    }
+
+    fn acquire_within(&self, weight: u64, bounds: Bounds) -> BoxFuture<'_, Result<Grant, Error>> {
+        Box::pin(RedisTokenBucket::acquire_within(self, weight, bounds))
     }
 }
 

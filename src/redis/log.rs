@@ -7,8 +7,8 @@ use futures::future::BoxFuture;
 
 use super::backend::Link;
 use super::scripts;
-use super::shared::{nanos_until, Core, Fallback, Op};
-use crate::limiter::{Adjustment, Limiter, Rate};
+use super::shared::{unsupported, Core, Fallback, Op};
+use crate::limiter::{Adjustment, Bounds, Grant, Limiter, Rate};
 use crate::Error;
 
 /// The script's source, for `EVAL` where Redis lacks it (the same file
@@ -100,7 +100,18 @@ impl RedisSlidingLog {
     /// the turn, then a single sleep. A weight over the count per window is
     /// [`Error::WeightExceedsCapacity`].
     pub async fn acquire(&self, weight: u64) -> Result<(), Error> {
-        self.core.acquire(weight).await
+        self.core
+            .acquire(weight, Bounds::default())
+            .await
+            .map(|_| ())
+    }
+
+    /// [`acquire`](Self::acquire) within `bounds`, in one Redis call: a
+    /// grant later than [`Bounds::by`] or a block longer than
+    /// [`Bounds::max_block`] is refused without booking anything. The grant
+    /// carries the count of units every process was granted.
+    pub async fn acquire_within(&self, weight: u64, bounds: Bounds) -> Result<Grant, Error> {
+        self.core.acquire(weight, bounds).await
     }
 
     /// Take `weight` tokens now or fail with [`Error::Throttled`] and the
@@ -116,30 +127,14 @@ impl RedisSlidingLog {
     /// since a window's burst is its count.
     pub async fn adjust(&self, adjustment: Adjustment) -> Result<(), Error> {
         let op = match adjustment {
-            Adjustment::SetRate(rate) => Op {
-                name: "rate",
-                a: rate.interval_nanos(),
-                b: MAX_LOG_LIMIT,
-            },
+            Adjustment::SetRate(rate) => {
+                Op::new("rate", rate.interval_nanos()).with(MAX_LOG_LIMIT, 0)
+            }
             Adjustment::SetCapacity(0) => {
                 return Err(Error::config("a limiter needs a capacity above zero"))
             }
             Adjustment::SetCapacity(_) => return Ok(()),
-            Adjustment::LimitRemaining(n) => Op {
-                name: "limit",
-                a: n,
-                b: 0,
-            },
-            Adjustment::SetRemaining(n) => Op {
-                name: "remaining",
-                a: n,
-                b: 0,
-            },
-            Adjustment::BlockUntil(until) => Op {
-                name: "block",
-                a: nanos_until(until),
-                b: 0,
-            },
+            other => Op::common(other).ok_or_else(|| unsupported(other))?,
         };
         self.core.adjust(adjustment, op).await
     }
@@ -167,6 +162,10 @@ impl Limiter for RedisSlidingLog {
 
     fn adjust(&self, adjustment: Adjustment) -> BoxFuture<'_, Result<(), Error>> {
         Box::pin(RedisSlidingLog::adjust(self, adjustment))
+    }
+
+    fn acquire_within(&self, weight: u64, bounds: Bounds) -> BoxFuture<'_, Result<Grant, Error>> {
+        Box::pin(RedisSlidingLog::acquire_within(self, weight, bounds))
     }
 }
 

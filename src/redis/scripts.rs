@@ -33,13 +33,23 @@ pub(crate) enum Reply {
     /// Granted: at once when `wait` is zero, else reserved for `wait` from
     /// now. `id` names the reservation for a refund, `epoch` is the key's
     /// block counter when it was made.
-    Granted { wait: Duration, id: i64, epoch: i64 },
+    /// `count` is every unit the key granted so far, this grant's included.
+    Granted {
+        wait: Duration,
+        id: i64,
+        epoch: i64,
+        count: u64,
+    },
     /// Refused (only from `try`): the same request would pass after `wait`.
     Throttled { wait: Duration },
     /// The weight is over what the shared state says the capacity is.
     TooHeavy { capacity: u64 },
     /// An adjustment or refund was applied.
     Done,
+    /// Held by a server's block that ends after `wait`, longer than the
+    /// call's bound; `cause` is what asked for it (status × 2, plus 1 for
+    /// a spent quota). Nothing was booked.
+    Held { wait: Duration, cause: u64 },
 }
 
 fn nanos(n: i64) -> Duration {
@@ -51,16 +61,21 @@ impl Reply {
     /// guessing.
     pub(crate) fn parse(reply: &[i64]) -> Result<Reply, Error> {
         match *reply {
-            [0, wait, id, epoch] => Ok(Reply::Granted {
+            [0, wait, id, epoch, count] => Ok(Reply::Granted {
                 wait: nanos(wait),
                 id,
                 epoch,
+                count: u64::try_from(count).unwrap_or(0),
             }),
             [1, wait] => Ok(Reply::Throttled { wait: nanos(wait) }),
             [2, capacity] => Ok(Reply::TooHeavy {
                 capacity: u64::try_from(capacity).unwrap_or(0),
             }),
             [3, _] => Ok(Reply::Done),
+            [4, wait, cause] => Ok(Reply::Held {
+                wait: nanos(wait),
+                cause: u64::try_from(cause).unwrap_or(0),
+            }),
             _ => Err(Error::Backend {
                 message: format!("unexpected script reply {reply:?}"),
                 source: None,
@@ -76,11 +91,19 @@ mod tests {
     #[test]
     fn replies_parse() {
         assert_eq!(
-            Reply::parse(&[0, 1_500, 7, 2]).ok(),
+            Reply::parse(&[0, 1_500, 7, 2, 40]).ok(),
             Some(Reply::Granted {
                 wait: Duration::from_nanos(1_500),
                 id: 7,
-                epoch: 2
+                epoch: 2,
+                count: 40
+            })
+        );
+        assert_eq!(
+            Reply::parse(&[4, 9_000, 859]).ok(),
+            Some(Reply::Held {
+                wait: Duration::from_nanos(9_000),
+                cause: 859
             })
         );
         assert_eq!(
@@ -96,6 +119,7 @@ mod tests {
         assert_eq!(Reply::parse(&[3, 0]).ok(), Some(Reply::Done));
         assert!(Reply::parse(&[]).is_err());
         assert!(Reply::parse(&[0, 1]).is_err());
+        assert!(Reply::parse(&[0, 1, 2, 3]).is_err());
         assert!(Reply::parse(&[9, 1]).is_err());
     }
 

@@ -9,7 +9,7 @@ use redis::Script;
 
 use super::backend::{FaultPolicy, Link};
 use super::scripts::Reply;
-use crate::limiter::{Adjustment, Rate, TokenBucket};
+use crate::limiter::{Adjustment, Bounds, Grant, Rate, ServerBlock, TokenBucket};
 use crate::Error;
 
 /// One shared limiter: its script, its keys, and its local fallback.
@@ -41,6 +41,74 @@ pub(crate) struct Op {
     pub(crate) name: &'static str,
     pub(crate) a: u64,
     pub(crate) b: u64,
+    pub(crate) c: u64,
+}
+
+/// "No bound", as the scripts read a bound in nanoseconds: 2^62, beyond
+/// any wait (146 years) and exact in a Lua double.
+const UNBOUNDED: u64 = 1 << 62;
+
+impl Op {
+    pub(crate) fn new(name: &'static str, a: u64) -> Op {
+        Op {
+            name,
+            a,
+            b: 0,
+            c: 0,
+        }
+    }
+
+    pub(crate) fn with(mut self, b: u64, c: u64) -> Op {
+        self.b = b;
+        self.c = c;
+        self
+    }
+
+    /// `reserve` or `try` of `weight` within `bounds`, as operands.
+    fn take(name: &'static str, weight: u64, bounds: Bounds) -> Op {
+        let max_wait = bounds.by.map_or(UNBOUNDED, nanos_until);
+        let max_block = bounds.max_block.map_or(UNBOUNDED, |d| {
+            u64::try_from(d.as_nanos()).unwrap_or(UNBOUNDED)
+        });
+        Op::new(name, weight).with(max_wait.min(UNBOUNDED), max_block.min(UNBOUNDED))
+    }
+
+    /// The operation of an adjustment both scripts spell the same way
+    /// (what remains, a block, its lifting); `None` for a rate or a
+    /// capacity, which each limiter reads in its own terms.
+    pub(crate) fn common(adjustment: Adjustment) -> Option<Op> {
+        Some(match adjustment {
+            Adjustment::LimitRemaining(n) => Op::new("limit", n),
+            Adjustment::SetRemaining(n) => Op::new("remaining", n),
+            Adjustment::BlockUntil(until) => Op::new("block", nanos_until(until)),
+            Adjustment::Block(block) => {
+                Op::new("block", nanos_until(block.until)).with(cause(&block), 0)
+            }
+            Adjustment::Unblock => Op::new("unblock", 0),
+            _ => return None,
+        })
+    }
+}
+
+/// An adjustment a shared limiter has no operation for.
+pub(crate) fn unsupported(adjustment: Adjustment) -> Error {
+    Error::config(format!("a shared limiter cannot apply {adjustment:?}"))
+}
+
+/// What asked for a block, as the scripts keep it: the status times two,
+/// plus one for a spent quota (0: a block that said nothing of its cause).
+fn cause(block: &ServerBlock) -> u64 {
+    u64::from(block.status) * 2 + u64::from(block.spent_quota)
+}
+
+/// A block the scripts held a call back for, as the error the caller gets.
+fn held(wait: Duration, cause: u64, bounds: Bounds) -> Error {
+    let status = u16::try_from(cause / 2)
+        .ok()
+        .filter(|&s| s > 0)
+        .unwrap_or(429);
+    let block = ServerBlock::new(tokio::time::Instant::now() + wait, status, cause % 2 == 1);
+    block.refusal(wait, bounds.max_block.unwrap_or_default())
 }
 
 /// `rate` spread over `processes`: the same count over a period that many
@@ -84,7 +152,7 @@ impl Fallback {
             Adjustment::SetCapacity(c) => Adjustment::SetCapacity(share_of(c, p).max(1)),
             Adjustment::LimitRemaining(n) => Adjustment::LimitRemaining(share_of(n, p)),
             Adjustment::SetRemaining(n) => Adjustment::SetRemaining(share_of(n, p)),
-            Adjustment::BlockUntil(until) => Adjustment::BlockUntil(until),
+            other => other,
         };
         self.bucket.apply(local)
     }
@@ -124,13 +192,15 @@ impl Core {
         let d1 = self.defaults[1].to_string();
         let a = op.a.to_string();
         let b = op.b.to_string();
-        let args: [&[u8]; 6] = [
+        let c = op.c.to_string();
+        let args: [&[u8]; 7] = [
             op.name.as_bytes(),
             idle.as_bytes(),
             d0.as_bytes(),
             d1.as_bytes(),
             a.as_bytes(),
             b.as_bytes(),
+            c.as_bytes(),
         ];
         let reply = self
             .backend
@@ -146,29 +216,34 @@ impl Core {
         }
     }
 
-    /// Reserve, sleep once until the reserved instant, and check that no
-    /// Retry-After block arrived meanwhile (if one did, reserve again after
-    /// it). A dropped future hands its reservation back (see the module
-    /// docs for when that is possible).
-    pub(crate) async fn acquire(self: &Arc<Self>, weight: u64) -> Result<(), Error> {
+    /// Reserve within `bounds`, sleep once until the reserved instant, and
+    /// check that no Retry-After block arrived meanwhile (if one did,
+    /// reserve again after it, within the same bounds). A dropped future
+    /// hands its reservation back (see the module docs for when that is
+    /// possible).
+    pub(crate) async fn acquire(
+        self: &Arc<Self>,
+        weight: u64,
+        bounds: Bounds,
+    ) -> Result<Grant, Error> {
         if weight == 0 {
-            return Ok(());
+            return Ok(Grant::default());
         }
         loop {
-            let reply = match self
-                .run(Op {
-                    name: "reserve",
-                    a: weight,
-                    b: 0,
-                })
-                .await
-            {
+            let reply = match self.run(Op::take("reserve", weight, bounds)).await {
                 Ok(reply) => reply,
-                Err(e) => return self.acquire_on_fault(weight, e).await,
+                Err(e) => return self.acquire_on_fault(weight, bounds, e).await,
             };
             match reply {
-                Reply::Granted { wait, .. } if wait.is_zero() => return Ok(()),
-                Reply::Granted { wait, id, epoch } => {
+                Reply::Granted { wait, count, .. } if wait.is_zero() => {
+                    return Ok(Grant::counted(count))
+                }
+                Reply::Granted {
+                    wait,
+                    id,
+                    epoch,
+                    count,
+                } => {
                     let refund = Refund {
                         core: Some(Arc::clone(self)),
                         id,
@@ -177,12 +252,14 @@ impl Core {
                     tokio::time::sleep(wait).await;
                     refund.disarm();
                     if !self.blocked_since(epoch).await {
-                        return Ok(());
+                        return Ok(Grant::counted(count));
                     }
                     // A block came while we slept: our slot may fall inside
                     // it. Give the slot up (the block has pushed the
                     // bucket past it anyway) and queue again behind it.
                 }
+                Reply::Throttled { wait } => return Err(Error::Throttled { wait }),
+                Reply::Held { wait, cause } => return Err(held(wait, cause, bounds)),
                 Reply::TooHeavy { capacity } => {
                     return Err(Error::WeightExceedsCapacity { weight, capacity })
                 }
@@ -201,10 +278,30 @@ impl Core {
         }
     }
 
-    async fn acquire_on_fault(&self, weight: u64, error: Error) -> Result<(), Error> {
+    /// Decide by the fault policy. The local fallback keeps the bound on
+    /// the grant's instant; it counts nothing shared.
+    async fn acquire_on_fault(
+        &self,
+        weight: u64,
+        bounds: Bounds,
+        error: Error,
+    ) -> Result<Grant, Error> {
         match (&self.fallback, self.backend.fault_policy()) {
-            (Some(fallback), _) => fallback.acquire(weight).await,
-            (None, FaultPolicy::FailOpen) => Ok(()),
+            (Some(fallback), _) => {
+                if let Some(by) = bounds.by {
+                    match fallback.try_acquire(weight) {
+                        Ok(()) => return Ok(Grant::default()),
+                        Err(Error::Throttled { wait })
+                            if tokio::time::Instant::now() + wait > by =>
+                        {
+                            return Err(Error::Throttled { wait })
+                        }
+                        Err(_) => {}
+                    }
+                }
+                fallback.acquire(weight).await.map(|()| Grant::default())
+            }
+            (None, FaultPolicy::FailOpen) => Ok(Grant::default()),
             (None, _) => Err(error),
         }
     }
@@ -213,14 +310,7 @@ impl Core {
         if weight == 0 {
             return Ok(());
         }
-        match self
-            .run(Op {
-                name: "try",
-                a: weight,
-                b: 0,
-            })
-            .await
-        {
+        match self.run(Op::take("try", weight, Bounds::default())).await {
             Ok(Reply::Granted { .. }) => Ok(()),
             Ok(Reply::Throttled { wait }) => Err(Error::Throttled { wait }),
             Ok(Reply::TooHeavy { capacity }) => {
@@ -255,14 +345,7 @@ impl Core {
 
     async fn refund(&self, id: i64, weight: u64) {
         let id = u64::try_from(id).unwrap_or(0);
-        if let Err(e) = self
-            .run(Op {
-                name: "refund",
-                a: id,
-                b: weight,
-            })
-            .await
-        {
+        if let Err(e) = self.run(Op::new("refund", id).with(weight, 0)).await {
             tracing::debug!(error = %e, "refund of a dropped reservation failed");
         }
     }

@@ -220,6 +220,11 @@ impl Algorithm for SlidingWindowCounter {
         self.quota.block_until(now, until);
     }
 
+    fn unblock(&mut self, now: Nanos) {
+        self.advance(now);
+        self.quota.unblock(now);
+    }
+
     /// Both counts zero at `now` (two windows after the last admission), and
     /// no block.
     fn is_idle(&self, now: Nanos) -> bool {

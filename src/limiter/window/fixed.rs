@@ -176,6 +176,11 @@ impl Algorithm for FixedWindow {
         self.quota.block_until(now, until);
     }
 
+    fn unblock(&mut self, now: Nanos) {
+        self.advance(now);
+        self.quota.unblock(now);
+    }
+
     /// Nothing counted in the window containing `now`, and no block.
     fn is_idle(&self, now: Nanos) -> bool {
         self.view(now).1 == 0 && self.quota.pace_idle(now)

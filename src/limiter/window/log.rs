@@ -304,6 +304,11 @@ impl Algorithm for SlidingLog {
         self.quota.block_until(now, until);
     }
 
+    fn unblock(&mut self, now: Nanos) {
+        self.prune(now);
+        self.quota.unblock(now);
+    }
+
     /// Nothing admitted in the last W, and no block.
     fn is_idle(&self, now: Nanos) -> bool {
         self.live(now) == 0 && self.quota.pace_idle(now)
@@ -430,6 +435,16 @@ mod tests {
         assert_eq!(l.try_admit(2 * S + 250 * MS, 1), Ok(()));
         assert!(!l.is_idle(2 * S + 250 * MS));
         assert!(l.is_idle(4 * S));
+    }
+
+    #[test]
+    fn unblock_resumes_at_the_pace_from_now() {
+        let mut l = log(4, 1);
+        l.block_until(0, 60 * S);
+        l.unblock(S);
+        assert_eq!(l.try_admit(S, 1), Ok(()));
+        assert_eq!(l.try_admit(S, 1), Err(S + 250 * MS));
+        assert!(l.is_idle(3 * S));
     }
 
     #[test]

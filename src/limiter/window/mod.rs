@@ -123,6 +123,14 @@ impl Quota {
             .block_until(now, until);
     }
 
+    /// End the pacing bucket's block now; it resumes at the pace from now.
+    fn unblock(&mut self, now: Nanos) {
+        if let Some(pace) = &mut self.pace {
+            pace.unblock(now);
+        }
+        self.settle(now);
+    }
+
     /// Forget the pacing bucket once it is full: from then on it would admit
     /// whatever the window admits, so keeping it would only cost memory.
     fn settle(&mut self, now: Nanos) {

@@ -2,19 +2,25 @@
 -- scored with the Redis TIME (microseconds) it was granted for.
 --
 -- KEYS[1]  the log (sorted set); KEYS[2] its meta hash
--- ARGV[1]  operation: reserve | try | refund | rate | capacity | limit | remaining | block
+-- ARGV[1]  operation: reserve | try | refund | rate | capacity | limit |
+--          remaining | block | unblock
 -- ARGV[2]  milliseconds a key outlives the moment the log is empty again
 -- ARGV[3]  default limit L (tokens per window), used while the hash holds none
 -- ARGV[4]  default window W, microseconds (likewise)
--- ARGV[5], ARGV[6]  the operation's operands
+-- ARGV[5], ARGV[6], ARGV[7]  the operation's operands; for reserve and try:
+--          the weight, the longest wait to book and the longest server block
+--          to wait out, in ns (2^62 for no bound)
 --
 -- Meta fields: L, W, n = member counter (a reservation's first id), e = block
--- counter, b = Retry-After block end (microseconds since 1970).
+-- counter, b = Retry-After block end (microseconds since 1970), a = units
+-- granted so far (every process's), c = what asked for the block (its status
+-- times 2, plus 1 for a spent quota).
 -- Members: 'r<id>' for grants (scored in the future for a reservation),
 -- 'p<id>' for placeholders that stand for tokens the server says are spent.
 --
--- Replies: {0, wait_ns, first_id, epoch} granted, {1, wait_ns} refused,
--- {2, limit} weight over limit, {3, x} done.
+-- Replies: {0, wait_ns, first_id, epoch, granted} granted, {1, wait_ns}
+-- refused, {2, limit} weight over limit, {3, x} done, {4, block_ns, cause}
+-- held by a block longer than the bound.
 
 local log, meta = KEYS[1], KEYS[2]
 local op = ARGV[1]
@@ -23,12 +29,14 @@ local idle = tonumber(ARGV[2])
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 
-local m = redis.call('HMGET', meta, 'L', 'W', 'n', 'e', 'b')
+local m = redis.call('HMGET', meta, 'L', 'W', 'n', 'e', 'b', 'a', 'c')
 local L = tonumber(m[1]) or tonumber(ARGV[3])
 local W = tonumber(m[2]) or tonumber(ARGV[4])
 local n = tonumber(m[3]) or 0
 local e = tonumber(m[4]) or 0
 local b = tonumber(m[5]) or 0
+local a = tonumber(m[6]) or 0
+local c = tonumber(m[7]) or 0
 
 local function int(x)
   return string.format('%.0f', x)
@@ -64,7 +72,8 @@ local function save()
   end
   -- Empty and unblocked again at busy_until; milliseconds, never 0.
   local ttl = math.max(1, math.ceil(math.max(0, busy_until - now) / 1000) + idle)
-  redis.call('HSET', meta, 'L', int(L), 'W', int(W), 'n', int(n), 'e', int(e), 'b', int(b))
+  redis.call('HSET', meta, 'L', int(L), 'W', int(W), 'n', int(n), 'e', int(e), 'b', int(b),
+    'a', int(a), 'c', int(c))
   redis.call('PEXPIRE', meta, ttl)
   if last[2] then
     redis.call('PEXPIRE', log, ttl)
@@ -81,6 +90,9 @@ if op == 'reserve' or op == 'try' then
     save()
     return {2, L}
   end
+  if (b - now) * 1000 > tonumber(ARGV[7]) then
+    return {4, math.ceil((b - now) * 1000), c}
+  end
   -- With the members sorted, the k-th oldest must leave the window before w
   -- more fit; every window holding the new grant then holds at most L.
   local count = redis.call('ZCARD', log)
@@ -92,14 +104,15 @@ if op == 'reserve' or op == 'try' then
   end
   r = math.max(r, b)
   local wait = math.ceil((r - now) * 1000)
-  if op == 'try' and r > now then
+  if (op == 'try' and r > now) or wait > tonumber(ARGV[6]) then
     save()
     return {1, wait}
   end
   local first = n + 1
   add(w, 'r', at(r))
+  a = a + w
   save()
-  return {0, wait, first, e}
+  return {0, wait, first, e, a}
 elseif op == 'refund' then
   -- Taking members out never lets a window exceed L, wherever they are.
   local first, w = tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -112,6 +125,7 @@ elseif op == 'refund' then
       names = {}
     end
   end
+  a = math.max(0, a - removed)
   save()
   return {3, removed}
 elseif op == 'rate' then
@@ -138,12 +152,38 @@ elseif op == 'block' then
   -- Nothing before the end of the block, then one token, then one per W/L:
   -- L-1 stand-ins that leave the window one interval apart.
   local u = now + math.ceil(tonumber(ARGV[5]) / 1000)
+  if u > b then
+    c = tonumber(ARGV[6])
+  end
   b = math.max(b, u)
   local step = W / L
   if L > 1 then
     add(L - 1, 'p', function(i) return u - W + i * step end)
   end
   e = e + 1
+elseif op == 'unblock' then
+  -- As if the block ended now. The stand-ins in the window go with it
+  -- (those for tokens a server said were spent too: its next answer says
+  -- again what it counts); grants stay. Sleeping waiters book again.
+  if b > now then
+    local inside = redis.call('ZRANGEBYSCORE', log, num(now - W), '+inf')
+    local names = {}
+    for _, name in ipairs(inside) do
+      if string.sub(name, 1, 1) == 'p' then
+        names[#names + 1] = name
+      end
+      if #names >= 1000 then
+        redis.call('ZREM', log, unpack(names))
+        names = {}
+      end
+    end
+    if #names > 0 then
+      redis.call('ZREM', log, unpack(names))
+    end
+    b = 0
+    c = 0
+    e = e + 1
+  end
 else
   return redis.error_reply('reqwest-pace: unknown sliding log operation')
 end

@@ -1,21 +1,27 @@
 -- The shared token bucket: the GCRA of src/limiter/gcra.rs, run inside Redis.
 --
 -- KEYS[1]  the bucket's hash
--- ARGV[1]  operation: reserve | try | refund | rate | capacity | limit | remaining | block
+-- ARGV[1]  operation: reserve | try | refund | rate | capacity | limit |
+--          remaining | block | unblock
 -- ARGV[2]  milliseconds a key outlives the moment it is back to a fresh bucket
 -- ARGV[3]  default time per token, ns (used while the hash holds none)
 -- ARGV[4]  default capacity (likewise)
--- ARGV[5], ARGV[6]  the operation's operands
+-- ARGV[5], ARGV[6], ARGV[7]  the operation's operands; for reserve and try:
+--          the weight, the longest wait to book and the longest server block
+--          to wait out, in ns (2^62 for no bound)
 --
 -- Fields: t = when the state was written (Redis TIME, microseconds), d = ns
 -- of refill still owed at t (the GCRA's full_at - t), b = ns of Retry-After
 -- block left at t, T = ns per token, C = capacity, n = write counter (a
--- reservation's id), e = block counter (tells a sleeping waiter a block came).
+-- reservation's id), e = block counter (tells a sleeping waiter a block came),
+-- a = units granted so far (every process's), c = what asked for the block
+-- (its status times 2, plus 1 for a spent quota).
 -- Times are kept relative to t so every figure stays an exact integer in a
 -- Lua double: absolute nanoseconds since 1970 would not (2^53 ns ~ 104 days).
 --
--- Replies: {0, wait_ns, id, epoch} granted (after wait_ns for a reservation),
--- {1, wait_ns} refused, {2, capacity} weight over capacity, {3, x} done.
+-- Replies: {0, wait_ns, id, epoch, granted} granted (after wait_ns for a
+-- reservation), {1, wait_ns} refused, {2, capacity} weight over capacity,
+-- {3, x} done, {4, block_ns, cause} held by a block longer than the bound.
 
 local key = KEYS[1]
 local op = ARGV[1]
@@ -24,11 +30,13 @@ local idle = tonumber(ARGV[2])
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 
-local s = redis.call('HMGET', key, 't', 'd', 'b', 'T', 'C', 'n', 'e')
+local s = redis.call('HMGET', key, 't', 'd', 'b', 'T', 'C', 'n', 'e', 'a', 'c')
 local T = tonumber(s[4]) or tonumber(ARGV[3])
 local C = tonumber(s[5]) or tonumber(ARGV[4])
 local n = tonumber(s[6]) or 0
 local e = tonumber(s[7]) or 0
+local a = tonumber(s[8]) or 0
+local c = tonumber(s[9]) or 0
 local d, b = 0, 0
 if s[1] then
   -- A clock that steps back counts as no time passed, never as time owed.
@@ -44,7 +52,7 @@ end
 local function save()
   n = n + 1
   redis.call('HSET', key, 't', int(now), 'd', int(d), 'b', int(b),
-    'T', int(T), 'C', int(C), 'n', int(n), 'e', int(e))
+    'T', int(T), 'C', int(C), 'n', int(n), 'e', int(e), 'a', int(a), 'c', int(c))
   -- Fresh again once refilled and unblocked; milliseconds, never 0.
   local ttl = math.ceil(math.max(d, b) / 1000000) + idle
   redis.call('PEXPIRE', key, math.max(1, ttl))
@@ -55,20 +63,25 @@ if op == 'reserve' or op == 'try' then
   if w > C then
     return {2, C}
   end
+  if b > tonumber(ARGV[7]) then
+    return {4, b, c}
+  end
   local need = w * T
   -- Earliest instant (ns from now) with max(d, t) + w*T - t <= C*T.
   local ready = math.max(0, d + need - C * T, b)
-  if op == 'try' and ready > 0 then
+  if (op == 'try' and ready > 0) or ready > tonumber(ARGV[6]) then
     return {1, ready}
   end
   d = math.max(d, ready) + need
+  a = a + w
   save()
-  return {0, ready, n, e}
+  return {0, ready, n, e, a}
 elseif op == 'refund' then
   -- Only the last write may be undone: a later reservation was placed after
   -- this one, and a hole in the middle cannot be given back safely.
   if s[1] and n == tonumber(ARGV[5]) then
     d = math.max(0, d - tonumber(ARGV[6]) * T)
+    a = math.max(0, a - tonumber(ARGV[6]))
     save()
     return {3, 1}
   end
@@ -77,9 +90,12 @@ elseif op == 'rate' then
   -- Keep the tokens earned: the deficit in tokens stays, its time scales.
   -- Time inside a block is not owed tokens: measure from the block's end,
   -- so the block keeps its length whatever the new rate.
+  -- A deficit scaled past 2^52 ns (52 days: a rate far slower than the
+  -- one it was booked at) is kept at that, where a double still holds
+  -- every integer; gcra.rs computes it in 128 bits.
   local T2 = tonumber(ARGV[5])
   local owed = math.max(0, d - b)
-  d = b + math.floor(owed * T2 / T)
+  d = b + math.min(math.floor(owed * T2 / T), 4503599627370496)
   T = T2
 elseif op == 'capacity' then
   -- As in gcra.rs: from the block's end, a deficit beyond one full bucket is
@@ -102,9 +118,21 @@ elseif op == 'remaining' then
 elseif op == 'block' then
   -- Nothing before the block ends, then one token, then one per interval.
   local u = tonumber(ARGV[5])
+  if u > b then
+    c = tonumber(ARGV[6])
+  end
   b = math.max(b, u)
   d = math.max(d, u + (C - 1) * T)
   e = e + 1
+elseif op == 'unblock' then
+  -- As if the block ended now: one token now, then one per interval.
+  -- Sleeping waiters see the counter move and book again.
+  if b > 0 then
+    d = math.min(d, (C - 1) * T)
+    b = 0
+    c = 0
+    e = e + 1
+  end
 else
   return redis.error_reply('reqwest-pace: unknown token bucket operation')
 end
