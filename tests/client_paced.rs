@@ -693,12 +693,65 @@ async fn a_spent_quota_closes_the_key_with_the_servers_status_and_clear_key_reop
     assert_eq!(server.requests().len(), 2, "the closed key sent nothing");
     // Cleared, the key sends again; the server, still spent, says so with
     // a 429 and its Retry-After.
-    assert!(client.clear_key("host", &server.url()));
+    assert!(client.clear_key("host", &server.url()).await);
     assert!(matches!(
         client.get(server.url()).send().await,
         Err(Error::RetryAfterTooLong { .. })
     ));
     assert_eq!(server.requests().len(), 3);
+}
+
+/// A server's wait beyond the retry cap ends the calls already queued on
+/// the key at once: not at their turns, and not after the hour the key's
+/// bucket, which holds the block, would keep them.
+#[tokio::test(start_paused = true)]
+async fn calls_waiting_on_a_key_fail_at_once_when_a_response_closes_it() {
+    let server = server(Dialect::XRateLimit, 1000, 1000).await;
+    let client = ThrottledClient::builder(reqwest::Client::new())
+        .rate(Rate::per_second(1).unwrap())
+        .burst(1)
+        .retry(no_jitter())
+        .release_jitter(ReleaseJitter::none())
+        .build()
+        .unwrap();
+    // The burst of one, spent at 0: the next turns are at 1 s, 2 s, 3 s.
+    client.get(server.url()).send().await.unwrap();
+    server.inject(
+        Fault::too_many_requests()
+            .times(1)
+            .retry_after(RetryAfter::Seconds(3_600)),
+    );
+    let start = tokio::time::Instant::now();
+    let calls: Vec<_> = (0..3)
+        .map(|_| {
+            let client = client.clone();
+            let url = server.url();
+            tokio::spawn(async move {
+                let result = client.get(&url).send().await;
+                (result.map(|r| r.status()), start.elapsed())
+            })
+        })
+        .collect();
+    let mut ended = Vec::new();
+    for call in calls {
+        let (result, at) = call.await.unwrap();
+        match result {
+            Err(Error::RetryAfterTooLong { wait, status, .. }) => {
+                assert_eq!(status, 429);
+                assert!(wait > Duration::from_secs(3_590), "{wait:?}");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        ended.push(at);
+    }
+    // The first turn's 429 closes the key; the two queued behind it end
+    // with it, having sent nothing.
+    assert_eq!(ended, ms(&[1_000, 1_000, 1_000]));
+    assert_eq!(times(&server), ms(&[0, 1_000]));
+    let status = client.key_status("host", &host_key(&server)).unwrap();
+    assert!(status
+        .closed_for
+        .is_some_and(|w| w > Duration::from_secs(3_590)));
 }
 
 /// `client.send(builder)` keeps what the builder carries: its deadline

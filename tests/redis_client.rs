@@ -11,7 +11,7 @@ use std::time::Duration;
 use redis_support::RedisServer;
 use reqwest_pace::redis::RedisBackend;
 use reqwest_pace::testing::{Dialect, Fault, RateLimitedServer, RetryAfter};
-use reqwest_pace::{Limiter, Rate, Scope, ThrottledClient};
+use reqwest_pace::{Error, Limiter, Rate, Scope, ThrottledClient};
 
 async fn shared_client(redis: &RedisServer, rate: Rate) -> ThrottledClient {
     // Each client has its own backend: its own connection, as another
@@ -110,4 +110,53 @@ async fn a_retry_after_seen_by_one_client_holds_the_other() {
         b_done >= Duration::from_millis(990),
         "B went at {b_done:?}, inside A's Retry-After"
     );
+}
+
+/// A `Retry-After` beyond the retry cap seen by one client closes the key
+/// for the other too: its calls fail at once with the server's status and
+/// send nothing, as the first client's do. Cleared by either, the key is
+/// open for both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_beyond_the_cap_seen_by_one_client_closes_the_key_for_the_other() {
+    let redis = RedisServer::start();
+    let server = server().await;
+    let rate = Rate::per_second(100).unwrap();
+    let a = shared_client(&redis, rate).await;
+    let b = shared_client(&redis, rate).await;
+    a.send(a.get(server.url())).await.unwrap();
+    b.send(b.get(server.url())).await.unwrap();
+    server.inject(
+        Fault::too_many_requests()
+            .times(1)
+            .retry_after(RetryAfter::Seconds(3_600)),
+    );
+    let too_long = |result: Result<reqwest::Response, Error>| match result {
+        Err(Error::RetryAfterTooLong { wait, status, .. }) => {
+            assert_eq!(status, 429);
+            assert!(wait > Duration::from_secs(3_500), "{wait:?}");
+        }
+        other => panic!("expected RetryAfterTooLong, got {other:?}"),
+    };
+    too_long(a.send(a.get(server.url())).await);
+    assert_eq!(server.requests().len(), 3);
+    // B never saw the 429; the shared bucket says what asked for the wait.
+    for _ in 0..3 {
+        too_long(b.send(b.get(server.url())).await);
+    }
+    assert_eq!(server.requests().len(), 3, "a closed key sends nothing");
+    // A clears the key: the shared block goes with its own.
+    assert!(a.clear_key("host", &host_of(&server)).await);
+    assert_eq!(b.send(b.get(server.url())).await.unwrap().status(), 200);
+    assert_eq!(a.send(a.get(server.url())).await.unwrap().status(), 200);
+    assert_eq!(server.requests().len(), 5);
+}
+
+/// The host scope's key of the embedded server.
+fn host_of(server: &RateLimitedServer) -> String {
+    let url = reqwest::Url::parse(&server.url()).unwrap();
+    format!(
+        "http://{}:{}",
+        url.host_str().unwrap(),
+        url.port_or_known_default().unwrap()
+    )
 }

@@ -20,10 +20,11 @@ use tracing::Instrument;
 
 use super::events::{emit, Hook};
 use super::scope::BuiltScope;
-use super::wait::{time_limit, Member, Sent};
+use super::wait::{status_or_429, time_limit, Member, Sent};
 use super::{scope, Cost, Event, KeyStatus, SendFailure};
 use crate::error::LastResponse;
 use crate::headers::RateLimitSignal;
+use crate::limiter::Adjustment;
 use crate::retry::{Attempted, Decision, GiveUp, Outcome, ReleaseJitter, RetryBudget, RetryPolicy};
 use crate::Error;
 
@@ -134,20 +135,22 @@ impl Pacer {
         let state = self.scope(scope)?.keyed.peek(&key.to_owned())?;
         let rate = state.adapt().applied_rate();
         let now = Instant::now();
-        let closed = (*state.closed()).filter(|c| c.until > now);
+        let cap = self.inner.policy.max_retry_after();
+        let closed = state.server_block(now).filter(|b| b.until - now > cap);
         Some(KeyStatus {
             rate,
-            closed_for: closed.map(|c| c.until - now),
-            closed_by: closed.map(|c| c.status),
+            closed_for: closed.map(|b| b.until - now),
+            closed_by: closed.map(|b| status_or_429(b.status)),
         })
     }
 
     /// Forget what a scope's key has learned (and any memory of it) and
-    /// clear its close, so that calls go again and the key learns afresh (a
-    /// server that closed it for a day by mistake need not lock a caller
-    /// out). Returns whether the key's state was held. A block within the
-    /// retry cap ends by itself.
-    pub fn clear_key(&self, scope: &str, key: &str) -> bool {
+    /// lift any block a server asked for, so that calls go again and the
+    /// key learns afresh (a server that closed it for a day by mistake need
+    /// not lock a caller out). A shared limiter's block is lifted for every
+    /// process that shares it, which costs a round trip to its store.
+    /// Returns whether the key's state was held.
+    pub async fn clear_key(&self, scope: &str, key: &str) -> bool {
         let Some(built) = self.scope(scope) else {
             return false;
         };
@@ -156,6 +159,11 @@ impl Pacer {
             return false;
         };
         state.reset(&built.config);
+        if let Ok(limiter) = &state.limiter {
+            if let Err(e) = limiter.adjust(Adjustment::Unblock).await {
+                tracing::warn!(target: "reqwest_pace", key, error = %e, "could not lift the limiter's block");
+            }
+        }
         true
     }
 

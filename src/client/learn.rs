@@ -5,11 +5,11 @@ use std::sync::atomic::Ordering;
 use tokio::time::Instant;
 
 use super::engine::Pacer;
-use super::scope::{BuiltScope, Closed};
-use super::wait::{status_or_429, Member, Sent};
+use super::scope::BuiltScope;
+use super::wait::{Member, Sent};
 use super::Event;
 use crate::headers::RateLimitSignal;
-use crate::limiter::{Adjustment, Limiter};
+use crate::limiter::{Adjustment, Limiter, ServerBlock};
 use crate::retry::Outcome;
 
 impl Pacer {
@@ -105,10 +105,11 @@ impl Pacer {
     }
 
     /// Apply one adjustment to a member's limiter. A block until an
-    /// instant the server named is released a little later by the
-    /// [`ReleaseJitter`](crate::retry::ReleaseJitter); one beyond the retry
-    /// cap closes the key instead, so that calls fail fast rather than park
-    /// behind a wait nobody will sit through.
+    /// instant the server named is noted on the key with what asked for
+    /// it, and kept by the limiter (written to the shared state, for a
+    /// shared one) until a little later, by the
+    /// [`ReleaseJitter`](crate::retry::ReleaseJitter). Whether a call sits
+    /// through it is the wait step's question, not this one's.
     async fn apply(
         &self,
         m: &Member,
@@ -120,12 +121,15 @@ impl Pacer {
     ) {
         let adjustment = match adjustment {
             Adjustment::BlockUntil(until) => {
+                let spent_quota = server_block(signal, now) != Some(until);
+                let block = ServerBlock::new(until, signal.status, spent_quota);
+                m.state.set_server_block(Some(block));
                 let wait = until.saturating_duration_since(now);
-                if wait > self.inner.policy.max_retry_after() {
-                    self.close(m, until, signal, now);
-                    return;
-                }
-                Adjustment::BlockUntil(until + self.inner.jitter.extra(wait, self.draw()))
+                let released = until + self.inner.jitter.extra(wait, self.draw());
+                Adjustment::Block(ServerBlock {
+                    until: released,
+                    ..block
+                })
             }
             Adjustment::SetRate(rate) => {
                 self.emit(Event::Paced {
@@ -139,21 +143,6 @@ impl Pacer {
         };
         if let Err(e) = limiter.adjust(adjustment).await {
             tracing::warn!(target: "reqwest_pace", key = m.state.key, error = %e, "could not adjust limiter");
-        }
-    }
-
-    /// Close a member's key until `until`, saying what the server said: a
-    /// block its `Retry-After` asked for, or a spent quota (a 200 with
-    /// nothing remaining is a spent quota, not a 429).
-    fn close(&self, m: &Member, until: Instant, signal: &RateLimitSignal, now: Instant) {
-        let closed = Closed {
-            until,
-            status: status_or_429(signal.status),
-            by_quota: server_block(signal, now) != Some(until),
-        };
-        let mut current = m.state.closed();
-        if current.is_none_or(|c| c.until < until) {
-            *current = Some(closed);
         }
     }
 }

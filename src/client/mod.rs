@@ -245,8 +245,8 @@ impl ThrottledClient {
     }
 
     /// See [`Pacer::clear_key`].
-    pub fn clear_key(&self, scope: &str, key: &str) -> bool {
-        self.pacer.clear_key(scope, key)
+    pub async fn clear_key(&self, scope: &str, key: &str) -> bool {
+        self.pacer.clear_key(scope, key).await
     }
 
     /// Send a request (a `Request` or a `RequestBuilder`), paced, adapted

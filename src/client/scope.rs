@@ -12,7 +12,7 @@ use reqwest::Request;
 use super::adapt::{Adaptive, Learned};
 use super::memory::Memory;
 use crate::headers::Dimension;
-use crate::limiter::{Evictable, KeyedLimiter, Limiter, Rate, TokenBucket};
+use crate::limiter::{Evictable, KeyedLimiter, Limiter, Rate, ServerBlock, TokenBucket};
 use crate::Error;
 
 type KeyFn = Arc<dyn Fn(&Request) -> Option<String> + Send + Sync>;
@@ -439,21 +439,15 @@ pub(crate) struct KeyState {
     /// Held by a key's first request until its response is in.
     pub(crate) probe: tokio::sync::Mutex<()>,
     pub(crate) seen_response: AtomicBool,
-    /// A server-requested wait beyond the retry cap: calls fail fast until
-    /// it ends instead of hanging.
-    pub(crate) closed_until: Mutex<Option<Closed>>,
+    /// The latest wait a server asked of this key, and what asked for it
+    /// (its limiter holds the block itself). The wait step reads it: a
+    /// call does not sit through a block longer than the retry cap.
+    server_block: Mutex<Option<ServerBlock>>,
+    /// Woken when `server_block` changes, so that calls already waiting on
+    /// the limiter look at it again.
+    pub(crate) block_changed: tokio::sync::Notify,
     /// The rate and capacity the key's bucket was made with.
     made_with: (Rate, u64),
-}
-
-/// A key closed by a server wait beyond the retry cap.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Closed {
-    pub(crate) until: tokio::time::Instant,
-    /// The status of the response that asked for the wait.
-    pub(crate) status: reqwest::StatusCode,
-    /// Whether a spent quota asked for it (rather than a `Retry-After`).
-    pub(crate) by_quota: bool,
 }
 
 impl KeyState {
@@ -491,16 +485,17 @@ impl KeyState {
             adapt: Mutex::new(adapt),
             probe: tokio::sync::Mutex::new(()),
             seen_response: AtomicBool::new(learned.is_some()),
-            closed_until: Mutex::new(None),
+            server_block: Mutex::new(None),
+            block_changed: tokio::sync::Notify::new(),
             made_with,
         }
     }
 
-    /// Forget what was learned and any close: the key starts again as it
-    /// was made (a block within the retry cap, held by the limiter, ends by
-    /// itself).
+    /// Forget what was learned and any server block: the key starts again
+    /// as it was made. The limiter's own block is lifted by the caller
+    /// (it may take a round trip).
     pub(crate) fn reset(&self, config: &Scope) {
-        *self.closed() = None;
+        self.set_server_block(None);
         *self.adapt() = Adaptive::new(
             config.dimension.clone(),
             config.rate,
@@ -519,8 +514,26 @@ impl KeyState {
         crate::sync::lock(&self.adapt)
     }
 
-    pub(crate) fn closed(&self) -> std::sync::MutexGuard<'_, Option<Closed>> {
-        crate::sync::lock(&self.closed_until)
+    /// The server's block in force at `now`, if any.
+    pub(crate) fn server_block(&self, now: tokio::time::Instant) -> Option<ServerBlock> {
+        let mut block = crate::sync::lock(&self.server_block);
+        if block.is_some_and(|b| b.until <= now) {
+            *block = None;
+        }
+        *block
+    }
+
+    /// Note a wait the server asked for (the later one of two that
+    /// overlap), or none, and wake the calls waiting on the key.
+    pub(crate) fn set_server_block(&self, block: Option<ServerBlock>) {
+        {
+            let mut current = crate::sync::lock(&self.server_block);
+            match block {
+                Some(b) if current.is_some_and(|c| c.until >= b.until) => return,
+                _ => *current = block,
+            }
+        }
+        self.block_changed.notify_waiters();
     }
 
     pub(crate) fn has_seen_response(&self) -> bool {
@@ -535,10 +548,8 @@ impl Evictable for KeyState {
         // (a rate) is forgotten with the entry, after the idle timeout: a key
         // that comes back probes and learns again.
         let bucket_idle = self.local.as_ref().is_some_and(|b| b.is_idle());
-        let closed = self
-            .closed()
-            .is_some_and(|c| c.until > tokio::time::Instant::now());
-        bucket_idle && !closed
+        let blocked = self.server_block(tokio::time::Instant::now()).is_some();
+        bucket_idle && !blocked
     }
 }
 

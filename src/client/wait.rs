@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use super::engine::{Call, Pacer};
 use super::scope::KeyState;
 use super::Event;
-use crate::limiter::Limiter;
+use crate::limiter::{Bounds, Grant, Limiter, ServerBlock};
 use crate::Error;
 
 /// How long a request waits for its key's first response (the probe)
@@ -54,15 +54,17 @@ enum WaitError {
 
 impl Pacer {
     /// Wait for every bucket of the request, by the call's time limit, and
-    /// count the attempt as sent on each. A key closed by a server's wait
-    /// beyond the retry cap fails the call at once, before the wait or
-    /// after it (another task may have closed it meanwhile).
+    /// count the attempt as sent on each. A key held by a server's wait
+    /// beyond the retry cap fails the call at once: before the wait, while
+    /// it waits (another task, or another process sharing the limiter, may
+    /// have seen the response), or after it.
     pub(crate) async fn wait<'m>(
         &self,
         members: &'m [Member],
         call: &mut Call,
     ) -> Result<Sent<'m>, Error> {
-        self.check_closed(members).map_err(|e| self.fail(call, e))?;
+        self.check_blocked(members)
+            .map_err(|e| self.fail(call, e))?;
         let until = call.limit(self.inner.policy.max_elapsed());
         let sent = match self.wait_for_members(members, until).await {
             Ok(sent) => sent,
@@ -76,12 +78,12 @@ impl Pacer {
                 };
                 return Err(self.fail(call, error));
             }
-            Err(WaitError::Failed(e)) => return Err(e),
+            Err(WaitError::Failed(e)) => return Err(self.fail(call, e)),
         };
         call.first_send.get_or_insert_with(Instant::now);
-        if let Err(closed) = self.check_closed(members) {
+        if let Err(blocked) = self.check_blocked(members) {
             sent.abandon(members, false);
-            return Err(self.fail(call, closed));
+            return Err(self.fail(call, blocked));
         }
         Ok(sent)
     }
@@ -94,30 +96,22 @@ impl Pacer {
         error
     }
 
-    /// Fail fast when a key is closed by a server wait beyond the cap.
-    fn check_closed(&self, members: &[Member]) -> Result<(), Error> {
+    /// Fail fast when a key is held by a server wait beyond the cap.
+    fn check_blocked(&self, members: &[Member]) -> Result<(), Error> {
+        members
+            .iter()
+            .find_map(|m| self.blocked(m))
+            .map_or(Ok(()), Err)
+    }
+
+    /// The error of a call on `m` while the server's wait on its key is
+    /// longer than the retry cap.
+    fn blocked(&self, m: &Member) -> Option<Error> {
         let now = Instant::now();
         let cap = self.inner.policy.max_retry_after();
-        for m in members {
-            let mut closed = m.state.closed();
-            let Some(c) = *closed else { continue };
-            if c.until <= now {
-                *closed = None;
-                continue;
-            }
-            let (wait, status) = (c.until - now, c.status);
-            return Err(if c.by_quota {
-                Error::QuotaExhausted { wait, cap, status }
-            } else {
-                Error::RetryAfterTooLong {
-                    wait,
-                    cap,
-                    status,
-                    last_response: None,
-                }
-            });
-        }
-        Ok(())
+        let block = m.state.server_block(now)?;
+        let wait = block.until - now;
+        (wait > cap).then(|| refusal(block, wait, cap))
     }
 
     /// Wait for every bucket of the request (and for each key's first
@@ -131,12 +125,15 @@ impl Pacer {
         let mut probes = Vec::new();
         let mut seqs = Vec::with_capacity(members.len());
         for m in members {
-            if let Err(e) = self.wait_for_member(m, until, &mut probes).await {
-                for (m, &seq) in members.iter().zip(&seqs) {
-                    m.state.adapt().on_no_response(seq);
+            let _grant = match self.wait_for_member(m, until, &mut probes).await {
+                Ok(grant) => grant,
+                Err(e) => {
+                    for (m, &seq) in members.iter().zip(&seqs) {
+                        m.state.adapt().on_no_response(seq);
+                    }
+                    return Err(e);
                 }
-                return Err(e);
-            }
+            };
             seqs.push(m.state.adapt().on_send(Instant::now()));
         }
         Ok(Sent {
@@ -145,12 +142,14 @@ impl Pacer {
         })
     }
 
+    /// Wait for one member's bucket (after its key's first response, when
+    /// it learns); returns the limiter's grant.
     async fn wait_for_member<'m>(
         &self,
         m: &'m Member,
         until: Option<(Instant, Duration)>,
         probes: &mut Vec<ProbeGuard<'m>>,
-    ) -> Result<(), WaitError> {
+    ) -> Result<Grant, WaitError> {
         let scope = &self.inner.scopes[m.scope];
         if scope.probes() && !m.state.has_seen_response() {
             if let Some(guard) = wait_for_probe(&m.state, until).await? {
@@ -167,7 +166,9 @@ impl Pacer {
             }
         };
         let t0 = Instant::now();
-        acquire(limiter.as_ref(), m.weight, scope.learns_burst(), until).await?;
+        let grant = self
+            .acquire_unless_blocked(m, limiter.as_ref(), until)
+            .await?;
         let waited = t0.elapsed();
         if !waited.is_zero() {
             self.emit(Event::Waited {
@@ -176,7 +177,63 @@ impl Pacer {
                 waited,
             });
         }
-        Ok(())
+        Ok(grant)
+    }
+
+    /// Acquire the member's weight, but give up the wait as soon as the
+    /// server holds the key for longer than the retry cap: a response to
+    /// another call of this process says so (the key's block changes), or
+    /// the shared limiter does (a block another process wrote). The shared
+    /// state stays the one that knows such a block: it is not copied here,
+    /// so that lifting it there ([`Pacer::clear_key`] in any process)
+    /// opens the key for every process.
+    async fn acquire_unless_blocked(
+        &self,
+        m: &Member,
+        limiter: &dyn Limiter,
+        until: Option<(Instant, Duration)>,
+    ) -> Result<Grant, WaitError> {
+        let scope = &self.inner.scopes[m.scope];
+        let cap = self.inner.policy.max_retry_after();
+        let bounds = Bounds::default().max_block(cap);
+        let acquiring = acquire(limiter, m.weight, scope.learns_burst(), bounds, until);
+        tokio::pin!(acquiring);
+        loop {
+            let changed = m.state.block_changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if let Some(e) = self.blocked(m) {
+                return Err(WaitError::Failed(e));
+            }
+            tokio::select! {
+                result = &mut acquiring => {
+                    return match result {
+                        Err(WaitError::Failed(Error::Blocked { wait, max, status, spent_quota })) => {
+                            let block = ServerBlock::new(Instant::now() + wait, status, spent_quota);
+                            Err(WaitError::Failed(refusal(block, wait, max)))
+                        }
+                        other => other,
+                    };
+                }
+                () = &mut changed => {}
+            }
+        }
+    }
+}
+
+/// The error of a call that will not wait `wait` for a server's `block`,
+/// longer than the retry `cap`.
+fn refusal(block: ServerBlock, wait: Duration, cap: Duration) -> Error {
+    let status = status_or_429(block.status);
+    if block.spent_quota {
+        Error::QuotaExhausted { wait, cap, status }
+    } else {
+        Error::RetryAfterTooLong {
+            wait,
+            cap,
+            status,
+            last_response: None,
+        }
     }
 }
 
@@ -223,60 +280,61 @@ pub(crate) fn time_limit(
     }
 }
 
-/// Acquire `weight`, by `until` if given: a wait the limiter says would
-/// end past it fails at once, and one that turns out longer fails at it.
-/// For a scope whose burst is learned (not configured) and smaller than the
-/// weight, the weight is paid in pieces of at most the burst, one after the
-/// other, so a big request waits for all its tokens instead of failing (or
-/// being undercharged).
+/// Acquire `weight` within `bounds`, by `until` if given: a wait the
+/// limiter says would end past it fails at once, and one that turns out
+/// longer fails at it. For a scope whose burst is learned (not configured)
+/// and smaller than the weight, the weight is paid in pieces of at most the
+/// burst, one after the other, so a big request waits for all its tokens
+/// instead of failing (or being undercharged). Returns the last piece's
+/// grant.
 async fn acquire(
     limiter: &dyn Limiter,
     weight: u64,
     learned_burst: bool,
+    bounds: Bounds,
     until: Option<(Instant, Duration)>,
-) -> Result<(), WaitError> {
+) -> Result<Grant, WaitError> {
     let mut left = weight;
     let mut piece = weight;
+    let mut grant = Grant::default();
     while left > 0 {
         let take = piece.min(left);
-        match acquire_by(limiter, take, until).await? {
-            Ok(()) => left -= take,
+        match acquire_by(limiter, take, bounds, until).await? {
+            Ok(granted) => {
+                left -= take;
+                grant = granted;
+            }
             Err(Error::WeightExceedsCapacity { capacity, .. }) if learned_burst && capacity > 0 => {
                 piece = capacity;
             }
             Err(e) => return Err(WaitError::Failed(e)),
         }
     }
-    Ok(())
+    Ok(grant)
 }
 
-/// One acquisition by `until`: the outer error is the deadline, the inner
-/// one the limiter's.
+/// One acquisition within `bounds` and by `until`: the outer error is the
+/// deadline, the inner one the limiter's.
 async fn acquire_by(
     limiter: &dyn Limiter,
     weight: u64,
+    bounds: Bounds,
     until: Option<(Instant, Duration)>,
-) -> Result<Result<(), Error>, WaitError> {
+) -> Result<Result<Grant, Error>, WaitError> {
     let Some((at, limit)) = until else {
-        return Ok(limiter.acquire(weight).await);
+        return Ok(limiter.acquire_within(weight, bounds).await);
     };
-    match limiter.try_acquire(weight).await {
-        Err(Error::Throttled { wait }) => {
-            if Instant::now() + wait > at {
-                return Err(WaitError::Deadline {
-                    wait: Some(wait),
-                    limit,
-                });
-            }
-            tokio::time::timeout_at(at, limiter.acquire(weight))
-                .await
-                .map_err(|_| WaitError::Deadline { wait: None, limit })
-        }
-        other => Ok(other),
+    match tokio::time::timeout_at(at, limiter.acquire_within(weight, bounds.by(at))).await {
+        Err(_) => Err(WaitError::Deadline { wait: None, limit }),
+        Ok(Err(Error::Throttled { wait })) => Err(WaitError::Deadline {
+            wait: Some(wait),
+            limit,
+        }),
+        Ok(other) => Ok(other),
     }
 }
 
-/// The status a close reports when the response's own is not a status.
+/// The status a block reports when the response's own is not a status.
 pub(crate) fn status_or_429(status: u16) -> StatusCode {
     StatusCode::from_u16(status).unwrap_or(StatusCode::TOO_MANY_REQUESTS)
 }
@@ -290,13 +348,15 @@ mod tests {
     async fn a_weight_over_a_learned_burst_is_paid_in_full_in_pieces() {
         let bucket = TokenBucket::with_initial(Rate::per_second(10).unwrap(), 4, 0).unwrap();
         let start = Instant::now();
-        assert!(acquire(&bucket, 10, true, None).await.is_ok());
+        assert!(acquire(&bucket, 10, true, Bounds::default(), None)
+            .await
+            .is_ok());
         // Ten tokens at 10/s from empty: a full second, not 0.4 s.
         assert_eq!(start.elapsed(), std::time::Duration::from_secs(1));
         assert_eq!(bucket.available(), 0);
         // With a configured burst the same weight is an error.
         assert!(matches!(
-            acquire(&bucket, 10, false, None).await,
+            acquire(&bucket, 10, false, Bounds::default(), None).await,
             Err(WaitError::Failed(Error::WeightExceedsCapacity {
                 weight: 10,
                 capacity: 4
@@ -311,7 +371,7 @@ mod tests {
         let limit = Duration::from_millis(500);
         let until = Some((start + limit, limit));
         // One token in a second, by a deadline half a second away.
-        match acquire(&bucket, 1, false, until).await {
+        match acquire(&bucket, 1, false, Bounds::default(), until).await {
             Err(WaitError::Deadline { wait, limit: l }) => {
                 assert_eq!(wait, Some(Duration::from_secs(1)));
                 assert_eq!(l, limit);
@@ -321,7 +381,9 @@ mod tests {
         assert_eq!(start.elapsed(), Duration::ZERO, "failed at once");
         // Within the deadline the same wait is served.
         let until = Some((start + Duration::from_secs(2), Duration::from_secs(2)));
-        assert!(acquire(&bucket, 1, false, until).await.is_ok());
+        assert!(acquire(&bucket, 1, false, Bounds::default(), until)
+            .await
+            .is_ok());
         assert_eq!(start.elapsed(), Duration::from_secs(1));
     }
 }
