@@ -205,18 +205,24 @@ impl Pacer {
             if let Some(e) = self.blocked(m) {
                 return Err(WaitError::Failed(e));
             }
-            tokio::select! {
-                result = &mut acquiring => {
-                    return match result {
-                        Err(WaitError::Failed(Error::Blocked { wait, max, status, spent_quota })) => {
-                            let block = ServerBlock::new(Instant::now() + wait, status, spent_quota);
-                            Err(WaitError::Failed(refusal(block, wait, max)))
-                        }
-                        other => other,
-                    };
+            // Whichever is first: the grant, or a change of the key's block
+            // (then looked at again, the acquisition kept in its place).
+            let result = match futures::future::select(acquiring.as_mut(), changed.as_mut()).await {
+                futures::future::Either::Left((result, _)) => result,
+                futures::future::Either::Right(((), _)) => continue,
+            };
+            return match result {
+                Err(WaitError::Failed(Error::Blocked {
+                    wait,
+                    max,
+                    status,
+                    spent_quota,
+                })) => {
+                    let block = ServerBlock::new(Instant::now() + wait, status, spent_quota);
+                    Err(WaitError::Failed(refusal(block, wait, max)))
                 }
-                () = &mut changed => {}
-            }
+                other => other,
+            };
         }
     }
 }

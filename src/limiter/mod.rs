@@ -85,17 +85,6 @@ impl ServerBlock {
             spent_quota,
         }
     }
-
-    /// The error of a caller that will not wait `wait` for this block,
-    /// longer than the `max` it would.
-    pub(crate) fn refusal(&self, wait: std::time::Duration, max: std::time::Duration) -> Error {
-        Error::Blocked {
-            wait,
-            max,
-            status: self.status,
-            spent_quota: self.spent_quota,
-        }
-    }
 }
 
 /// What an acquisition with [`Limiter::acquire_within`] may not pass.

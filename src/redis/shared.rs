@@ -103,12 +103,15 @@ fn cause(block: &ServerBlock) -> u64 {
 
 /// A block the scripts held a call back for, as the error the caller gets.
 fn held(wait: Duration, cause: u64, bounds: Bounds) -> Error {
-    let status = u16::try_from(cause / 2)
-        .ok()
-        .filter(|&s| s > 0)
-        .unwrap_or(429);
-    let block = ServerBlock::new(tokio::time::Instant::now() + wait, status, cause % 2 == 1);
-    block.refusal(wait, bounds.max_block.unwrap_or_default())
+    Error::Blocked {
+        wait,
+        max: bounds.max_block.unwrap_or_default(),
+        status: u16::try_from(cause / 2)
+            .ok()
+            .filter(|&s| s > 0)
+            .unwrap_or(429),
+        spent_quota: cause % 2 == 1,
+    }
 }
 
 /// `rate` spread over `processes`: the same count over a period that many
