@@ -135,6 +135,11 @@ enum Step {
     Block(u64),
     /// `unblock`.
     Unblock,
+    /// `grow` by this many millionths, to at most one token per `at_most`
+    /// ns.
+    Grow { ppm: u64, at_most: u64 },
+    /// `rate`: one token per this many ns.
+    Rate(u64),
 }
 
 /// A time per token and a capacity whose refill stays well within what a
@@ -162,7 +167,7 @@ fn step(seq: &mut Seq, interval: u64, capacity: u64) -> Step {
     } else {
         seq.range(1, capacity)
     };
-    match seq.range(0, 23) {
+    match seq.range(0, 25) {
         0..=11 => Step::Try(weight),
         12..=16 => Step::Reserve(weight),
         17..=19 => Step::ReserveWithin {
@@ -171,6 +176,11 @@ fn step(seq: &mut Seq, interval: u64, capacity: u64) -> Step {
             max_block: seq.range(0, 2 * capacity * interval),
         },
         20 => Step::Unblock,
+        22 => Step::Rate(seq.range(1, 4 * interval)),
+        21 => Step::Grow {
+            ppm: seq.range(1_000_000, 3_000_000),
+            at_most: seq.range(1, 2 * interval),
+        },
         _ => Step::Block(seq.range(0, 3 * capacity * interval)),
     }
 }
@@ -186,6 +196,8 @@ struct Seen {
     refused_past_the_bound: u64,
     held_by_a_block: u64,
     unblocked: u64,
+    grown: u64,
+    rate_changed: u64,
 }
 
 /// Run one sequence; panics with its seed and step on the first mismatch.
@@ -197,13 +209,12 @@ async fn mirror(
     seen: &mut Seen,
 ) {
     let mut seq = Seq(seed);
-    let (interval, capacity) = bucket_params(&mut seq);
-    let span = interval * capacity;
+    let (mut interval, capacity) = bucket_params(&mut seq);
     let rate = Rate::every(Duration::from_nanos(interval)).expect("a rate");
     assert_eq!(rate.interval_nanos(), interval);
     let initial = seq.range(0, capacity);
     let mut gcra = Gcra::new(rate, capacity, initial);
-    let bucket = (interval, capacity);
+    let mut bucket = (interval, capacity);
     let mut now = 0u64;
     let _: i64 = redis::cmd("DEL")
         .arg(KEY)
@@ -216,7 +227,7 @@ async fn mirror(
         let advance = match seq.range(0, 3) {
             0 => 0,
             1 => seq.range(0, interval),
-            _ => seq.range(0, 3 * span),
+            _ => seq.range(0, 3 * interval * capacity),
         };
         now += advance;
         let (d, b) = stored(conn).await;
@@ -293,6 +304,28 @@ async fn mirror(
                 assert_eq!(reply, vec![3, 0], "{at}");
                 gcra.block_until(now, now + u);
             }
+            Step::Grow { ppm, at_most } => {
+                let reply = call(conn, script, bucket, "grow", [ppm, at_most, 0]).await;
+                assert_eq!(reply, vec![3, 0], "{at}");
+                // The faster of the two, never slower than now: the same
+                // time per token as the script's, and Gcra's rate change.
+                let faster = (interval * 1_000_000 / ppm).max(at_most).max(1);
+                if faster < interval {
+                    let rate = Rate::every(Duration::from_nanos(faster)).expect("a rate");
+                    gcra.set_rate(now, rate);
+                    interval = faster;
+                    bucket = (interval, capacity);
+                    seen.grown += 1;
+                }
+            }
+            Step::Rate(t) => {
+                let reply = call(conn, script, bucket, "rate", [t, 0, 0]).await;
+                assert_eq!(reply, vec![3, 0], "{at}");
+                gcra.set_rate(now, Rate::every(Duration::from_nanos(t)).expect("a rate"));
+                interval = t;
+                bucket = (interval, capacity);
+                seen.rate_changed += 1;
+            }
             Step::Unblock => {
                 let reply = call(conn, script, bucket, "unblock", [0, 0, 0]).await;
                 assert_eq!(reply, vec![3, 0], "{at}");
@@ -334,6 +367,8 @@ async fn the_script_decides_as_the_rust_bucket_over_random_sequences() {
         ("refused past the bound", seen.refused_past_the_bound),
         ("held by a block", seen.held_by_a_block),
         ("unblocked", seen.unblocked),
+        ("grown", seen.grown),
+        ("rate changed", seen.rate_changed),
     ] {
         assert!(count >= 50, "only {count} steps {outcome}: {seen:?}");
     }

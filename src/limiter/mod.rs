@@ -60,6 +60,45 @@ pub enum Adjustment {
     Block(ServerBlock),
     /// Lift any block, as if it ended now: resume at the rate from now.
     Unblock,
+    /// Raise the sustained rate by a factor (in parts per million: a
+    /// million keeps it), up to `at_most`, keeping tokens already earned.
+    /// The factor applies to the rate the limiter holds when it applies
+    /// it: where several processes share the limiter, each one's growth
+    /// adds to the others' instead of one overwriting another's. Never
+    /// lowers the rate. See [`Adjustment::grow_rate`].
+    GrowRate {
+        /// The factor, in millionths.
+        parts_per_million: u32,
+        /// The ceiling the growth stops at.
+        at_most: Rate,
+    },
+    /// The server refused this many of the units granted (a 429): a
+    /// limiter that counts its grants for every process sharing it
+    /// ([`Grant::shared_count`]) takes them off its count, so that the
+    /// count stays what the server counted. Nothing else changes.
+    Uncount(u64),
+}
+
+impl Adjustment {
+    /// [`GrowRate`](Adjustment::GrowRate) by `factor` (at least 1, at most
+    /// about 4 294), up to `at_most`.
+    pub fn grow_rate(factor: f64, at_most: Rate) -> Adjustment {
+        let ppm = (factor * 1e6).clamp(1e6, f64::from(u32::MAX));
+        Adjustment::GrowRate {
+            parts_per_million: ppm as u32,
+            at_most,
+        }
+    }
+}
+
+/// `rate` grown by `parts_per_million`, up to `at_most`; `None` when that
+/// does not raise it.
+pub(crate) fn grown(rate: Rate, parts_per_million: u32, at_most: Rate) -> Option<Rate> {
+    let target =
+        (rate.per_second_f64() * f64::from(parts_per_million) / 1e6).min(at_most.per_second_f64());
+    Rate::from_per_second_f64(target)
+        .ok()
+        .filter(|r| r.per_second_f64() > rate.per_second_f64())
 }
 
 /// A wait a server asked for, and what asked for it: a `Retry-After` on a
@@ -131,12 +170,18 @@ impl Bounds {
 #[non_exhaustive]
 pub struct Grant {
     /// For a limiter whose state several processes share: how many units
-    /// it had granted, to all of them, up to and including this grant. A
+    /// it had granted, to all of them, up to and including this grant,
+    /// less those a server refused ([`Adjustment::Uncount`]). A
     /// learning client compares it with what a server says remains, to
     /// tell the fleet's spending from a server's refill. `None` for a
     /// limiter that only this process uses, whose grants the client
     /// counts itself.
     pub shared_count: Option<u64>,
+    /// For such a limiter: the rate its shared state held when it granted,
+    /// whoever set it. A learning client that slows down for a server
+    /// that sends no headers grows from the fleet's rate, not its own, and
+    /// sees when another process slowed the fleet.
+    pub shared_rate: Option<Rate>,
 }
 
 impl Grant {
@@ -144,7 +189,14 @@ impl Grant {
     pub fn counted(count: u64) -> Self {
         Grant {
             shared_count: Some(count),
+            shared_rate: None,
         }
+    }
+
+    /// The same grant, with the rate its shared state held.
+    pub fn with_rate(mut self, rate: Option<Rate>) -> Self {
+        self.shared_rate = rate;
+        self
     }
 }
 
@@ -202,6 +254,13 @@ impl<A: Algorithm> RateLimiter<A> {
             Adjustment::BlockUntil(until) => self.block_until(until),
             Adjustment::Block(block) => self.block_until(block.until),
             Adjustment::Unblock => self.unblock(),
+            Adjustment::GrowRate {
+                parts_per_million,
+                at_most,
+            } => self.grow_rate(parts_per_million, at_most),
+            // A local limiter's grants are counted by the one process that
+            // uses it.
+            Adjustment::Uncount(_) => {}
         }
         Ok(())
     }

@@ -350,6 +350,17 @@ impl<A: Algorithm> RateLimiter<A> {
         self.with_state(|algorithm, now| algorithm.set_rate(now, rate));
     }
 
+    /// Raise the sustained rate by `parts_per_million` millionths of
+    /// itself, up to `at_most` (see [`Adjustment::GrowRate`](super::Adjustment::GrowRate)).
+    /// Tokens already earned are kept; the rate is never lowered.
+    pub fn grow_rate(&self, parts_per_million: u32, at_most: Rate) {
+        self.with_state(|algorithm, now| {
+            if let Some(rate) = super::grown(algorithm.rate(), parts_per_million, at_most) {
+                algorithm.set_rate(now, rate);
+            }
+        });
+    }
+
     /// Change the capacity (burst). Tokens already earned are kept, up to
     /// the new capacity. Fails on a zero capacity.
     pub fn set_capacity(&self, capacity: u64) -> Result<(), Error> {

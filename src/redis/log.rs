@@ -134,6 +134,11 @@ impl RedisSlidingLog {
                 return Err(Error::config("a limiter needs a capacity above zero"))
             }
             Adjustment::SetCapacity(_) => return Ok(()),
+            Adjustment::GrowRate {
+                parts_per_million,
+                at_most,
+            } => Op::new("grow", u64::from(parts_per_million))
+                .with(at_most.interval_nanos(), MAX_LOG_LIMIT),
             other => Op::common(other).ok_or_else(|| unsupported(other))?,
         };
         self.core.adjust(adjustment, op).await

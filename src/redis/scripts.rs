@@ -33,12 +33,14 @@ pub(crate) enum Reply {
     /// Granted: at once when `wait` is zero, else reserved for `wait` from
     /// now. `id` names the reservation for a refund, `epoch` is the key's
     /// block counter when it was made.
-    /// `count` is every unit the key granted so far, this grant's included.
+    /// `count` is every unit the key granted so far, this grant's included;
+    /// `interval` the time per token in force, in nanoseconds.
     Granted {
         wait: Duration,
         id: i64,
         epoch: i64,
         count: u64,
+        interval: u64,
     },
     /// Refused (only from `try`): the same request would pass after `wait`.
     Throttled { wait: Duration },
@@ -61,11 +63,12 @@ impl Reply {
     /// guessing.
     pub(crate) fn parse(reply: &[i64]) -> Result<Reply, Error> {
         match *reply {
-            [0, wait, id, epoch, count] => Ok(Reply::Granted {
+            [0, wait, id, epoch, count, interval] => Ok(Reply::Granted {
                 wait: nanos(wait),
                 id,
                 epoch,
                 count: u64::try_from(count).unwrap_or(0),
+                interval: u64::try_from(interval).unwrap_or(0),
             }),
             [1, wait] => Ok(Reply::Throttled { wait: nanos(wait) }),
             [2, capacity] => Ok(Reply::TooHeavy {
@@ -91,12 +94,13 @@ mod tests {
     #[test]
     fn replies_parse() {
         assert_eq!(
-            Reply::parse(&[0, 1_500, 7, 2, 40]).ok(),
+            Reply::parse(&[0, 1_500, 7, 2, 40, 5_000_000]).ok(),
             Some(Reply::Granted {
                 wait: Duration::from_nanos(1_500),
                 id: 7,
                 epoch: 2,
-                count: 40
+                count: 40,
+                interval: 5_000_000
             })
         );
         assert_eq!(
@@ -120,6 +124,7 @@ mod tests {
         assert!(Reply::parse(&[]).is_err());
         assert!(Reply::parse(&[0, 1]).is_err());
         assert!(Reply::parse(&[0, 1, 2, 3]).is_err());
+        assert!(Reply::parse(&[0, 1, 2, 3, 4]).is_err());
         assert!(Reply::parse(&[9, 1]).is_err());
     }
 

@@ -85,9 +85,21 @@ impl Op {
                 Op::new("block", nanos_until(block.until)).with(cause(&block), 0)
             }
             Adjustment::Unblock => Op::new("unblock", 0),
+            Adjustment::Uncount(n) => Op::new("uncount", n),
+            Adjustment::GrowRate {
+                parts_per_million,
+                at_most,
+            } => Op::new("grow", u64::from(parts_per_million)).with(at_most.interval_nanos(), 0),
             _ => return None,
         })
     }
+}
+
+/// A grant at `count` of the shared count, under a rate of one token per
+/// `interval` nanoseconds.
+fn grant(count: u64, interval: u64) -> Grant {
+    let rate = Rate::every(Duration::from_nanos(interval)).ok();
+    Grant::counted(count).with_rate(rate)
 }
 
 /// An adjustment a shared limiter has no operation for.
@@ -152,6 +164,13 @@ impl Fallback {
         let p = self.processes;
         let local = match adjustment {
             Adjustment::SetRate(rate) => Adjustment::SetRate(share_of_rate(rate, p)?),
+            Adjustment::GrowRate {
+                parts_per_million,
+                at_most,
+            } => Adjustment::GrowRate {
+                parts_per_million,
+                at_most: share_of_rate(at_most, p)?,
+            },
             Adjustment::SetCapacity(c) => Adjustment::SetCapacity(share_of(c, p).max(1)),
             Adjustment::LimitRemaining(n) => Adjustment::LimitRemaining(share_of(n, p)),
             Adjustment::SetRemaining(n) => Adjustment::SetRemaining(share_of(n, p)),
@@ -232,20 +251,25 @@ impl Core {
         if weight == 0 {
             return Ok(Grant::default());
         }
+        let mut op = "reserve";
         loop {
-            let reply = match self.run(Op::take("reserve", weight, bounds)).await {
+            let reply = match self.run(Op::take(op, weight, bounds)).await {
                 Ok(reply) => reply,
                 Err(e) => return self.acquire_on_fault(weight, bounds, e).await,
             };
             match reply {
-                Reply::Granted { wait, count, .. } if wait.is_zero() => {
-                    return Ok(Grant::counted(count))
-                }
+                Reply::Granted {
+                    wait,
+                    count,
+                    interval,
+                    ..
+                } if wait.is_zero() => return Ok(grant(count, interval)),
                 Reply::Granted {
                     wait,
                     id,
                     epoch,
                     count,
+                    interval,
                 } => {
                     let refund = Refund {
                         core: Some(Arc::clone(self)),
@@ -255,18 +279,37 @@ impl Core {
                     tokio::time::sleep(wait).await;
                     refund.disarm();
                     if !self.blocked_since(epoch).await {
-                        return Ok(Grant::counted(count));
+                        return Ok(grant(count, interval));
                     }
                     // A block came while we slept: our slot may fall inside
                     // it. Give the slot up (the block has pushed the
-                    // bucket past it anyway) and queue again behind it.
+                    // bucket past it anyway) and queue again behind it,
+                    // counted once.
+                    op = "rebook";
                 }
-                Reply::Throttled { wait } => return Err(Error::Throttled { wait }),
-                Reply::Held { wait, cause } => return Err(held(wait, cause, bounds)),
+                Reply::Throttled { wait } => {
+                    self.give_up_counted(op, weight).await;
+                    return Err(Error::Throttled { wait });
+                }
+                Reply::Held { wait, cause } => {
+                    self.give_up_counted(op, weight).await;
+                    return Err(held(wait, cause, bounds));
+                }
                 Reply::TooHeavy { capacity } => {
                     return Err(Error::WeightExceedsCapacity { weight, capacity })
                 }
                 other => return Err(Self::unexpected(other)),
+            }
+        }
+    }
+
+    /// After a `rebook` that was refused: the turn given up stays counted
+    /// unless it is taken off the count (best effort: a failure leaves one
+    /// grant too many in it).
+    async fn give_up_counted(&self, op: &str, weight: u64) {
+        if op == "rebook" {
+            if let Err(e) = self.run(Op::new("uncount", weight)).await {
+                tracing::debug!(error = %e, "could not take a given-up turn off the count");
             }
         }
     }

@@ -3,11 +3,11 @@
 --
 -- KEYS[1]  the log (sorted set); KEYS[2] its meta hash
 -- ARGV[1]  operation: reserve | try | refund | rate | capacity | limit |
---          remaining | block | unblock
+--          remaining | block | unblock | uncount | rebook | grow
 -- ARGV[2]  milliseconds a key outlives the moment the log is empty again
 -- ARGV[3]  default limit L (tokens per window), used while the hash holds none
 -- ARGV[4]  default window W, microseconds (likewise)
--- ARGV[5], ARGV[6], ARGV[7]  the operation's operands; for reserve and try:
+-- ARGV[5], ARGV[6], ARGV[7]  the operation's operands; for reserve, rebook and try:
 --          the weight, the longest wait to book and the longest server block
 --          to wait out, in ns (2^62 for no bound)
 --
@@ -18,7 +18,8 @@
 -- Members: 'r<id>' for grants (scored in the future for a reservation),
 -- 'p<id>' for placeholders that stand for tokens the server says are spent.
 --
--- Replies: {0, wait_ns, first_id, epoch, granted} granted, {1, wait_ns}
+-- Replies: {0, wait_ns, first_id, epoch, granted, ns} granted (granted is
+-- the count, ns the window's time per token in force), {1, wait_ns}
 -- refused, {2, limit} weight over limit, {3, x} done, {4, block_ns, cause}
 -- held by a block longer than the bound.
 
@@ -84,7 +85,10 @@ local function at(score)
   return function() return score end
 end
 
-if op == 'reserve' or op == 'try' then
+-- rebook: a reserve by a waiter whose turn a block overtook while it slept;
+-- the turn it gives up was counted, so the new one takes its place in the
+-- count instead of adding to it.
+if op == 'reserve' or op == 'try' or op == 'rebook' then
   local w = tonumber(ARGV[5])
   if w > L then
     save()
@@ -110,9 +114,11 @@ if op == 'reserve' or op == 'try' then
   end
   local first = n + 1
   add(w, 'r', at(r))
-  a = a + w
+  if op ~= 'rebook' then
+    a = a + w
+  end
   save()
-  return {0, wait, first, e, a}
+  return {0, wait, first, e, a, math.floor(W * 1000 / L)}
 elseif op == 'refund' then
   -- Taking members out never lets a window exceed L, wherever they are.
   local first, w = tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -133,6 +139,13 @@ elseif op == 'rate' then
   -- ARGV[5] = ns per call, ARGV[6] = the largest count allowed; W is in us.
   local interval = math.max(1, tonumber(ARGV[5]))
   L = math.min(tonumber(ARGV[6]), math.max(1, math.floor(W * 1000 / interval)))
+elseif op == 'grow' then
+  -- The count per window ARGV[5] millionths of the one held now, at most
+  -- one call per ARGV[6] ns and ARGV[7] calls; never fewer. A count is
+  -- whole: a growth of less than one call is lost.
+  local grown = math.floor(L * tonumber(ARGV[5]) / 1000000)
+  local by_rate = math.floor(W * 1000 / math.max(1, tonumber(ARGV[6])))
+  L = math.max(L, math.min(grown, by_rate, tonumber(ARGV[7])))
 elseif op == 'limit' then
   -- At most r more now: stand-ins for the tokens the server counts as spent.
   local r = tonumber(ARGV[5])
@@ -161,6 +174,9 @@ elseif op == 'block' then
     add(L - 1, 'p', function(i) return u - W + i * step end)
   end
   e = e + 1
+elseif op == 'uncount' then
+  -- A server refused units granted: the count is of what it counted.
+  a = math.max(0, a - tonumber(ARGV[5]))
 elseif op == 'unblock' then
   -- As if the block ended now. The stand-ins in the window go with it
   -- (those for tokens a server said were spent too: its next answer says

@@ -2,11 +2,11 @@
 --
 -- KEYS[1]  the bucket's hash
 -- ARGV[1]  operation: reserve | try | refund | rate | capacity | limit |
---          remaining | block | unblock
+--          remaining | block | unblock | uncount | rebook | grow
 -- ARGV[2]  milliseconds a key outlives the moment it is back to a fresh bucket
 -- ARGV[3]  default time per token, ns (used while the hash holds none)
 -- ARGV[4]  default capacity (likewise)
--- ARGV[5], ARGV[6], ARGV[7]  the operation's operands; for reserve and try:
+-- ARGV[5], ARGV[6], ARGV[7]  the operation's operands; for reserve, rebook and try:
 --          the weight, the longest wait to book and the longest server block
 --          to wait out, in ns (2^62 for no bound)
 --
@@ -19,8 +19,8 @@
 -- Times are kept relative to t so every figure stays an exact integer in a
 -- Lua double: absolute nanoseconds since 1970 would not (2^53 ns ~ 104 days).
 --
--- Replies: {0, wait_ns, id, epoch, granted} granted (after wait_ns for a
--- reservation), {1, wait_ns} refused, {2, capacity} weight over capacity,
+-- Replies: {0, wait_ns, id, epoch, granted, T} granted (after wait_ns for
+-- a reservation; granted is the count, T the time per token in force), {1, wait_ns} refused, {2, capacity} weight over capacity,
 -- {3, x} done, {4, block_ns, cause} held by a block longer than the bound.
 
 local key = KEYS[1]
@@ -49,6 +49,36 @@ local function int(x)
   return string.format('%.0f', x)
 end
 
+-- floor(a * b / c), exactly, for integers 0 <= a, b < 2^53 and 0 < c <= 2^52
+-- whose result is below 2^53: the product itself may pass 2^53, where a Lua
+-- number stops holding every integer, so it is formed bit by bit, modulo c.
+local function mul_div(a, b, c)
+  local q = math.floor(a / c)
+  local r = a - q * c
+  local result = q * b
+  local bit = 1
+  while bit * 2 <= b do
+    bit = bit * 2
+  end
+  local hi, lo = 0, 0
+  local rest = b
+  while bit >= 1 do
+    hi, lo = hi * 2, lo * 2
+    if lo >= c then
+      hi, lo = hi + 1, lo - c
+    end
+    if rest >= bit then
+      rest = rest - bit
+      lo = lo + r
+      if lo >= c then
+        hi, lo = hi + 1, lo - c
+      end
+    end
+    bit = bit / 2
+  end
+  return result + hi
+end
+
 local function save()
   n = n + 1
   redis.call('HSET', key, 't', int(now), 'd', int(d), 'b', int(b),
@@ -58,7 +88,10 @@ local function save()
   redis.call('PEXPIRE', key, math.max(1, ttl))
 end
 
-if op == 'reserve' or op == 'try' then
+-- rebook: a reserve by a waiter whose turn a block overtook while it slept;
+-- the turn it gives up was counted, so the new one takes its place in the
+-- count instead of adding to it.
+if op == 'reserve' or op == 'try' or op == 'rebook' then
   local w = tonumber(ARGV[5])
   if w > C then
     return {2, C}
@@ -73,9 +106,11 @@ if op == 'reserve' or op == 'try' then
     return {1, ready}
   end
   d = math.max(d, ready) + need
-  a = a + w
+  if op ~= 'rebook' then
+    a = a + w
+  end
   save()
-  return {0, ready, n, e, a}
+  return {0, ready, n, e, a, T}
 elseif op == 'refund' then
   -- Only the last write may be undone: a later reservation was placed after
   -- this one, and a hole in the middle cannot be given back safely.
@@ -95,8 +130,18 @@ elseif op == 'rate' then
   -- every integer; gcra.rs computes it in 128 bits.
   local T2 = tonumber(ARGV[5])
   local owed = math.max(0, d - b)
-  d = b + math.min(math.floor(owed * T2 / T), 4503599627370496)
+  d = b + math.min(mul_div(owed, T2, T), 4503599627370496)
   T = T2
+elseif op == 'grow' then
+  -- A rate ARGV[5] millionths of the one held now (whoever set it), at most
+  -- one token per ARGV[6] ns; never slower. Tokens earned are kept, as for
+  -- 'rate'.
+  local T2 = math.max(math.floor(T * 1000000 / tonumber(ARGV[5])), tonumber(ARGV[6]), 1)
+  if T2 < T then
+    local owed = math.max(0, d - b)
+    d = b + mul_div(owed, T2, T)
+    T = T2
+  end
 elseif op == 'capacity' then
   -- As in gcra.rs: from the block's end, a deficit beyond one full bucket is
   -- time already booked (reservations, a block's resume schedule) and is
@@ -124,6 +169,9 @@ elseif op == 'block' then
   b = math.max(b, u)
   d = math.max(d, u + (C - 1) * T)
   e = e + 1
+elseif op == 'uncount' then
+  -- A server refused units granted: the count is of what it counted.
+  a = math.max(0, a - tonumber(ARGV[5]))
 elseif op == 'unblock' then
   -- As if the block ended now: one token now, then one per interval.
   -- Sleeping waiters see the counter move and book again.
