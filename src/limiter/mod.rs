@@ -60,6 +60,17 @@ pub enum Adjustment {
     Block(ServerBlock),
     /// Lift any block, as if it ended now: resume at the rate from now.
     Unblock,
+    /// A cut on a server's refusal: [`SetRate`](Adjustment::SetRate) to
+    /// `to`, naming `too_fast`, the rate the server refused. Where the
+    /// state is shared it keeps `too_fast` for the processes that did not
+    /// see the refusal ([`Grant::shared_too_fast`]); a local limiter sets
+    /// the rate alone.
+    Cut {
+        /// The rate to go on at.
+        to: Rate,
+        /// The rate that was too fast.
+        too_fast: Rate,
+    },
     /// Raise the sustained rate by a factor (in parts per million: a
     /// million keeps it), up to `at_most`, keeping tokens already earned.
     /// The factor applies to the rate the limiter holds when it applies
@@ -177,11 +188,17 @@ pub struct Grant {
     /// limiter that only this process uses, whose grants the client
     /// counts itself.
     pub shared_count: Option<u64>,
-    /// For such a limiter: the rate its shared state held when it granted,
-    /// whoever set it. A learning client that slows down for a server
-    /// that sends no headers grows from the fleet's rate, not its own, and
-    /// sees when another process slowed the fleet.
+    /// For such a limiter: the rate its shared state had learned when it
+    /// granted (set through [`Adjustment::SetRate`] or
+    /// [`GrowRate`](Adjustment::GrowRate), by whichever process); `None`
+    /// while it holds the rate it was made with. A learning client that
+    /// slows down for a server that sends no headers grows from the fleet's
+    /// rate, not its own, sees when another process slowed the fleet, and
+    /// joins a fleet at its rate instead of a cold start.
     pub shared_rate: Option<Rate>,
+    /// For such a limiter: the rate a server last refused, as the process
+    /// that saw it named it ([`Adjustment::Cut`]); `None` while none has.
+    pub shared_too_fast: Option<Rate>,
 }
 
 impl Grant {
@@ -190,7 +207,14 @@ impl Grant {
         Grant {
             shared_count: Some(count),
             shared_rate: None,
+            shared_too_fast: None,
         }
+    }
+
+    /// The same grant, with the rate a server last refused.
+    pub fn with_too_fast(mut self, too_fast: Option<Rate>) -> Self {
+        self.shared_too_fast = too_fast;
+        self
     }
 
     /// The same grant, with the rate its shared state held.
@@ -247,7 +271,7 @@ impl<A: Algorithm> RateLimiter<A> {
     /// Apply an [`Adjustment`].
     pub fn apply(&self, adjustment: Adjustment) -> Result<(), Error> {
         match adjustment {
-            Adjustment::SetRate(rate) => self.set_rate(rate),
+            Adjustment::SetRate(rate) | Adjustment::Cut { to: rate, .. } => self.set_rate(rate),
             Adjustment::SetCapacity(capacity) => self.set_capacity(capacity)?,
             Adjustment::LimitRemaining(n) => self.limit_remaining(n),
             Adjustment::SetRemaining(n) => self.set_remaining(n),

@@ -130,6 +130,9 @@ impl RedisSlidingLog {
             Adjustment::SetRate(rate) => {
                 Op::new("rate", rate.interval_nanos()).with(MAX_LOG_LIMIT, 0)
             }
+            Adjustment::Cut { to, too_fast } => {
+                Op::new("rate", to.interval_nanos()).with(MAX_LOG_LIMIT, too_fast.interval_nanos())
+            }
             Adjustment::SetCapacity(0) => {
                 return Err(Error::config("a limiter needs a capacity above zero"))
             }

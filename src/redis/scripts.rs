@@ -34,13 +34,15 @@ pub(crate) enum Reply {
     /// now. `id` names the reservation for a refund, `epoch` is the key's
     /// block counter when it was made.
     /// `count` is every unit the key granted so far, this grant's included;
-    /// `interval` the time per token in force, in nanoseconds.
+    /// `interval` the time per token learned and `too_fast` the one a
+    /// server last refused, in nanoseconds (0: none).
     Granted {
         wait: Duration,
         id: i64,
         epoch: i64,
         count: u64,
         interval: u64,
+        too_fast: u64,
     },
     /// Refused (only from `try`): the same request would pass after `wait`.
     Throttled { wait: Duration },
@@ -63,12 +65,13 @@ impl Reply {
     /// guessing.
     pub(crate) fn parse(reply: &[i64]) -> Result<Reply, Error> {
         match *reply {
-            [0, wait, id, epoch, count, interval] => Ok(Reply::Granted {
+            [0, wait, id, epoch, count, interval, too_fast] => Ok(Reply::Granted {
                 wait: nanos(wait),
                 id,
                 epoch,
                 count: u64::try_from(count).unwrap_or(0),
                 interval: u64::try_from(interval).unwrap_or(0),
+                too_fast: u64::try_from(too_fast).unwrap_or(0),
             }),
             [1, wait] => Ok(Reply::Throttled { wait: nanos(wait) }),
             [2, capacity] => Ok(Reply::TooHeavy {
@@ -94,13 +97,14 @@ mod tests {
     #[test]
     fn replies_parse() {
         assert_eq!(
-            Reply::parse(&[0, 1_500, 7, 2, 40, 5_000_000]).ok(),
+            Reply::parse(&[0, 1_500, 7, 2, 40, 5_000_000, 4_000_000]).ok(),
             Some(Reply::Granted {
                 wait: Duration::from_nanos(1_500),
                 id: 7,
                 epoch: 2,
                 count: 40,
-                interval: 5_000_000
+                interval: 5_000_000,
+                too_fast: 4_000_000
             })
         );
         assert_eq!(
@@ -125,6 +129,7 @@ mod tests {
         assert!(Reply::parse(&[0, 1]).is_err());
         assert!(Reply::parse(&[0, 1, 2, 3]).is_err());
         assert!(Reply::parse(&[0, 1, 2, 3, 4]).is_err());
+        assert!(Reply::parse(&[0, 1, 2, 3, 4, 5]).is_err());
         assert!(Reply::parse(&[9, 1]).is_err());
     }
 

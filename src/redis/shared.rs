@@ -85,6 +85,11 @@ impl Op {
                 Op::new("block", nanos_until(block.until)).with(cause(&block), 0)
             }
             Adjustment::Unblock => Op::new("unblock", 0),
+            Adjustment::Cut { to, too_fast } => {
+                return Some(
+                    Op::new("rate", to.interval_nanos()).with(0, too_fast.interval_nanos()),
+                )
+            }
             Adjustment::Uncount(n) => Op::new("uncount", n),
             Adjustment::GrowRate {
                 parts_per_million,
@@ -95,11 +100,18 @@ impl Op {
     }
 }
 
-/// A grant at `count` of the shared count, under a rate of one token per
-/// `interval` nanoseconds.
-fn grant(count: u64, interval: u64) -> Grant {
-    let rate = Rate::every(Duration::from_nanos(interval)).ok();
-    Grant::counted(count).with_rate(rate)
+/// A grant at `count` of the shared count, under a learned rate of one
+/// token per `interval` nanoseconds, the one last refused one per
+/// `too_fast` (each 0 when none).
+fn grant(count: u64, interval: u64, too_fast: u64) -> Grant {
+    let rate = |ns: u64| {
+        (ns > 0)
+            .then(|| Rate::every(Duration::from_nanos(ns)).ok())
+            .flatten()
+    };
+    Grant::counted(count)
+        .with_rate(rate(interval))
+        .with_too_fast(rate(too_fast))
 }
 
 /// An adjustment a shared limiter has no operation for.
@@ -163,7 +175,9 @@ impl Fallback {
     fn apply(&self, adjustment: Adjustment) -> Result<(), Error> {
         let p = self.processes;
         let local = match adjustment {
-            Adjustment::SetRate(rate) => Adjustment::SetRate(share_of_rate(rate, p)?),
+            Adjustment::SetRate(rate) | Adjustment::Cut { to: rate, .. } => {
+                Adjustment::SetRate(share_of_rate(rate, p)?)
+            }
             Adjustment::GrowRate {
                 parts_per_million,
                 at_most,
@@ -262,14 +276,16 @@ impl Core {
                     wait,
                     count,
                     interval,
+                    too_fast,
                     ..
-                } if wait.is_zero() => return Ok(grant(count, interval)),
+                } if wait.is_zero() => return Ok(grant(count, interval, too_fast)),
                 Reply::Granted {
                     wait,
                     id,
                     epoch,
                     count,
                     interval,
+                    too_fast,
                 } => {
                     let refund = Refund {
                         core: Some(Arc::clone(self)),
@@ -279,7 +295,7 @@ impl Core {
                     tokio::time::sleep(wait).await;
                     refund.disarm();
                     if !self.blocked_since(epoch).await {
-                        return Ok(grant(count, interval));
+                        return Ok(grant(count, interval, too_fast));
                     }
                     // A block came while we slept: our slot may fall inside
                     // it. Give the slot up (the block has pushed the

@@ -14,12 +14,15 @@
 -- Meta fields: L, W, n = member counter (a reservation's first id), e = block
 -- counter, b = Retry-After block end (microseconds since 1970), a = units
 -- granted so far (every process's), c = what asked for the block (its status
--- times 2, plus 1 for a spent quota).
+-- times 2, plus 1 for a spent quota), R = 1 once a rate was learned ('rate',
+-- 'grow') rather than the limit the log was made with, F = ns per call of
+-- the rate a server last refused (0: none).
 -- Members: 'r<id>' for grants (scored in the future for a reservation),
 -- 'p<id>' for placeholders that stand for tokens the server says are spent.
 --
--- Replies: {0, wait_ns, first_id, epoch, granted, ns} granted (granted is
--- the count, ns the window's time per token in force), {1, wait_ns}
+-- Replies: {0, wait_ns, first_id, epoch, granted, ns, F} granted (granted
+-- is the count, ns the window's time per call learned, or 0 while none is,
+-- F the one last refused, or 0), {1, wait_ns}
 -- refused, {2, limit} weight over limit, {3, x} done, {4, block_ns, cause}
 -- held by a block longer than the bound.
 
@@ -30,7 +33,7 @@ local idle = tonumber(ARGV[2])
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 
-local m = redis.call('HMGET', meta, 'L', 'W', 'n', 'e', 'b', 'a', 'c')
+local m = redis.call('HMGET', meta, 'L', 'W', 'n', 'e', 'b', 'a', 'c', 'R', 'F')
 local L = tonumber(m[1]) or tonumber(ARGV[3])
 local W = tonumber(m[2]) or tonumber(ARGV[4])
 local n = tonumber(m[3]) or 0
@@ -38,6 +41,8 @@ local e = tonumber(m[4]) or 0
 local b = tonumber(m[5]) or 0
 local a = tonumber(m[6]) or 0
 local c = tonumber(m[7]) or 0
+local R = tonumber(m[8]) or 0
+local F = tonumber(m[9]) or 0
 
 local function int(x)
   return string.format('%.0f', x)
@@ -74,7 +79,7 @@ local function save()
   -- Empty and unblocked again at busy_until; milliseconds, never 0.
   local ttl = math.max(1, math.ceil(math.max(0, busy_until - now) / 1000) + idle)
   redis.call('HSET', meta, 'L', int(L), 'W', int(W), 'n', int(n), 'e', int(e), 'b', int(b),
-    'a', int(a), 'c', int(c))
+    'a', int(a), 'c', int(c), 'R', int(R), 'F', int(F))
   redis.call('PEXPIRE', meta, ttl)
   if last[2] then
     redis.call('PEXPIRE', log, ttl)
@@ -118,7 +123,7 @@ if op == 'reserve' or op == 'try' or op == 'rebook' then
     a = a + w
   end
   save()
-  return {0, wait, first, e, a, math.floor(W * 1000 / L)}
+  return {0, wait, first, e, a, math.floor(W * 1000 / L) * R, F}
 elseif op == 'refund' then
   -- Taking members out never lets a window exceed L, wherever they are.
   local first, w = tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -139,6 +144,11 @@ elseif op == 'rate' then
   -- ARGV[5] = ns per call, ARGV[6] = the largest count allowed; W is in us.
   local interval = math.max(1, tonumber(ARGV[5]))
   L = math.min(tonumber(ARGV[6]), math.max(1, math.floor(W * 1000 / interval)))
+  R = 1
+  -- A cut on a server's refusal names the rate that was too fast.
+  if tonumber(ARGV[7]) > 0 then
+    F = tonumber(ARGV[7])
+  end
 elseif op == 'grow' then
   -- The count per window ARGV[5] millionths of the one held now, at most
   -- one call per ARGV[6] ns and ARGV[7] calls; never fewer. A count is
@@ -146,6 +156,7 @@ elseif op == 'grow' then
   local grown = math.floor(L * tonumber(ARGV[5]) / 1000000)
   local by_rate = math.floor(W * 1000 / math.max(1, tonumber(ARGV[6])))
   L = math.max(L, math.min(grown, by_rate, tonumber(ARGV[7])))
+  R = 1
 elseif op == 'limit' then
   -- At most r more now: stand-ins for the tokens the server counts as spent.
   local r = tonumber(ARGV[5])

@@ -15,12 +15,15 @@
 -- block left at t, T = ns per token, C = capacity, n = write counter (a
 -- reservation's id), e = block counter (tells a sleeping waiter a block came),
 -- a = units granted so far (every process's), c = what asked for the block
--- (its status times 2, plus 1 for a spent quota).
+-- (its status times 2, plus 1 for a spent quota), L = 1 once a rate was
+-- learned (set by 'rate' or 'grow') rather than the one the bucket was made
+-- with, F = ns per token of the rate a server last refused (0: none).
 -- Times are kept relative to t so every figure stays an exact integer in a
 -- Lua double: absolute nanoseconds since 1970 would not (2^53 ns ~ 104 days).
 --
--- Replies: {0, wait_ns, id, epoch, granted, T} granted (after wait_ns for
--- a reservation; granted is the count, T the time per token in force), {1, wait_ns} refused, {2, capacity} weight over capacity,
+-- Replies: {0, wait_ns, id, epoch, granted, T, F} granted (after wait_ns
+-- for a reservation; granted is the count, T the time per token learned, or
+-- 0 while none is, F the one last refused, or 0), {1, wait_ns} refused, {2, capacity} weight over capacity,
 -- {3, x} done, {4, block_ns, cause} held by a block longer than the bound.
 
 local key = KEYS[1]
@@ -30,13 +33,15 @@ local idle = tonumber(ARGV[2])
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 
-local s = redis.call('HMGET', key, 't', 'd', 'b', 'T', 'C', 'n', 'e', 'a', 'c')
+local s = redis.call('HMGET', key, 't', 'd', 'b', 'T', 'C', 'n', 'e', 'a', 'c', 'L', 'F')
 local T = tonumber(s[4]) or tonumber(ARGV[3])
 local C = tonumber(s[5]) or tonumber(ARGV[4])
 local n = tonumber(s[6]) or 0
 local e = tonumber(s[7]) or 0
 local a = tonumber(s[8]) or 0
 local c = tonumber(s[9]) or 0
+local L = tonumber(s[10]) or 0
+local F = tonumber(s[11]) or 0
 local d, b = 0, 0
 if s[1] then
   -- A clock that steps back counts as no time passed, never as time owed.
@@ -82,7 +87,8 @@ end
 local function save()
   n = n + 1
   redis.call('HSET', key, 't', int(now), 'd', int(d), 'b', int(b),
-    'T', int(T), 'C', int(C), 'n', int(n), 'e', int(e), 'a', int(a), 'c', int(c))
+    'T', int(T), 'C', int(C), 'n', int(n), 'e', int(e), 'a', int(a), 'c', int(c), 'L', int(L),
+    'F', int(F))
   -- Fresh again once refilled and unblocked; milliseconds, never 0.
   local ttl = math.ceil(math.max(d, b) / 1000000) + idle
   redis.call('PEXPIRE', key, math.max(1, ttl))
@@ -110,7 +116,7 @@ if op == 'reserve' or op == 'try' or op == 'rebook' then
     a = a + w
   end
   save()
-  return {0, ready, n, e, a, T}
+  return {0, ready, n, e, a, T * L, F}
 elseif op == 'refund' then
   -- Only the last write may be undone: a later reservation was placed after
   -- this one, and a hole in the middle cannot be given back safely.
@@ -132,6 +138,12 @@ elseif op == 'rate' then
   local owed = math.max(0, d - b)
   d = b + math.min(mul_div(owed, T2, T), 4503599627370496)
   T = T2
+  L = 1
+  -- A cut on a server's refusal names the rate that was too fast (ns per
+  -- token), for the processes that did not see the refusal.
+  if tonumber(ARGV[7]) > 0 then
+    F = tonumber(ARGV[7])
+  end
 elseif op == 'grow' then
   -- A rate ARGV[5] millionths of the one held now (whoever set it), at most
   -- one token per ARGV[6] ns; never slower. Tokens earned are kept, as for
@@ -142,6 +154,7 @@ elseif op == 'grow' then
     d = b + mul_div(owed, T2, T)
     T = T2
   end
+  L = 1
 elseif op == 'capacity' then
   -- As in gcra.rs: from the block's end, a deficit beyond one full bucket is
   -- time already booked (reservations, a block's resume schedule) and is
