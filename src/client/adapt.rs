@@ -32,6 +32,22 @@
 //! intervals between responses), never time spent blocked, so a long
 //! `Retry-After` does not compound into a burst. A `Retry-After` on a
 //! throttled response blocks the key until that instant in both regimes.
+//!
+//! **A fleet.** Where other processes share the key's limiter (a Redis
+//! bucket), each process reads only its own responses, but of one fleet:
+//! its grants say where they fell in the fleet's count and what rate the
+//! fleet has learned ([`Grant`]). The header regime reads `remaining`
+//! against the fleet's count (see [`infer`](super::infer)); the measured
+//! send rate is the fleet's; and the header-less regime runs on the one
+//! shared rate: a cut comes from the rate the refused request was granted
+//! at (so every process refused in one burst asks for the same cut) and
+//! names the rate that was too fast ([`Adjustment::Cut`]); growth is a
+//! factor the shared state applies to the rate it holds then
+//! ([`Adjustment::GrowRate`]), one interval of sending per response, so
+//! the fleet grows as one process would; a process that sees the fleet's
+//! rate fall well below its own follows the cut another made; and one
+//! that joins a fleet that has learned a rate goes on from it, in the
+//! fleet's phase, instead of a cold start.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
@@ -40,7 +56,7 @@ use tokio::time::Instant;
 
 use super::infer::{Reading, Series};
 use crate::headers::{Dimension, Limit, RateLimitSignal, MAX_WAIT};
-use crate::limiter::{Adjustment, Rate};
+use crate::limiter::{Adjustment, Grant, Rate};
 
 /// The rate a never-throttled, header-less key starts at: ten requests a
 /// second, in the spirit of TCP's initial window of ten segments.
@@ -61,6 +77,15 @@ pub(crate) const PROBE_PER_SECOND: f64 = 0.03;
 /// Fewer sends than this in the last second measure no rate: a throttle
 /// then lowers nothing.
 const MIN_SAMPLE: f64 = 4.0;
+/// A shared rate below this share of the one a process in slow start set
+/// means another process slowed the fleet: the first decrease
+/// ([`DECREASE`]) seen through a grant, which the process's own doubling
+/// between two grants (up to a tenth) cannot explain.
+const SLOW_START_SLOWED: f64 = 0.85;
+/// The same in a steady state, where a later decrease is
+/// [`LATER_DECREASE`] and a process's own growth between two grants well
+/// under 5 %.
+const STEADY_SLOWED: f64 = 0.95;
 /// The slowest rate the header-less regime goes down to (one request per
 /// 10 s).
 const MIN_RATE: f64 = 0.1;
@@ -95,7 +120,7 @@ pub(crate) struct Adaptive {
     /// Per limit (name and partition): what its readings show.
     series: HashMap<(String, Option<String>), Series>,
     /// Requests sent and not yet answered: sequence number and send instant.
-    in_flight: VecDeque<(u64, Instant)>,
+    in_flight: VecDeque<InFlight>,
     /// The rate this state last applied (tokens per second), if any.
     applied: Option<f64>,
     /// The capacity this state last applied, if any.
@@ -111,6 +136,11 @@ pub(crate) struct Adaptive {
     /// Whether a wait beyond the horizon was seen (warned once per key).
     warned_horizon: bool,
     congestion: Congestion,
+    /// Where other processes share the key's limiter: its rate as of this
+    /// process's latest grant, per second (whoever set it), and the rate a
+    /// server last refused, as the process that saw it named it.
+    fleet_rate: Option<f64>,
+    fleet_too_fast: Option<f64>,
 }
 
 /// The header-less regime's state.
@@ -128,20 +158,42 @@ struct Congestion {
     grown_at: Option<Instant>,
 }
 
-/// A two-slot sliding counter of sends, for the measured send rate.
+/// A request sent and not yet answered.
+#[derive(Debug, Clone, Copy)]
+struct InFlight {
+    seq: u64,
+    at: Instant,
+    /// Where its grant fell in a shared limiter's count, if it has one.
+    shared_count: Option<u64>,
+    /// The shared limiter's rate when it was granted, per second.
+    granted_rate: Option<f64>,
+}
+
+/// A two-slot sliding counter of sends, for the measured send rate: this
+/// key's own, or the fleet's where its limiter's count is shared.
 #[derive(Debug, Default)]
 struct SendRate {
     slot_start: Option<Instant>,
     current: u64,
     previous: u64,
+    /// The latest shared count seen, if any.
+    latest_count: Option<u64>,
 }
 
 const SLOT: Duration = Duration::from_secs(1);
 
 impl SendRate {
-    fn record(&mut self, now: Instant) {
+    /// A send at `now`; with a shared count, it stands for every grant
+    /// since the latest one this process saw (the fleet's sends).
+    fn record(&mut self, now: Instant, shared_count: Option<u64>) {
         self.roll(now);
-        self.current += 1;
+        self.current += match (shared_count, self.latest_count) {
+            (Some(count), Some(latest)) => count.saturating_sub(latest),
+            _ => 1,
+        };
+        if let Some(count) = shared_count {
+            self.latest_count = Some(self.latest_count.map_or(count, |l| l.max(count)));
+        }
     }
 
     fn roll(&mut self, now: Instant) {
@@ -169,11 +221,25 @@ impl SendRate {
     }
 }
 
-/// Growth time: the time since the last growth, but at most two intervals
-/// at `per_second`, so time spent blocked or idle does not compound.
-fn sending_time(since: Option<Instant>, now: Instant, per_second: f64) -> f64 {
+/// Whether the server counted the request a response answers: it was
+/// neither throttled nor refused.
+fn counted_by_server(signal: &RateLimitSignal) -> bool {
+    !signal.is_throttled() && signal.status < 400
+}
+
+/// Whether a rate is still climbing back to `target` after a decrease
+/// (then it probes beyond): below it by more than a limiter's rounding of
+/// a rate to whole nanoseconds per token.
+fn recovering(rate: f64, target: f64) -> bool {
+    rate < target * (1.0 - 1e-6)
+}
+
+/// Growth time: the time since the last growth, but at most `intervals`
+/// intervals at `per_second`, so time spent blocked or idle does not
+/// compound.
+fn sending_time(since: Option<Instant>, now: Instant, per_second: f64, intervals: f64) -> f64 {
     let dt = since.map_or(0.0, |g| now.saturating_duration_since(g).as_secs_f64());
-    dt.min(2.0 / per_second.max(MIN_RATE))
+    dt.min(intervals / per_second.max(MIN_RATE))
 }
 
 /// What a key learned, kept after its state is dropped so that the key
@@ -262,6 +328,8 @@ impl Adaptive {
             header_driven: false,
             warned: false,
             warned_horizon: false,
+            fleet_rate: None,
+            fleet_too_fast: None,
             congestion: Congestion {
                 phase: Phase::Open,
                 decreased_at: None,
@@ -275,23 +343,38 @@ impl Adaptive {
     /// A request of this key was sent at `now`; returns its sequence
     /// number, to hand back to [`on_response`](Self::on_response) or
     /// [`on_no_response`](Self::on_no_response).
-    pub(crate) fn on_send(&mut self, now: Instant) -> u64 {
-        self.sends.record(now);
+    /// `grant` is what the key's limiter said of it: where it fell in a
+    /// shared count, and the shared rate then.
+    pub(crate) fn on_send(&mut self, now: Instant, grant: Grant) -> u64 {
+        let shared_count = grant.shared_count;
+        let granted_rate = grant.shared_rate.map(|r| r.per_second_f64());
+        if granted_rate.is_some() {
+            self.fleet_rate = granted_rate;
+        }
+        if let Some(too_fast) = grant.shared_too_fast {
+            self.fleet_too_fast = Some(too_fast.per_second_f64());
+        }
+        self.sends.record(now, shared_count);
         self.sent += 1;
         while self
             .in_flight
             .front()
-            .is_some_and(|(_, at)| now.saturating_duration_since(*at) > IN_FLIGHT_TIMEOUT)
+            .is_some_and(|r| now.saturating_duration_since(r.at) > IN_FLIGHT_TIMEOUT)
         {
             self.in_flight.pop_front();
         }
-        self.in_flight.push_back((self.sent, now));
+        self.in_flight.push_back(InFlight {
+            seq: self.sent,
+            at: now,
+            shared_count,
+            granted_rate,
+        });
         self.sent
     }
 
     /// The request `seq` ended without a response.
     pub(crate) fn on_no_response(&mut self, seq: u64) {
-        self.in_flight.retain(|(s, _)| *s != seq);
+        self.in_flight.retain(|r| r.seq != seq);
     }
 
     /// The rate currently applied, in tokens per second (`None` while
@@ -339,9 +422,11 @@ impl Adaptive {
         signal: &RateLimitSignal,
         success: bool,
     ) -> Vec<Adjustment> {
-        self.in_flight.retain(|(s, _)| *s != seq);
+        let this = self.in_flight.iter().find(|r| r.seq == seq).copied();
+        let counted = this.and_then(|r| r.shared_count);
+        self.in_flight.retain(|r| r.seq != seq);
         self.warn_if_beyond_horizon(signal);
-        let ahead = self.in_flight.iter().filter(|(s, _)| *s > seq).count() as u64;
+        let ahead = self.ahead_of(now, seq, this);
         let mut out = Vec::new();
         let limits: Vec<&Limit> = signal
             .limits
@@ -349,28 +434,101 @@ impl Adaptive {
             .filter(|l| l.dimension == self.dimension)
             .collect();
         if limits.iter().any(|l| l.remaining.is_some()) {
-            self.learn_from_headers(now, ahead, &limits, signal, &mut out);
+            self.learn_from_headers(now, (ahead, counted), &limits, signal, &mut out);
         } else if !self.header_driven {
-            self.congestion(now, seq, signal, success, &mut out);
+            let granted_rate = this.and_then(|r| r.granted_rate);
+            self.congestion(now, (seq, granted_rate), signal, success, &mut out);
         }
         if let (true, Some(wait)) = (signal.is_throttled(), signal.believable_retry_after()) {
             out.push(Adjustment::BlockUntil(now + wait));
         }
+        if counted.is_some() && !counted_by_server(signal) {
+            // The other processes place their readings on the shared count.
+            out.push(Adjustment::Uncount(1));
+        }
         out
     }
 
+    /// Requests sent after the one with send number `seq` (`this`, while
+    /// it was in flight) that the server had not counted when it answered
+    /// it: this key's own still unanswered, and, where other processes
+    /// share the key's limiter, what the fleet sends in the time this one
+    /// took to be answered, at the fleet's measured rate. (Not every grant
+    /// after it: a shared bucket books turns ahead, and a turn booked is
+    /// not a request sent.)
+    fn ahead_of(&mut self, now: Instant, seq: u64, this: Option<InFlight>) -> u64 {
+        let own = self.in_flight.iter().filter(|r| r.seq > seq).count() as u64;
+        let Some(this) = this.filter(|r| r.shared_count.is_some()) else {
+            return own;
+        };
+        let answered_in = now.saturating_duration_since(this.at).as_secs_f64();
+        let fleet = (self.sends.per_second(now) * answered_in).ceil();
+        own.max(fleet.min(u64::MAX as f64) as u64)
+    }
+
+    /// Where the key's limiter is shared and has learned a rate: a process
+    /// that has learned nothing yet joins the fleet at it; one whose rate
+    /// the fleet's is well below (by more than this process's own growth
+    /// since can explain) sees that another process slowed the fleet on a
+    /// throttle, and follows it: the requests sent so far belong to that
+    /// burst, the rate this process had was too fast, and a cold start is
+    /// over.
+    fn follow_the_fleet(&mut self) {
+        let c = self.congestion;
+        let Some(fleet) = self.fleet_rate else { return };
+        // The decrease the other process made, and how far below this
+        // process's rate it shows (more than this process's own growth
+        // between two grants: fast in a slow start, slow in a steady state).
+        let (factor, slowed) = match c.phase {
+            Phase::Open if self.ceiling.is_none() => {
+                // Joining a fleet that has learned a rate: go on from it
+                // where the fleet is (its slow start, or past a refusal of
+                // the rate it names), rather than overwrite it with a cold
+                // start.
+                self.congestion = Congestion {
+                    phase: match self.fleet_too_fast {
+                        Some(_) => Phase::Steady,
+                        None => Phase::SlowStart,
+                    },
+                    decreased_at: None,
+                    too_fast: self.fleet_too_fast.unwrap_or(0.0),
+                    rate: fleet,
+                    grown_at: None,
+                };
+                self.applied = Some(fleet);
+                return;
+            }
+            Phase::Open => return,
+            Phase::SlowStart => (DECREASE, SLOW_START_SLOWED),
+            Phase::Steady => (LATER_DECREASE, STEADY_SLOWED),
+        };
+        if c.rate <= 0.0 || fleet >= c.rate * slowed {
+            return;
+        }
+        self.congestion = Congestion {
+            phase: Phase::Steady,
+            decreased_at: Some(self.sent),
+            // What that process found too fast: the rate it cut from.
+            too_fast: fleet / factor,
+            rate: fleet,
+            grown_at: c.grown_at,
+        };
+        self.applied = Some(fleet);
+    }
+
     /// The header regime: each limit's series says how to pace; the
-    /// tightest wins.
+    /// tightest wins. `ahead` is what [`ahead_of`](Self::ahead_of) says of
+    /// the request, with where its grant fell in a shared count.
     fn learn_from_headers(
         &mut self,
         now: Instant,
-        ahead: u64,
+        (ahead, counted): (u64, Option<u64>),
         limits: &[&Limit],
         signal: &RateLimitSignal,
         out: &mut Vec<Adjustment>,
     ) {
         self.warn_if_contradictory(limits);
-        let admitted = !signal.is_throttled() && signal.status < 400;
+        let admitted = counted_by_server(signal);
         let mut per_second: Option<f64> = None;
         let mut left: Option<u64> = None;
         let mut until: Option<Instant> = None;
@@ -395,6 +553,7 @@ impl Adaptive {
                 reset: limit.reset.filter(|r| *r < MAX_WAIT),
                 window: limit.window,
                 admitted,
+                counted,
             };
             if series.is_stale(&reading) {
                 continue;
@@ -464,15 +623,17 @@ impl Adaptive {
         }
     }
 
-    /// The header-less regime.
+    /// The header-less regime. `seq` is the request's send number, and
+    /// `granted_rate` the shared limiter's rate when it was granted.
     fn congestion(
         &mut self,
         now: Instant,
-        seq: u64,
+        (seq, granted_rate): (u64, Option<f64>),
         signal: &RateLimitSignal,
         success: bool,
         out: &mut Vec<Adjustment>,
     ) {
+        self.follow_the_fleet();
         let c = self.congestion;
         if signal.is_throttled() {
             if c.decreased_at.is_some_and(|at| seq <= at) {
@@ -486,7 +647,12 @@ impl Adaptive {
                 // paces those.
                 return;
             }
-            let delivered = self.applied.map_or(measured, |a| a.min(measured));
+            // Where the key's limiter is shared, from the rate in force when
+            // the refused request was granted: every process refused in the
+            // same burst then asks for the same decrease, and the decreases
+            // do not compound.
+            let granted_at = granted_rate.or(self.applied);
+            let delivered = granted_at.map_or(measured, |a| a.min(measured));
             let factor = if c.phase == Phase::Steady {
                 LATER_DECREASE
             } else {
@@ -500,7 +666,15 @@ impl Adaptive {
                 rate,
                 grown_at: Some(now),
             };
-            out.extend(self.rate_adjustment(rate));
+            match (granted_rate, Rate::from_per_second_f64(delivered)) {
+                // Shared: the cut names the rate refused, for the others.
+                (Some(_), Ok(too_fast)) => {
+                    if let Some(Adjustment::SetRate(to)) = self.rate_adjustment(rate) {
+                        out.push(Adjustment::Cut { to, too_fast });
+                    }
+                }
+                _ => out.extend(self.rate_adjustment(rate)),
+            }
             out.extend(self.capacity_adjustment(1));
             out.push(Adjustment::LimitRemaining(0));
             return;
@@ -508,22 +682,30 @@ impl Adaptive {
         if !success {
             return;
         }
-        let current = (c.rate > 0.0).then_some(c.rate).or(self.applied);
+        // Where the limiter is shared, the fleet's rate grows, whoever set
+        // it: this process asks the shared state for its growth as a factor
+        // of the rate held then (no process's growth overwrites
+        // another's), one interval of sending per response, as a lone
+        // process's responses would.
+        let own = (c.rate > 0.0).then_some(c.rate).or(self.applied);
+        let shared = self.fleet_rate.filter(|_| c.phase != Phase::Open);
+        let current = shared.or(own);
+        let intervals = if shared.is_some() { 1.0 } else { 2.0 };
         let (rate, phase) = match (c.phase, current) {
             (Phase::Open, _) | (_, None) => (COLD_START, Phase::SlowStart),
             (Phase::SlowStart, Some(applied)) => {
-                let dt = sending_time(c.grown_at, now, applied);
+                let dt = sending_time(c.grown_at, now, applied, intervals);
                 (
                     applied * 2f64.powf(dt / SLOW_START_DOUBLING.as_secs_f64()),
                     Phase::SlowStart,
                 )
             }
             (Phase::Steady, Some(applied)) => {
-                let dt = sending_time(c.grown_at, now, applied);
+                let dt = sending_time(c.grown_at, now, applied, intervals);
                 let target = c.too_fast * RECOVER_TO;
                 // Linear: the gap left by the decrease closes in RECOVERY.
                 let gap = target - c.too_fast * LATER_DECREASE.min(DECREASE);
-                let grown = if applied < target {
+                let grown = if recovering(applied, target) {
                     (applied + gap.max(0.0) * dt / RECOVERY.as_secs_f64()).min(target)
                 } else {
                     applied + c.too_fast * PROBE_PER_SECOND * dt
@@ -539,7 +721,27 @@ impl Adaptive {
         self.congestion.phase = phase;
         self.congestion.rate = rate;
         self.congestion.grown_at = Some(now);
-        out.extend(self.rate_adjustment(rate.max(MIN_RATE)));
+        match (shared, current) {
+            (Some(_), Some(base)) if rate > base => {
+                // The recovery stops at its target; growth beyond it (slow
+                // start, the probe) at the ceiling.
+                let mut at_most =
+                    if phase == Phase::Steady && recovering(base, c.too_fast * RECOVER_TO) {
+                        c.too_fast * RECOVER_TO
+                    } else {
+                        MAX_RATE
+                    };
+                if let Some(ceiling) = self.ceiling {
+                    at_most = at_most.min(ceiling.per_second_f64());
+                }
+                if let Ok(at_most) = Rate::from_per_second_f64(at_most) {
+                    self.applied = Some(rate.min(at_most.per_second_f64()));
+                    out.push(Adjustment::grow_rate(rate / base, at_most));
+                }
+            }
+            (Some(_), _) => {}
+            (None, _) => out.extend(self.rate_adjustment(rate.max(MIN_RATE))),
+        }
         out.extend(self.capacity_adjustment(1));
     }
 }
@@ -671,7 +873,7 @@ mod tests {
         );
         let t0 = Instant::now();
         for i in 0..100 {
-            a.on_send(t0 + Duration::from_millis(10 * i));
+            a.on_send(t0 + Duration::from_millis(10 * i), Grant::default());
         }
         let now = t0 + Duration::from_secs(1);
         let adj = a.on_response(now, a.sent, &signal(429, vec![]), false);
@@ -690,7 +892,7 @@ mod tests {
         let t0 = Instant::now();
         let mut seqs = Vec::new();
         for i in 0..40 {
-            seqs.push(a.on_send(t0 + Duration::from_millis(25 * i)));
+            seqs.push(a.on_send(t0 + Duration::from_millis(25 * i), Grant::default()));
         }
         let now = t0 + Duration::from_secs(1);
         // Forty sends in the last second; a burst of 429s for ten of them.
@@ -715,14 +917,14 @@ mod tests {
     fn growth_does_not_compound_across_a_long_block() {
         let mut a = fresh();
         let t0 = Instant::now();
-        let seq = a.on_send(t0);
+        let seq = a.on_send(t0, Grant::default());
         // The first success starts slow start at the cold-start rate.
         let adj = a.on_response(t0, seq, &signal(200, vec![]), true);
         assert_eq!(rate_in(&adj), Some(COLD_START));
         // 2 s later (a Retry-After block, say) one success grows the rate
         // by at most two intervals of slow start, not 2^8.
         let later = t0 + Duration::from_secs(2);
-        let seq = a.on_send(later);
+        let seq = a.on_send(later, Grant::default());
         let adj = a.on_response(later, seq, &signal(200, vec![]), true);
         let grown = rate_in(&adj).unwrap();
         let most = COLD_START * 2f64.powf(0.2 / SLOW_START_DOUBLING.as_secs_f64());
@@ -734,7 +936,7 @@ mod tests {
         let mut a = fresh();
         let t0 = Instant::now();
         let seqs: Vec<u64> = (0..20)
-            .map(|i| a.on_send(t0 + Duration::from_millis(50 * i)))
+            .map(|i| a.on_send(t0 + Duration::from_millis(50 * i), Grant::default()))
             .collect();
         let now = t0 + Duration::from_secs(1);
         let adj = a.on_response(now, seqs[19], &signal(503, vec![]), false);
@@ -747,7 +949,7 @@ mod tests {
         let mut a = fresh();
         let now = Instant::now();
         for i in 0..1_000u64 {
-            let seq = a.on_send(now);
+            let seq = a.on_send(now, Grant::default());
             let limit = Limit::new(format!("bucket-{i}"), Dimension::Requests)
                 .with_limit(10)
                 .with_remaining(5)
@@ -779,7 +981,7 @@ mod tests {
             let mut now = Instant::now();
             for (status, limit, remaining, reset_ms, window_s, dt_ms) in responses {
                 now += Duration::from_millis(dt_ms);
-                let seq = a.on_send(now);
+                let seq = a.on_send(now, Grant::default());
                 let mut l = Limit::new("requests", Dimension::Requests)
                     .with_reset(Duration::from_millis(reset_ms));
                 l.limit = limit;

@@ -35,6 +35,16 @@
 //!   not), and the pace is corrected so the bucket keeps a small reserve
 //!   (a tenth, at least one unit) instead of wasting what it holds.
 //!
+//! A key whose limiter several processes share is spent by all of them:
+//! its server's `remaining` falls by the fleet's requests, not by this
+//! process's. Its readings then carry where each request's grant fell in
+//! the shared limiter's count ([`Reading::counted`]), and the series counts
+//! admissions on that scale instead of its own: a refill is the fleet's
+//! grants between two readings plus the change in `remaining`, and the
+//! instants of the other processes' admissions, needed for a moving
+//! window, are read off this process's own by interpolation (they are
+//! interleaved with them).
+//!
 //! Everything is a pure function of the readings and their instants.
 
 use std::collections::VecDeque;
@@ -78,6 +88,10 @@ pub(crate) struct Reading {
     pub(crate) window: Option<Duration>,
     /// Whether the request was admitted (took a unit).
     pub(crate) admitted: bool,
+    /// Where the request's grant fell in the count of a limiter that other
+    /// processes share (every unit granted up to and including it); `None`
+    /// when only this key's requests spend what the server counts.
+    pub(crate) counted: Option<u64>,
 }
 
 /// What the server is taken to be.
@@ -114,12 +128,23 @@ pub(crate) struct Series {
     /// The largest remaining seen, plus one: the most the server holds.
     top: u64,
     stated: Option<Duration>,
-    admissions: VecDeque<Instant>,
-    /// Admissions so far (not bounded like `admissions`).
-    admitted: u64,
-    last: Option<(Instant, u64)>,
+    /// This process's admissions: where each fell in the count of
+    /// admissions, and when, in the order of that count.
+    admissions: VecDeque<(u64, Instant)>,
+    /// Where the latest reading fell in the count of admissions: this
+    /// key's own admitted readings so far, or a shared limiter's count.
+    position: u64,
+    /// Whether the readings come with a shared limiter's count (`None`
+    /// before the first).
+    shared: Option<bool>,
+    /// The latest reading: instant, remaining, position.
+    last: Option<(Instant, u64, u64)>,
     /// The time since the reading before the last.
     gap: Duration,
+    /// The grants between the reading before the last and the last, at
+    /// least one: a fleet's readings are that many intervals of its pace
+    /// apart (one for a key no other process spends).
+    grants_between: u64,
     refilling: bool,
     window: WindowTrack,
     moving: MovingTrack,
@@ -170,7 +195,7 @@ struct BucketTrack {
     /// The refill rate measured over the last stretch the bucket was never
     /// full.
     measured: Option<f64>,
-    /// Where the current stretch began: instant, remaining, admissions.
+    /// Where the current stretch began: instant, remaining, position.
     stretch: Option<(Instant, u64, u64)>,
     grown_at: Option<Instant>,
 }
@@ -195,6 +220,25 @@ fn whole_seconds(outlived: Duration, at_most: Option<Duration>) -> Option<Durati
 impl Series {
     /// Take one reading; returns how to pace now, when the readings say.
     pub(crate) fn observe(&mut self, reading: Reading) -> Option<Pace> {
+        let shared = reading.counted.is_some();
+        match self.shared {
+            // A shared count that stops (the limiter's store is down and a
+            // local fallback decides): these readings cannot be placed.
+            Some(true) if !shared => return None,
+            // A count that starts (the store is back), or goes back by more
+            // than a series remembers (its key expired there): the old
+            // positions mean nothing on the new scale.
+            Some(false) if shared => *self = Series::default(),
+            Some(true)
+                if reading
+                    .counted
+                    .is_some_and(|c| c.saturating_add(MAX_ADMISSIONS as u64) < self.position) =>
+            {
+                *self = Series::default();
+            }
+            _ => {}
+        }
+        self.shared = Some(shared);
         let now = reading.at;
         if let Some(limit) = reading.limit {
             // The latest stated limit: a server may lower it.
@@ -205,27 +249,62 @@ impl Series {
         }
         let fresh = reading.limit == Some(reading.remaining.saturating_add(1));
         self.top = self.top.max(reading.remaining.saturating_add(1));
+        let position = match reading.counted {
+            // A refused request was not counted by the server: the reading
+            // stands where the grants before it do.
+            Some(count) => count.saturating_sub(u64::from(!reading.admitted)),
+            None => self.position + u64::from(reading.admitted),
+        };
         if reading.admitted {
-            self.admitted += 1;
-            self.admissions.push_back(now);
-            if self.admissions.len() > MAX_ADMISSIONS {
-                self.admissions.pop_front();
-            }
+            self.record_admission(position, now);
         }
-        let refill = self.last.map(|(_, before)| {
-            let refill =
-                i128::from(reading.admitted) + i128::from(reading.remaining) - i128::from(before);
+        let refill = self.last.map(|(_, before, at)| {
+            let refill = i128::from(position) - i128::from(at) + i128::from(reading.remaining)
+                - i128::from(before);
             i64::try_from(refill).unwrap_or(if refill < 0 { i64::MIN } else { i64::MAX })
         });
         self.gap = self
             .last
-            .map_or(Duration::ZERO, |(at, _)| now.saturating_duration_since(at));
-        self.last = Some((now, reading.remaining));
+            .map_or(Duration::ZERO, |(at, ..)| now.saturating_duration_since(at));
+        self.grants_between = self
+            .last
+            .map_or(1, |(.., at)| position.saturating_sub(at).max(1));
+        self.position = position;
+        self.last = Some((now, reading.remaining, position));
         self.track_window(now, &reading, refill, fresh);
         if self.refilling {
             self.track_moving(now, &reading);
         }
         self.pace(now, &reading)
+    }
+
+    /// Keep an admission at `position`, in the order of the count (a
+    /// shared count's grants may be answered out of order).
+    fn record_admission(&mut self, position: u64, at: Instant) {
+        let index = self
+            .admissions
+            .iter()
+            .rposition(|&(p, _)| p <= position)
+            .map_or(0, |i| i + 1);
+        self.admissions.insert(index, (position, at));
+        if self.admissions.len() > MAX_ADMISSIONS {
+            self.admissions.pop_front();
+        }
+    }
+
+    /// When the admission at `position` of the count came, as the earliest
+    /// and the latest it can have been: the instant of this process's own,
+    /// or, for another process's, those of this process's admissions on
+    /// either side of it (the count orders them all). `None` before the
+    /// oldest one remembered and past the newest.
+    fn admitted_within(&self, position: u64) -> Option<(Instant, Instant)> {
+        let after = self.admissions.partition_point(|&(p, _)| p < position);
+        let &(p1, t1) = self.admissions.get(after)?;
+        if p1 == position {
+            return Some((t1, t1));
+        }
+        let &(_, t0) = self.admissions.get(after.checked_sub(1)?)?;
+        Some((t0.min(t1), t0.max(t1)))
     }
 
     /// Whether `reading` speaks for a fixed window older than the current
@@ -323,23 +402,30 @@ impl Series {
         if !reading.admitted || self.quota == 0 {
             return;
         }
-        let inside = usize::try_from(self.quota.saturating_sub(reading.remaining))
-            .unwrap_or(usize::MAX)
-            .min(MAX_ADMISSIONS);
-        let newest = |k: usize| -> Option<Instant> {
-            let len = self.admissions.len();
-            (k >= 1 && k <= len).then(|| self.admissions[len - k])
+        let inside = self
+            .quota
+            .saturating_sub(reading.remaining)
+            .min(MAX_ADMISSIONS as u64);
+        // When the `k`-th newest admission came, this reading's own being
+        // the first: as early and as late as it can have been.
+        let newest = |k: u64| -> Option<(Instant, Instant)> {
+            let position = (self.position + 1).checked_sub(k).filter(|_| k >= 1)?;
+            self.admitted_within(position)
         };
-        let (Some(oldest_inside), Some(first_outside)) =
+        let (Some(inside_at), Some(outside_at)) =
             (newest(inside), newest(inside.saturating_add(1)))
         else {
             return;
         };
+        // Longer than the oldest admission inside can be old, at most as
+        // long as the first one outside can be: bounds that hold wherever
+        // another process's admissions fell between this one's.
+        let oldest_inside = inside_at.1;
         let lo = now.saturating_duration_since(oldest_inside);
-        let hi = now.saturating_duration_since(first_outside);
+        let hi = now.saturating_duration_since(outside_at.0);
         let m = &mut self.moving;
         let (new_lo, new_hi) = (m.lo.max(lo), m.hi.map_or(hi, |h| h.min(hi)));
-        let n = inside as u64;
+        let n = inside;
         if m.hi.is_some() && new_lo <= new_hi {
             m.lo = new_lo;
             m.hi = Some(new_hi);
@@ -473,7 +559,7 @@ impl Series {
     /// reserve at the measured refill rate otherwise.
     fn bucket(&mut self, now: Instant, left: u64, admitted: bool) -> Pace {
         let top = self.top.max(1);
-        let level = self.last.map_or(0, |(_, r)| r);
+        let level = self.last.map_or(0, |(_, r, _)| r);
         // Nothing left is never "full", whatever the capacity (a bucket of
         // one is empty after every admission).
         let full = level > 0 && level.saturating_add(1) >= top;
@@ -483,14 +569,14 @@ impl Series {
         }
         // A pause in the readings (a block, an idle spell) may hide a moment
         // the bucket was full: a measured stretch must be read throughout.
-        if self.gap.as_secs_f64() > 2.0 / b.per_second {
+        if self.gap.as_secs_f64() > 2.0 * self.grants_between as f64 / b.per_second {
             b.stretch = None;
         }
         if full {
             if let Some((since, r0, n0)) = b.stretch.take() {
                 let span = now.saturating_duration_since(since);
                 if span >= BUCKET_MIN_SPAN {
-                    let refill = (self.admitted - n0) as f64 + level as f64 - r0 as f64;
+                    let refill = self.position as f64 - n0 as f64 + level as f64 - r0 as f64;
                     b.measured = Some(refill / span.as_secs_f64());
                 }
             }
@@ -506,13 +592,14 @@ impl Series {
             b.per_second = b.per_second.max(floor) * 2f64.powf(dt / BUCKET_DOUBLING.as_secs_f64());
             b.grown_at = Some(now);
         } else {
-            let stretch = *b.stretch.get_or_insert((now, level, self.admitted));
+            let stretch = *b.stretch.get_or_insert((now, level, self.position));
             let span = now.saturating_duration_since(stretch.0);
             // Emptied before a full measure: the pace outruns the refill, so
             // take the short measure rather than run into refusals.
             let emptied = level == 0 && b.measured.is_none() && !span.is_zero();
             if span >= BUCKET_MIN_SPAN || emptied {
-                let refill = (self.admitted - stretch.2) as f64 + level as f64 - stretch.1 as f64;
+                let refill =
+                    self.position as f64 - stretch.2 as f64 + level as f64 - stretch.1 as f64;
                 b.measured = Some((refill / span.as_secs_f64()).max(0.0));
             }
             if let Some(rate) = b.measured {
@@ -687,6 +774,7 @@ mod tests {
                 reset: Some(Duration::from_secs(reset.max(0.0).ceil() as u64)),
                 window: None,
                 admitted,
+                counted: None,
             };
             if let Some(p) = series.observe(reading) {
                 pace = Some(p);
@@ -701,6 +789,85 @@ mod tests {
             f64::from(refused) / f64::from(sent),
             refusals,
         )
+    }
+
+    /// A fleet of `processes` sharing one pace against `model`: request `k`
+    /// is sent by process `k % processes`, whose own series alone reads its
+    /// response, with the fleet's count; the pace is the last one any
+    /// series asked for, as a shared bucket's is. Returns the admitted
+    /// requests per second and the share refused.
+    fn drive_fleet(model: &mut dyn Model, secs: f64, processes: usize) -> (f64, f64) {
+        let origin = Instant::now();
+        let mut fleet: Vec<Series> = (0..processes).map(|_| Series::default()).collect();
+        let (mut t, mut pace, mut sent, mut admitted_n) = (0.0, None::<Pace>, 0u64, 0u64);
+        // The shared count: grants, less those the server refused (each
+        // refusal taken off as its response comes).
+        let mut count = 0u64;
+        while t < secs {
+            let (remaining, admitted, reset) = model.decide(t);
+            sent += 1;
+            count += 1;
+            admitted_n += u64::from(admitted);
+            let at = origin + Duration::from_secs_f64(t);
+            let reading = Reading {
+                at,
+                limit: Some(model.limit()),
+                remaining,
+                ahead: 0,
+                reset: Some(Duration::from_secs(reset.max(0.0).ceil() as u64)),
+                window: None,
+                admitted,
+                counted: Some(count),
+            };
+            count -= u64::from(!admitted);
+            let process = (sent as usize - 1) % processes;
+            if let Some(p) = fleet[process].observe(reading) {
+                pace = Some(p);
+            }
+            let p = pace.expect("a reading with a limit and a reset paces");
+            let next = at + Duration::from_secs_f64(1.0 / p.per_second);
+            let next = p.exhausted_until.map_or(next, |until| until.max(next));
+            t = next.saturating_duration_since(origin).as_secs_f64();
+        }
+        (
+            admitted_n as f64 / secs,
+            (sent - admitted_n) as f64 / sent as f64,
+        )
+    }
+
+    /// Four processes, each reading a quarter of the responses: with the
+    /// fleet's count they pace a bucket, a fixed window and a moving window
+    /// as one process would.
+    #[test]
+    fn a_fleet_with_a_shared_count_reads_the_server_as_one_process_would() {
+        let mut bucket = Bucket {
+            capacity: 20.0,
+            rate: 200.0,
+            tokens: 20.0,
+            at: 0.0,
+        };
+        let (goodput, refused) = drive_fleet(&mut bucket, 20.0, 4);
+        assert!(goodput >= 0.95 * 200.0, "{goodput}");
+        assert!(refused <= 0.01, "{refused}");
+
+        let mut fixed = Fixed {
+            limit: 100,
+            window: 1.0,
+            start: None,
+            count: 0,
+        };
+        let (goodput, refused) = drive_fleet(&mut fixed, 20.0, 4);
+        assert!(goodput >= 0.95 * 100.0, "{goodput}");
+        assert!(refused <= 0.01, "{refused}");
+
+        let mut log = Log {
+            limit: 100,
+            window: 5.0,
+            log: VecDeque::new(),
+        };
+        let (goodput, refused) = drive_fleet(&mut log, 30.0, 4);
+        assert!(goodput >= 0.95 * 20.0, "{goodput}");
+        assert!(refused <= 0.01, "{refused}");
     }
 
     #[test]
@@ -817,6 +984,7 @@ mod tests {
                 reset: Some(Duration::ZERO),
                 window: Some(Duration::ZERO),
                 admitted: true,
+                counted: None,
             });
             if let Some(pace) = pace {
                 assert!(

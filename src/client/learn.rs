@@ -88,9 +88,15 @@ impl Pacer {
         let Ok(limiter) = &m.state.limiter else {
             return;
         };
-        let relearned = adjustments
-            .iter()
-            .any(|a| matches!(a, Adjustment::SetRate(_) | Adjustment::SetCapacity(_)));
+        let relearned = adjustments.iter().any(|a| {
+            matches!(
+                a,
+                Adjustment::SetRate(_)
+                    | Adjustment::Cut { .. }
+                    | Adjustment::GrowRate { .. }
+                    | Adjustment::SetCapacity(_)
+            )
+        });
         for adjustment in adjustments {
             self.apply(m, scope, limiter.as_ref(), adjustment, signal, now)
                 .await;
@@ -131,7 +137,7 @@ impl Pacer {
                     ..block
                 })
             }
-            Adjustment::SetRate(rate) => {
+            Adjustment::SetRate(rate) | Adjustment::Cut { to: rate, .. } => {
                 self.emit(Event::Paced {
                     scope: scope.config.name.clone(),
                     key: m.state.key.clone(),

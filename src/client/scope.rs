@@ -27,6 +27,9 @@ const OPEN_CAPACITY: u64 = 1_000_000;
 const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long what a key learned is kept after its state is dropped.
 const DEFAULT_REMEMBER_FOR: Duration = Duration::from_secs(3_600);
+/// How many of a process's calls may hold a turn booked on a limiter of
+/// the caller's at once.
+const BOOKINGS_PER_PROCESS: usize = 1;
 /// Share of a learned rate that is used, to stay clear of the server's
 /// edge (clock rounding, requests in flight).
 const DEFAULT_HEADROOM: f64 = 0.97;
@@ -446,6 +449,11 @@ pub(crate) struct KeyState {
     /// Woken when `server_block` changes, so that calls already waiting on
     /// the limiter look at it again.
     pub(crate) block_changed: tokio::sync::Notify,
+    /// For a limiter of the caller's (a shared one): this process's calls
+    /// book a turn on it one at a time, the others waiting here, where
+    /// what the next response says still reaches them (a turn booked in a
+    /// shared bucket is granted, whatever the server says meanwhile).
+    pub(crate) booking: Option<tokio::sync::Semaphore>,
     /// The rate and capacity the key's bucket was made with.
     made_with: (Rate, u64),
 }
@@ -478,6 +486,9 @@ impl KeyState {
         if let Some(learned) = learned {
             adapt.resume(learned);
         }
+        let booking = local
+            .is_none()
+            .then(|| tokio::sync::Semaphore::new(BOOKINGS_PER_PROCESS));
         KeyState {
             key: key.to_owned(),
             limiter,
@@ -487,6 +498,7 @@ impl KeyState {
             seen_response: AtomicBool::new(learned.is_some()),
             server_block: Mutex::new(None),
             block_changed: tokio::sync::Notify::new(),
+            booking,
             made_with,
         }
     }

@@ -125,7 +125,7 @@ impl Pacer {
         let mut probes = Vec::new();
         let mut seqs = Vec::with_capacity(members.len());
         for m in members {
-            let _grant = match self.wait_for_member(m, until, &mut probes).await {
+            let grant = match self.wait_for_member(m, until, &mut probes).await {
                 Ok(grant) => grant,
                 Err(e) => {
                     for (m, &seq) in members.iter().zip(&seqs) {
@@ -134,7 +134,7 @@ impl Pacer {
                     return Err(e);
                 }
             };
-            seqs.push(m.state.adapt().on_send(Instant::now()));
+            seqs.push(m.state.adapt().on_send(Instant::now(), grant));
         }
         Ok(Sent {
             _probes: probes,
@@ -166,6 +166,10 @@ impl Pacer {
             }
         };
         let t0 = Instant::now();
+        let _booking = match &m.state.booking {
+            Some(booking) => Some(book(booking, until).await?),
+            None => None,
+        };
         let grant = self
             .acquire_unless_blocked(m, limiter.as_ref(), until)
             .await?;
@@ -241,6 +245,21 @@ fn refusal(block: ServerBlock, wait: Duration, cap: Duration) -> Error {
             last_response: None,
         }
     }
+}
+
+/// A turn to book on a limiter of the caller's, by `until`.
+async fn book(
+    booking: &tokio::sync::Semaphore,
+    until: Option<(Instant, Duration)>,
+) -> Result<tokio::sync::SemaphorePermit<'_>, WaitError> {
+    let permit = match until {
+        None => booking.acquire().await,
+        Some((at, limit)) => tokio::time::timeout_at(at, booking.acquire())
+            .await
+            .map_err(|_| WaitError::Deadline { wait: None, limit })?,
+    };
+    // Never closed: the semaphore lives as long as the key's state.
+    permit.map_err(|_| WaitError::Failed(Error::config("the key's booking queue closed")))
 }
 
 /// Wait for the key's first response, but not forever: a probe that hangs
