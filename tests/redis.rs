@@ -622,7 +622,8 @@ async fn no_key_is_left_after_the_idle_period() {
     let backend = RedisBackend::connect(server.url())
         .await
         .unwrap()
-        .with_idle_ttl(50 * MS);
+        .with_idle_ttl(50 * MS)
+        .with_learned_ttl(100 * MS);
     let mut conn = raw(&server).await;
     let bucket = backend
         .token_bucket("idle", Rate::per_second(20).unwrap(), 2)
@@ -663,6 +664,45 @@ async fn no_key_is_left_after_the_idle_period() {
         }
         cursor = next;
     }
+}
+
+/// What a limiter learned outlives its idle expiry for the learned TTL:
+/// a process that comes to the key afresh (another backend, limiters built
+/// with the scope's open figures) is granted at the learned rate and told
+/// so, while a key that learned nothing is gone after its idle TTL.
+#[tokio::test]
+async fn a_learned_rate_lasts_the_learned_ttl_and_no_longer() {
+    let server = RedisServer::start();
+    let connect = || async {
+        RedisBackend::connect(server.url())
+            .await
+            .unwrap()
+            .with_idle_ttl(50 * MS)
+            .with_learned_ttl(Duration::from_millis(1_500))
+    };
+    let mut conn = raw(&server).await;
+    let open = Rate::per_second(10_000).unwrap();
+    let first = connect().await;
+    let learner = first.token_bucket("learned", open, 1).unwrap();
+    let forgetter = first.token_bucket("plain", open, 1).unwrap();
+    forgetter.try_acquire(1).await.unwrap();
+    let learned = Rate::every(200 * MS).unwrap();
+    learner.adjust(Adjustment::SetRate(learned)).await.unwrap();
+    let ttl: i64 = conn.pttl("pace:{learned}:bucket").await.unwrap();
+    assert!(ttl > 1_000, "PTTL {ttl}");
+    tokio::time::sleep(500 * MS).await;
+    let keys: Vec<String> = conn.keys("*").await.unwrap();
+    assert_eq!(keys, vec!["pace:{learned}:bucket".to_owned()], "{keys:?}");
+    // A new process, its limiter made with the open rate.
+    let again = connect().await.token_bucket("learned", open, 1).unwrap();
+    let grant = again.acquire_within(1, Bounds::default()).await.unwrap();
+    assert_eq!(grant.shared_rate, Some(learned));
+    let wait = throttled_wait(again.try_acquire(1).await);
+    assert!(wait > 100 * MS && wait <= 200 * MS, "{wait:?}");
+    // Past the learned TTL (from that last write) nothing is left.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let keys: Vec<String> = conn.keys("*").await.unwrap();
+    assert!(keys.is_empty(), "{keys:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -269,8 +269,11 @@ impl Scope {
     /// again within it starts at the learned pace, without a probe, instead
     /// of learning from scratch. At most [`max_keys`](Self::max_keys) keys
     /// are remembered, 32 bytes each. Only a scope's own token buckets
-    /// remember; a [`limiter`](Self::limiter) of the caller's keeps its
-    /// state where it lives (Redis keeps it for its TTL).
+    /// remember here; a [`limiter`](Self::limiter) of the caller's keeps
+    /// its state where it lives: a Redis limiter keeps a learned rate for
+    /// its backend's learned TTL (an hour by default, see
+    /// `RedisBackend::with_learned_ttl`), and a key made again there goes
+    /// on from the rate the fleet learned.
     pub fn remember_for(mut self, keep: Duration) -> Self {
         self.remember_for = keep;
         self

@@ -28,6 +28,10 @@ pub const DEFAULT_PREFIX: &str = "pace:";
 /// (so that limits learned from a server survive short pauses), matching
 /// [`KeyedLimiter`](crate::KeyedLimiter)'s default idle timeout.
 pub const DEFAULT_IDLE_TTL: Duration = Duration::from_secs(60);
+/// How long a limiter whose rate was learned keeps it in Redis by default
+/// ([`RedisBackend::with_learned_ttl`]): an hour, as a scope remembers
+/// what its keys learned.
+pub const DEFAULT_LEARNED_TTL: Duration = Duration::from_secs(3_600);
 
 /// The default time after a failed call during which decisions come from
 /// the fault policy without trying Redis.
@@ -178,6 +182,7 @@ struct Settings {
     timeout: Duration,
     policy: FaultPolicy,
     idle_ttl: Duration,
+    learned_ttl: Duration,
     cooldown: Duration,
     health: Arc<Health>,
     cluster: bool,
@@ -355,6 +360,7 @@ impl<C: RedisConnection> RedisBackend<C> {
                 timeout: DEFAULT_TIMEOUT,
                 policy: FaultPolicy::default(),
                 idle_ttl: DEFAULT_IDLE_TTL,
+                learned_ttl: DEFAULT_LEARNED_TTL,
                 cooldown: DEFAULT_COOLDOWN,
                 health: Arc::default(),
                 cluster,
@@ -387,10 +393,20 @@ impl<C: RedisConnection> RedisBackend<C> {
 
     /// How long a key lives on after its limiter is back to its fresh state
     /// (default 60 s). The expiry is set with `PEXPIRE` on every write, so
-    /// keys of clients that went away never pile up; a limit learned from a
-    /// server (a new rate, a lower capacity) lasts as long as the key.
+    /// keys of clients that went away never pile up.
     pub fn with_idle_ttl(mut self, idle_ttl: Duration) -> RedisBackend<C> {
         self.settings.idle_ttl = idle_ttl;
+        self
+    }
+
+    /// How long a limiter that has learned a rate from a server (through
+    /// [`Adjustment::SetRate`](crate::Adjustment::SetRate), `GrowRate` or
+    /// `Cut`) keeps it in Redis at least, after its last write (default an
+    /// hour): every process that uses the key again within it, a restarted
+    /// one included, starts from what the fleet learned instead of blind.
+    /// Zero keeps it only as long as the idle TTL.
+    pub fn with_learned_ttl(mut self, learned_ttl: Duration) -> RedisBackend<C> {
+        self.settings.learned_ttl = learned_ttl;
         self
     }
 
@@ -521,9 +537,11 @@ impl Link {
     }
 
     pub(crate) fn idle_ttl_ms(&self) -> u64 {
-        // Ten years is forever for a limiter, and keeps `PEXPIRE` in range.
-        const MAX_MS: u128 = 10 * 365 * 24 * 3600 * 1000;
-        u64::try_from(self.settings.idle_ttl.as_millis().min(MAX_MS)).unwrap_or(0)
+        ttl_ms(self.settings.idle_ttl)
+    }
+
+    pub(crate) fn learned_ttl_ms(&self) -> u64 {
+        ttl_ms(self.settings.learned_ttl)
     }
 
     /// Where a failure on `key` counts for the cooldown: the whole server,
@@ -653,9 +671,17 @@ impl<C> fmt::Debug for RedisBackend<C> {
             .field("timeout", &s.timeout)
             .field("policy", &s.policy)
             .field("idle_ttl", &s.idle_ttl)
+            .field("learned_ttl", &s.learned_ttl)
             .field("cooldown", &s.cooldown)
             .finish_non_exhaustive()
     }
+}
+
+/// A TTL in milliseconds for `PEXPIRE`: ten years is forever for a
+/// limiter, and keeps it in range.
+fn ttl_ms(ttl: Duration) -> u64 {
+    const MAX_MS: u128 = 10 * 365 * 24 * 3600 * 1000;
+    u64::try_from(ttl.as_millis().min(MAX_MS)).unwrap_or(0)
 }
 
 #[cfg(test)]

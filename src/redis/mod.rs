@@ -125,7 +125,10 @@
 //! **Expiry.** Every write sets `PEXPIRE` (milliseconds, never 0) to the
 //! time until the limiter is back to its fresh state (full, unblocked,
 //! empty window) plus the backend's idle TTL (60 s by default), so the keys
-//! of clients that went away do not accumulate.
+//! of clients that went away do not accumulate. A limiter that has learned
+//! a rate from a server lives at least the backend's learned TTL (an hour
+//! by default) after its last write: a process that comes back to the key
+//! within it, or starts anew, goes on from what the fleet learned.
 //!
 //! # Faults
 //!
@@ -165,7 +168,7 @@ mod shared;
 
 pub use backend::{
     FaultPolicy, RedisBackend, RedisClusterBackend, RedisConnection, DEFAULT_COOLDOWN,
-    DEFAULT_IDLE_TTL, DEFAULT_PREFIX, DEFAULT_TIMEOUT,
+    DEFAULT_IDLE_TTL, DEFAULT_LEARNED_TTL, DEFAULT_PREFIX, DEFAULT_TIMEOUT,
 };
 pub use bucket::{RedisTokenBucket, MAX_REFILL_NANOS};
 pub use log::{RedisSlidingLog, MAX_LOG_LIMIT};

@@ -229,7 +229,8 @@ impl Core {
         let a = op.a.to_string();
         let b = op.b.to_string();
         let c = op.c.to_string();
-        let args: [&[u8]; 7] = [
+        let learned = self.backend.learned_ttl_ms().to_string();
+        let args: [&[u8]; 8] = [
             op.name.as_bytes(),
             idle.as_bytes(),
             d0.as_bytes(),
@@ -237,6 +238,7 @@ impl Core {
             a.as_bytes(),
             b.as_bytes(),
             c.as_bytes(),
+            learned.as_bytes(),
         ];
         let reply = self
             .backend

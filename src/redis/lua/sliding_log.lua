@@ -10,6 +10,8 @@
 -- ARGV[5], ARGV[6], ARGV[7]  the operation's operands; for reserve, rebook and try:
 --          the weight, the longest wait to book and the longest server block
 --          to wait out, in ns (2^62 for no bound)
+-- ARGV[8]  milliseconds the meta hash of a log that has learned a rate
+--          lives at least
 --
 -- Meta fields: L, W, n = member counter (a reservation's first id), e = block
 -- counter, b = Retry-After block end (microseconds since 1970), a = units
@@ -29,6 +31,7 @@
 local log, meta = KEYS[1], KEYS[2]
 local op = ARGV[1]
 local idle = tonumber(ARGV[2])
+local learned_ttl = tonumber(ARGV[8]) or 0
 
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
@@ -80,7 +83,13 @@ local function save()
   local ttl = math.max(1, math.ceil(math.max(0, busy_until - now) / 1000) + idle)
   redis.call('HSET', meta, 'L', int(L), 'W', int(W), 'n', int(n), 'e', int(e), 'b', int(b),
     'a', int(a), 'c', int(c), 'R', int(R), 'F', int(F))
-  redis.call('PEXPIRE', meta, ttl)
+  -- What was learned outlives the window, so that a key used again
+  -- starts from it.
+  if R == 1 then
+    redis.call('PEXPIRE', meta, math.max(ttl, learned_ttl))
+  else
+    redis.call('PEXPIRE', meta, ttl)
+  end
   if last[2] then
     redis.call('PEXPIRE', log, ttl)
   end

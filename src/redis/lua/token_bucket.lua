@@ -9,6 +9,7 @@
 -- ARGV[5], ARGV[6], ARGV[7]  the operation's operands; for reserve, rebook and try:
 --          the weight, the longest wait to book and the longest server block
 --          to wait out, in ns (2^62 for no bound)
+-- ARGV[8]  milliseconds a key that has learned a rate lives at least
 --
 -- Fields: t = when the state was written (Redis TIME, microseconds), d = ns
 -- of refill still owed at t (the GCRA's full_at - t), b = ns of Retry-After
@@ -29,6 +30,7 @@
 local key = KEYS[1]
 local op = ARGV[1]
 local idle = tonumber(ARGV[2])
+local learned_ttl = tonumber(ARGV[8]) or 0
 
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
@@ -89,8 +91,12 @@ local function save()
   redis.call('HSET', key, 't', int(now), 'd', int(d), 'b', int(b),
     'T', int(T), 'C', int(C), 'n', int(n), 'e', int(e), 'a', int(a), 'c', int(c), 'L', int(L),
     'F', int(F))
-  -- Fresh again once refilled and unblocked; milliseconds, never 0.
+  -- Fresh again once refilled and unblocked; milliseconds, never 0. What
+  -- was learned outlives that, so that a key used again starts from it.
   local ttl = math.ceil(math.max(d, b) / 1000000) + idle
+  if L == 1 then
+    ttl = math.max(ttl, learned_ttl)
+  end
   redis.call('PEXPIRE', key, math.max(1, ttl))
 end
 
