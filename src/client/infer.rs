@@ -171,6 +171,9 @@ struct WindowTrack {
     guess_failed: bool,
     /// Whether the time between starts was proved not to be the length.
     length_failed: bool,
+    /// The most a reading of a shared count has shown the server counting
+    /// ahead of the grants (see `track_window`).
+    disorder: i64,
 }
 
 /// A moving window's bounds: its length is in `(lo, hi]`.
@@ -377,7 +380,18 @@ impl Series {
             w.boundary = None;
         } else if let Some(r) = refill {
             w.refill = w.refill.saturating_add(r);
-            if w.refill >= REFILL_EVIDENCE && !self.refilling {
+            // A shared count orders a fleet's grants, not always the order
+            // the server counts them in (a turn given up to a block and
+            // booked again keeps a place it no longer has): a reading that
+            // shows the server counted more than the grants explain is that
+            // disorder, and the same amount of seeming refill is no
+            // evidence.
+            if self.shared == Some(true) && r < 0 {
+                w.disorder = w
+                    .disorder
+                    .max(r.unsigned_abs().min(MAX_ADMISSIONS as u64) as i64);
+            }
+            if w.refill >= REFILL_EVIDENCE + w.disorder && !self.refilling {
                 self.refilling = true;
                 // What came back since the window began is a floor on the
                 // refill rate (less, if the server was full meanwhile).
@@ -472,7 +486,7 @@ impl Series {
                 exhausted_until,
             });
         }
-        Some(self.bucket(now, left, reading.admitted))
+        Some(self.bucket(now, left, reading))
     }
 
     /// The moving window's length (its upper bound), once the readings show
@@ -557,7 +571,8 @@ impl Series {
 
     /// Pace a refilling bucket: grow while it stays full, hold it at its
     /// reserve at the measured refill rate otherwise.
-    fn bucket(&mut self, now: Instant, left: u64, admitted: bool) -> Pace {
+    fn bucket(&mut self, now: Instant, left: u64, reading: &Reading) -> Pace {
+        let admitted = reading.admitted;
         let top = self.top.max(1);
         let level = self.last.map_or(0, |(_, r, _)| r);
         // Nothing left is never "full", whatever the capacity (a bucket of
@@ -618,9 +633,17 @@ impl Series {
             }
             b.grown_at = Some(now);
         }
+        // Nothing left: wait for one unit of refill, but no longer than the
+        // server's reset says (the bucket is full again by then, or a
+        // window thought to refill ends): a refill measured near zero
+        // must not hold the key for long.
         let exhausted_until = (left == 0).then(|| {
             let rate = b.measured.unwrap_or(b.per_second).max(f64::MIN_POSITIVE);
-            now + Duration::from_secs_f64((1.0 / rate).min(60.0))
+            let unit = Duration::from_secs_f64((1.0 / rate).min(60.0));
+            now + reading
+                .reset
+                .filter(|r| !r.is_zero())
+                .map_or(unit, |r| unit.min(r))
         });
         Pace {
             shape: Shape::Bucket,
