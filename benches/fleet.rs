@@ -1,41 +1,42 @@
-//! A fleet of worker processes against one rate-limited server, three ways:
-//! one shared Redis bucket with the server's rate configured, one shared
-//! Redis bucket with nothing configured (the fleet learns from the
-//! headers), and one local bucket per process with the rate configured
-//! (which over-sends by the number of processes).
+//! A fleet of worker processes against one rate-limited server: one shared
+//! Redis bucket with the server's rate configured, one shared Redis bucket
+//! with nothing configured (the fleet learns from the responses), and one
+//! local bucket per process with the rate configured (which over-sends by
+//! the number of processes); then the learning fleet against every server
+//! of the zoo.
 //!
-//! Each worker is this bench binary run again with `FLEET_CHILD` set: its
-//! own `ThrottledClient`, its own Redis connection, 8 tasks of GETs until a
-//! common deadline. The parent starts a `redis-server` and the embedded
-//! server afresh for each way, sums the workers' counts and prints a
-//! markdown table. Goodput is the server's 200s over `limit x seconds`
-//! (its bucket starts full, so a perfect fleet slightly exceeds 100 %);
-//! "run took" is from the common start to the last worker's exit, which
-//! exceeds the set length when a call is held past it.
+//! Each worker is this bench binary run again with `PACE_FLEET_WORKER`
+//! set (`tests/fleet_support`, shared with `tests/fleet.rs`): its own
+//! `ThrottledClient`, its own Redis connection, 8 tasks of GETs until a
+//! common deadline. The parent starts a `redis-server` and the server
+//! afresh for each row, sums the workers' counts and prints a markdown
+//! table. Goodput is the server's 200s within the run over its true
+//! sustained limit times the run (a server that starts full lets a perfect
+//! fleet exceed 100 % a little); "run took" is from the common start to the
+//! last worker's exit, which exceeds the set length when a call is held
+//! past it.
 //!
 //! Run: `cargo bench -p reqwest-pace-benches --features redis,testing --bench fleet`
-//! (`FLEET_SECONDS`, default 10, sets the length of each run).
+//! (`FLEET_SECONDS`, default 10, sets the length of each run; `FLEET_ROWS`
+//! runs only the rows whose label contains it).
 
+#[path = "../tests/fleet_support/mod.rs"]
+mod fleet_support;
 #[path = "../tests/redis_support/mod.rs"]
 mod redis_support;
 
-use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
+use fleet_support::{Job, TASKS, WORKERS};
 use redis_support::RedisServer;
-use reqwest_pace::redis::RedisBackend;
-use reqwest_pace::testing::{Dialect, RateLimitedServer};
-use reqwest_pace::{Event, Limiter, Rate, Scope, ThrottledClient};
+use reqwest_pace::testing::{zoo, Dialect, Outcome, RateLimitedServer, ServerBuilder};
+use reqwest_pace::Rate;
 
-const FLEET_CHILD: &str = "REQWEST_PACE_BENCH_FLEET";
-const WORKERS: usize = 4;
-const TASKS: usize = 8;
 const LIMIT: u64 = 200;
 const BURST: u64 = 20;
 
-#[derive(Clone, Copy, PartialEq, Eq)]
+/// How the fleet's buckets are set up.
+#[derive(Clone, Copy)]
 enum Way {
     SharedRate,
     SharedLearning,
@@ -43,16 +44,6 @@ enum Way {
 }
 
 impl Way {
-    const ALL: [Way; 3] = [Way::SharedRate, Way::SharedLearning, Way::LocalRate];
-
-    fn name(self) -> &'static str {
-        match self {
-            Way::SharedRate => "shared-rate",
-            Way::SharedLearning => "shared-learning",
-            Way::LocalRate => "local-rate",
-        }
-    }
-
     fn label(self) -> &'static str {
         match self {
             Way::SharedRate => "shared Redis bucket, rate configured",
@@ -60,208 +51,110 @@ impl Way {
             Way::LocalRate => "local bucket per process, rate configured",
         }
     }
-
-    fn parse(s: &str) -> Way {
-        Way::ALL.into_iter().find(|w| w.name() == s).unwrap()
-    }
 }
 
-#[derive(Debug, Default, Clone, Copy)]
-struct Tally {
-    sent: u64,
-    calls: u64,
-    ok: u64,
-    throttled: u64,
-    failed: u64,
-}
-
-fn epoch_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
-
-fn scope(way: Way, backend: RedisBackend) -> Scope {
-    let rate = Rate::per_second(LIMIT).unwrap();
-    match way {
-        Way::SharedRate => Scope::per_host().rate(rate).burst(1).limiter(move |key| {
-            let bucket = backend.token_bucket(key, rate, 1)?;
-            Ok(Arc::new(bucket) as Arc<dyn Limiter>)
-        }),
-        Way::SharedLearning => {
-            let open = Rate::per_second(10_000).unwrap();
-            Scope::per_host().limiter(move |key| {
-                let bucket = backend.token_bucket(key, open, 1)?;
-                Ok(Arc::new(bucket) as Arc<dyn Limiter>)
-            })
-        }
-        Way::LocalRate => Scope::per_host().rate(rate).burst(1),
-    }
-}
-
-/// The worker: `way redis_url server_url start_ms run_ms`.
-async fn child(spec: &str) -> Tally {
-    let f: Vec<&str> = spec.split_whitespace().collect();
-    let way = Way::parse(f[0]);
-    let backend = RedisBackend::connect(f[1]).await.unwrap();
-    let url = f[2].to_string();
-    let start: u64 = f[3].parse().unwrap();
-    let end = start + f[4].parse::<u64>().unwrap();
-    let sent = Arc::new(AtomicU64::new(0));
-    let throttled = Arc::new(AtomicU64::new(0));
-    let client = {
-        let (sent, throttled) = (sent.clone(), throttled.clone());
-        ThrottledClient::builder(reqwest::Client::new())
-            .host_scope(scope(way, backend))
-            .on_event(move |event| match event {
-                Event::Sent { .. } => {
-                    sent.fetch_add(1, Ordering::Relaxed);
-                }
-                Event::Received { status: 429, .. } => {
-                    throttled.fetch_add(1, Ordering::Relaxed);
-                }
-                _ => {}
-            })
-            .build()
-            .unwrap()
-    };
-    if let Some(wait) = start.checked_sub(epoch_ms()) {
-        tokio::time::sleep(Duration::from_millis(wait)).await;
-    }
-    let mut tasks = Vec::new();
-    for _ in 0..TASKS {
-        let client = client.clone();
-        let url = url.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut t = Tally::default();
-            while epoch_ms() < end {
-                t.calls += 1;
-                match client.send(client.get(&url)).await {
-                    Ok(r) if r.status() == 200 => t.ok += 1,
-                    Ok(_) | Err(_) => t.failed += 1,
-                }
-            }
-            t
-        }));
-    }
-    let mut tally = Tally::default();
-    for task in tasks {
-        let t = task.await.unwrap();
-        tally.calls += t.calls;
-        tally.ok += t.ok;
-        tally.failed += t.failed;
-    }
-    tally.sent = sent.load(Ordering::Relaxed);
-    tally.throttled = throttled.load(Ordering::Relaxed);
-    tally
-}
-
-/// One run of the fleet: the workers' summed tally and the server's
-/// requests, 200s and 429s.
-async fn run(way: Way, dialect: Dialect, seconds: u64) -> (Tally, u64, u64, u64) {
-    let redis = RedisServer::start();
-    let server = RateLimitedServer::builder()
+/// The server of the first rows: a token bucket of `LIMIT`/s, burst
+/// `BURST`, in `dialect`.
+fn bucket(dialect: Dialect) -> ServerBuilder {
+    RateLimitedServer::builder()
         .limit(Rate::per_second(LIMIT).unwrap())
         .burst(BURST)
         .dialect(dialect)
-        .start()
-        .await
-        .unwrap();
-    let spec = format!(
-        "{} {} {} {} {}",
-        way.name(),
-        redis.url(),
-        server.url(),
-        epoch_ms() + 1_000,
-        seconds * 1_000
-    );
-    let exe = std::env::current_exe().unwrap();
-    let children: Vec<_> = (0..WORKERS)
-        .map(|_| {
-            Command::new(&exe)
-                .env(FLEET_CHILD, &spec)
-                .stdout(Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    let outputs = tokio::task::spawn_blocking(move || {
-        children
-            .into_iter()
-            .map(|c| c.wait_with_output().unwrap())
-            .collect::<Vec<_>>()
-    })
-    .await
-    .unwrap();
-    let mut total = Tally::default();
-    for out in outputs {
-        assert!(out.status.success());
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let n: Vec<u64> = stdout
-            .lines()
-            .find_map(|l| l.split_once("FLEET ").map(|(_, n)| n))
-            .unwrap()
-            .split_whitespace()
-            .map(|x| x.parse().unwrap())
-            .collect();
-        total.sent += n[0];
-        total.calls += n[1];
-        total.ok += n[2];
-        total.throttled += n[3];
-        total.failed += n[4];
-    }
+}
+
+/// One run of the fleet against the server `builder` makes: a table row.
+async fn row(label: &str, way: Way, builder: ServerBuilder, seconds: u64) -> String {
+    let redis = RedisServer::start();
+    let server = builder.start().await.unwrap();
+    let sustained = server.algorithm().sustained_per_second();
+    let job = Job {
+        redis: redis.url(),
+        server: server.url(),
+        rate: match way {
+            Way::SharedLearning => 0,
+            Way::SharedRate | Way::LocalRate => LIMIT,
+        },
+        shared: !matches!(way, Way::LocalRate),
+        start_ms: 0,
+        run_ms: seconds * 1_000,
+    };
+    let lead = Duration::from_secs(1);
+    let begun = std::time::Instant::now();
+    // Criterion's flags (`--bench`) mean nothing to the worker: the
+    // environment variable makes it one.
+    let fleet = fleet_support::run_fleet(job, &[], lead).await;
+    let took = begun.elapsed().saturating_sub(lead).as_secs_f64();
     let stats = server.stats().total;
+    let records = server.requests();
     server.shutdown().await;
-    (total, stats.requests, stats.ok, stats.throttled)
+    assert_eq!(stats.requests, fleet.sent, "a request lost or doubled");
+    // The run, on the server's clock: from the fleet's first request.
+    let start = records.first().map_or(Duration::ZERO, |r| r.at);
+    let end = start + Duration::from_secs(seconds);
+    let ok = records
+        .iter()
+        .filter(|r| r.at <= end && r.outcome == Outcome::Admitted)
+        .count();
+    let goodput = ok as f64 / (sustained * seconds as f64);
+    let refused = 100.0 * stats.throttled as f64 / stats.requests.max(1) as f64;
+    format!(
+        "| {label} | {} | {ok} | {:.1} % | {refused:.2} % | {} of {} | {took:.1} s |",
+        stats.requests,
+        100.0 * goodput,
+        fleet.failed,
+        fleet.calls
+    )
 }
 
 fn main() {
-    if let Ok(spec) = std::env::var(FLEET_CHILD) {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        let t = runtime.block_on(child(&spec));
-        println!(
-            "FLEET {} {} {} {} {}",
-            t.sent, t.calls, t.ok, t.throttled, t.failed
-        );
+    if fleet_support::work_from_env() {
         return;
     }
-    // Criterion's flags (`--bench`) are not ours; only the length is.
     let seconds: u64 = std::env::var("FLEET_SECONDS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(10);
     let runtime = tokio::runtime::Runtime::new().unwrap();
     println!(
-        "{WORKERS} processes x {TASKS} tasks, {seconds} s, server limit {LIMIT}/s burst {BURST}\n"
+        "{WORKERS} processes x {TASKS} tasks, {seconds} s per row; the first rows' server: \
+         a token bucket of {LIMIT}/s, burst {BURST}\n"
     );
-    println!("| fleet | requests | 200s | goodput / limit | 429s | failed calls | run took |");
+    println!("| fleet and server | requests | 200s in the run | goodput / limit | refused | failed calls | run took |");
     println!("|---|---:|---:|---:|---:|---:|---:|");
-    // The learning fleet twice: with the IETF headers (a window in the
-    // policy) and with bare X-RateLimit ones.
-    let runs = [
-        (Way::SharedRate, Dialect::Ietf),
-        (Way::SharedLearning, Dialect::Ietf),
-        (Way::SharedLearning, Dialect::XRateLimit),
-        (Way::LocalRate, Dialect::Ietf),
+    let mut rows: Vec<(String, Way, ServerBuilder)> = vec![
+        (
+            format!("{}, ietf headers", Way::SharedRate.label()),
+            Way::SharedRate,
+            bucket(Dialect::Ietf),
+        ),
+        (
+            format!("{}, ietf headers", Way::SharedLearning.label()),
+            Way::SharedLearning,
+            bucket(Dialect::Ietf),
+        ),
+        (
+            format!("{}, x-ratelimit headers", Way::SharedLearning.label()),
+            Way::SharedLearning,
+            bucket(Dialect::XRateLimit),
+        ),
+        (
+            format!("{}, ietf headers", Way::LocalRate.label()),
+            Way::LocalRate,
+            bucket(Dialect::Ietf),
+        ),
     ];
-    for (way, dialect) in runs {
-        let begun = std::time::Instant::now();
-        let (fleet, requests, ok, throttled) = runtime.block_on(run(way, dialect, seconds));
-        let took = begun.elapsed().as_secs_f64() - 1.0;
-        assert_eq!(requests, fleet.sent, "a request lost or doubled");
-        let goodput = ok as f64 / (LIMIT * seconds) as f64;
-        let refused = 100.0 * throttled as f64 / requests.max(1) as f64;
-        println!(
-            "| {}, {dialect} headers | {requests} | {ok} | {:.1} % | {refused:.2} % | {} of {} | {took:.1} s |",
-            way.label(),
-            100.0 * goodput,
-            fleet.failed,
-            fleet.calls
-        );
+    for (name, builder) in zoo::all() {
+        rows.push((
+            format!("{}, zoo `{name}`", Way::SharedLearning.label()),
+            Way::SharedLearning,
+            builder,
+        ));
+    }
+    // `FLEET_ROWS` runs only the rows whose label contains it.
+    let only = std::env::var("FLEET_ROWS").unwrap_or_default();
+    for (label, way, builder) in rows {
+        if label.contains(&only) {
+            println!("{}", runtime.block_on(row(&label, way, builder, seconds)));
+        }
     }
 }
