@@ -18,7 +18,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis::aio::MultiplexedConnection;
 use redis::{ErrorKind, ServerErrorKind};
-use redis_support::free_port;
+use redis_support::{free_port, spawn_redis_server};
 use reqwest_pace::redis::{FaultPolicy, RedisBackend, RedisClusterBackend, RedisTokenBucket};
 use reqwest_pace::{Adjustment, Error, Rate};
 use tokio::time::Instant;
@@ -73,27 +73,18 @@ impl Node {
     /// Start the process, with the same port and nodes.conf as before, and
     /// wait until it answers; whether it did.
     fn spawn(&mut self) -> bool {
-        let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string()])
-            .args(["--bind", "127.0.0.1"])
-            .args(["--cluster-enabled", "yes"])
-            .arg("--cluster-config-file")
-            .arg(&self.conf)
-            .args(["--cluster-node-timeout", "3000"])
-            // With no replicas, a dead master leaves its slots uncovered;
-            // the other masters keep serving theirs.
-            .args(["--cluster-require-full-coverage", "no"])
-            .arg("--dir")
-            .arg(&self.dir)
-            .args(["--save", ""])
-            .args(["--appendonly", "no"])
-            .args(["--daemonize", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect(
-                "redis-server must be installed (Debian package redis-server) to run these tests",
-            );
+        let child = spawn_redis_server(self.port, |command| {
+            command
+                .args(["--cluster-enabled", "yes"])
+                .arg("--cluster-config-file")
+                .arg(&self.conf)
+                .args(["--cluster-node-timeout", "3000"])
+                // With no replicas, a dead master leaves its slots
+                // uncovered; the other masters keep serving theirs.
+                .args(["--cluster-require-full-coverage", "no"])
+                .arg("--dir")
+                .arg(&self.dir);
+        });
         let pid = format!("process_id:{}", child.id());
         self.child = Some(child);
         let deadline = std::time::Instant::now() + Duration::from_secs(20);

@@ -12,6 +12,25 @@ pub fn free_port() -> u16 {
     listener.local_addr().expect("local address").port()
 }
 
+/// Start `redis-server` on `port` on loopback, in the foreground, keeping
+/// nothing on disk, with whatever else `more` adds to its command line (a
+/// cluster node's settings).
+pub fn spawn_redis_server(port: u16, more: impl FnOnce(&mut Command)) -> Child {
+    let mut command = Command::new("redis-server");
+    command
+        .args(["--port", &port.to_string()])
+        .args(["--bind", "127.0.0.1"])
+        .args(["--save", ""])
+        .args(["--appendonly", "no"])
+        .args(["--daemonize", "no"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    more(&mut command);
+    command
+        .spawn()
+        .expect("redis-server must be installed (Debian package redis-server) to run these tests")
+}
+
 /// A `redis-server` child process; killed (and reaped) on drop.
 pub struct RedisServer {
     child: Option<Child>,
@@ -32,18 +51,7 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) {
-        let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string()])
-            .args(["--bind", "127.0.0.1"])
-            .args(["--save", ""])
-            .args(["--appendonly", "no"])
-            .args(["--daemonize", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect(
-                "redis-server must be installed (Debian package redis-server) to run these tests",
-            );
+        let child = spawn_redis_server(self.port, |_| {});
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         while !ping(self.port) {
