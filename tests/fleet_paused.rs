@@ -19,14 +19,17 @@
 //! where it is.
 #![cfg(feature = "testing")]
 
+mod zoo_support;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use reqwest_pace::limiter::{Bounds, Grant};
-use reqwest_pace::testing::{zoo, Dialect, Outcome, RateLimitedServer, ServerBuilder};
+use reqwest_pace::testing::{Dialect, Outcome, RateLimitedServer, ServerBuilder};
 use reqwest_pace::{Adjustment, Error, Limiter, Rate, Scope, ThrottledClient, TokenBucket};
+use zoo_support::{check_phases, preset, Figures};
 
 /// One token bucket shared by every client of the fleet, counting what it
 /// grants to all of them (less what servers refused), as
@@ -118,17 +121,6 @@ const CLIENTS: usize = 4;
 const TASKS: usize = 8;
 const RUN: Duration = Duration::from_secs(10);
 
-/// What the fleet got from a server in the run.
-#[derive(Debug)]
-struct Figures {
-    /// Admitted within the run ÷ (the server's true sustained limit × run).
-    goodput: f64,
-    /// Share of responses refused.
-    refused: f64,
-    /// Logical requests that ended in an error.
-    failed: u64,
-}
-
 impl Counted {
     /// A bucket that starts open, as a learning scope's does.
     fn open() -> Arc<Counted> {
@@ -180,7 +172,6 @@ fn tasks(
 /// through one counted bucket.
 async fn run(builder: ServerBuilder) -> Figures {
     let server = builder.start().await.expect("the server starts");
-    let sustained = server.algorithm().sustained_per_second();
     let shared = Counted::open();
     let failed = Arc::new(AtomicU64::new(0));
     let end = tokio::time::Instant::now() + RUN;
@@ -191,48 +182,16 @@ async fn run(builder: ServerBuilder) -> Figures {
     for handle in handles {
         handle.await.unwrap();
     }
-    let records = server.requests();
-    let admitted = records
-        .iter()
-        .filter(|r| r.at <= RUN && r.outcome == Outcome::Admitted)
-        .count() as f64;
-    let refused = records
-        .iter()
-        .filter(|r| r.outcome == Outcome::Throttled)
-        .count() as f64;
-    Figures {
-        goodput: admitted / (sustained * RUN.as_secs_f64()),
-        refused: refused / records.len().max(1) as f64,
-        failed: failed.load(Ordering::Relaxed),
-    }
+    Figures::of(&server, RUN, failed.load(Ordering::Relaxed))
 }
 
 /// The goal for a fleet as for one client: at least 95 % of the true
 /// limit (unless said otherwise), at most 1 % of responses refused where
 /// the server sends rate-limit headers and 2 % where it sends none, no
-/// failed call.
-///
-/// Each server runs with its wall clock starting at five points of a
-/// second (whole-second `Date`s and epoch resets make what the clients see
-/// depend on it), as in `tests/zoo.rs`.
+/// failed call; at each phase of the server's wall clock, as in
+/// `tests/zoo.rs`.
 async fn check(name: &str, make: impl Fn() -> ServerBuilder, min_goodput: f64, max_refused: f64) {
-    for millis in [0, 250, 500, 750, 999] {
-        let wall = UNIX_EPOCH + Duration::from_millis(1_800_000_000_000 + millis);
-        let figures = run(make().wall_clock(wall)).await;
-        println!("{name} (+{millis} ms): {figures:?}");
-        let at = format!("{name} +{millis} ms: {figures:?}");
-        assert!(figures.goodput >= min_goodput, "{at}");
-        assert!(figures.refused <= max_refused, "{at}");
-        assert_eq!(figures.failed, 0, "{at}");
-    }
-}
-
-fn preset(name: &str) -> ServerBuilder {
-    zoo::all()
-        .into_iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, builder)| builder)
-        .expect("a zoo preset")
+    check_phases(name, make, run, min_goodput, max_refused).await;
 }
 
 /// The fleet bench's server: a token bucket of 200/s, burst 20, whose

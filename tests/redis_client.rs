@@ -78,21 +78,35 @@ async fn two_clients_share_one_budget_per_host() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_retry_after_seen_by_one_client_holds_the_other() {
+/// Two clients sharing a Redis bucket of 100/s per host, each having sent
+/// the server one request; the server's next answer is a 429 asking for a
+/// wait of `seconds`.
+async fn told_to_wait(
+    seconds: u64,
+) -> (
+    RedisServer,
+    RateLimitedServer,
+    ThrottledClient,
+    ThrottledClient,
+) {
     let redis = RedisServer::start();
     let server = server().await;
     let rate = Rate::per_second(100).unwrap();
     let a = shared_client(&redis, rate).await;
     let b = shared_client(&redis, rate).await;
-    // Both learn the server first.
     a.send(a.get(server.url())).await.unwrap();
     b.send(b.get(server.url())).await.unwrap();
     server.inject(
         Fault::too_many_requests()
             .times(1)
-            .retry_after(RetryAfter::Seconds(1)),
+            .retry_after(RetryAfter::Seconds(seconds)),
     );
+    (redis, server, a, b)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_seen_by_one_client_holds_the_other() {
+    let (_redis, server, a, b) = told_to_wait(1).await;
     // A is told to wait a second; it blocks the shared key and retries.
     let start = tokio::time::Instant::now();
     let a_task = {
@@ -118,18 +132,7 @@ async fn a_retry_after_seen_by_one_client_holds_the_other() {
 /// open for both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_after_beyond_the_cap_seen_by_one_client_closes_the_key_for_the_other() {
-    let redis = RedisServer::start();
-    let server = server().await;
-    let rate = Rate::per_second(100).unwrap();
-    let a = shared_client(&redis, rate).await;
-    let b = shared_client(&redis, rate).await;
-    a.send(a.get(server.url())).await.unwrap();
-    b.send(b.get(server.url())).await.unwrap();
-    server.inject(
-        Fault::too_many_requests()
-            .times(1)
-            .retry_after(RetryAfter::Seconds(3_600)),
-    );
+    let (_redis, server, a, b) = told_to_wait(3_600).await;
     let too_long = |result: Result<reqwest::Response, Error>| match result {
         Err(Error::RetryAfterTooLong { wait, status, .. }) => {
             assert_eq!(status, 429);

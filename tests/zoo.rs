@@ -12,30 +12,22 @@
 //! server's wall clock within a second.
 #![cfg(feature = "testing")]
 
+mod zoo_support;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
-use reqwest_pace::testing::{zoo, Algorithm, Outcome, ServerBuilder};
+use reqwest_pace::testing::{zoo, Algorithm, ServerBuilder};
 use reqwest_pace::ThrottledClient;
 use tokio::time::Instant;
+use zoo_support::{check_phases, preset, Figures};
 
 const TASKS: usize = 16;
 const RUN: Duration = Duration::from_secs(10);
 
-#[derive(Debug)]
-struct Figures {
-    /// Admitted in the run ÷ (true sustained limit × run).
-    goodput: f64,
-    /// Share of responses refused by the limiter.
-    refused: f64,
-    /// Logical requests that ended in an error.
-    failed: u64,
-}
-
 async fn run(builder: ServerBuilder) -> Figures {
     let server = builder.start().await.expect("zoo server starts");
-    let sustained = server.algorithm().sustained_per_second();
     // The jitter's draws fixed, so that every run is the same.
     let client = ThrottledClient::builder(reqwest::Client::new())
         .random(|| 0.5)
@@ -57,57 +49,13 @@ async fn run(builder: ServerBuilder) -> Figures {
     for task in tasks {
         task.await.expect("task ends");
     }
-    let records = server.requests();
-    let admitted = records
-        .iter()
-        .filter(|r| r.at <= RUN && r.outcome == Outcome::Admitted)
-        .count() as f64;
-    let refused = records
-        .iter()
-        .filter(|r| r.outcome == Outcome::Throttled)
-        .count() as f64;
-    Figures {
-        goodput: admitted / (sustained * RUN.as_secs_f64()),
-        refused: refused / records.len().max(1) as f64,
-        failed: failed.load(Ordering::Relaxed),
-    }
+    Figures::of(&server, RUN, failed.load(Ordering::Relaxed))
 }
 
-/// Runs the zoo server `name` at every phase (see [`check_phases`]).
+/// Runs the zoo server `name` at every phase (see
+/// [`zoo_support::check_phases`]).
 async fn check(name: &str, min_goodput: f64, max_refused: f64) {
-    let preset = || {
-        zoo::all()
-            .into_iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, builder)| builder)
-            .expect("zoo server by name")
-    };
-    check_phases(name, preset, min_goodput, max_refused).await;
-}
-
-/// Runs the server `make` builds with its wall clock starting at each of
-/// several points of a second (whole-second `Date`s and epoch resets make
-/// the client's view depend on it) and checks every run.
-async fn check_phases(
-    name: &str,
-    make: impl Fn() -> ServerBuilder,
-    min_goodput: f64,
-    max_refused: f64,
-) {
-    for millis in [0, 250, 500, 750, 999] {
-        let wall = UNIX_EPOCH + Duration::from_millis(1_800_000_000_000 + millis);
-        let figures = run(make().wall_clock(wall)).await;
-        println!("{name} (+{millis} ms): {figures:?}");
-        assert!(
-            figures.goodput >= min_goodput,
-            "{name} +{millis} ms: {figures:?}"
-        );
-        assert!(
-            figures.refused <= max_refused,
-            "{name} +{millis} ms: {figures:?}"
-        );
-        assert_eq!(figures.failed, 0, "{name} +{millis} ms: {figures:?}");
-    }
+    check_phases(name, || preset(name), run, min_goodput, max_refused).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -147,7 +95,7 @@ async fn zoo_fixed_window_of_fractional_seconds_with_epoch_resets() {
             window: Duration::from_millis(2_500),
         })
     };
-    check_phases("2.5 s window", make, 0.80, 0.01).await;
+    check_phases("2.5 s window", make, run, 0.80, 0.01).await;
 }
 
 #[tokio::test(start_paused = true)]
