@@ -124,7 +124,11 @@ impl RedisSlidingLog {
     /// limiters, [`Adjustment::SetRate`] keeps the window and makes the
     /// count per window the rate's share of it (`W / T` calls, at least 1,
     /// at most [`MAX_LOG_LIMIT`]); [`Adjustment::SetCapacity`] is ignored,
-    /// since a window's burst is its count.
+    /// since a window's burst is its count. [`Adjustment::Unblock`] takes
+    /// every stand-in out of the window, those for tokens a server said were
+    /// spent included (its next answer says again what it counts), and
+    /// [`Adjustment::GrowRate`] raises the count by whole calls (a growth of
+    /// less than one call per window is lost).
     pub async fn adjust(&self, adjustment: Adjustment) -> Result<(), Error> {
         let op = match adjustment {
             Adjustment::SetRate(rate) => {

@@ -44,7 +44,9 @@ pub(crate) enum Reply {
         interval: u64,
         too_fast: u64,
     },
-    /// Refused (only from `try`): the same request would pass after `wait`.
+    /// Refused: from `try`, the same request would pass after `wait`; from
+    /// a bounded `reserve`, its turn would come later than its bound.
+    /// Nothing was booked.
     Throttled { wait: Duration },
     /// The weight is over what the shared state says the capacity is.
     TooHeavy { capacity: u64 },

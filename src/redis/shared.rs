@@ -267,9 +267,8 @@ impl Core {
         if weight == 0 {
             return Ok(Grant::default());
         }
-        let mut op = "reserve";
         loop {
-            let reply = match self.run(Op::take(op, weight, bounds)).await {
+            let reply = match self.run(Op::take("reserve", weight, bounds)).await {
                 Ok(reply) => reply,
                 Err(e) => return self.acquire_on_fault(weight, bounds, e).await,
             };
@@ -300,34 +299,17 @@ impl Core {
                         return Ok(grant(count, interval, too_fast));
                     }
                     // A block came while we slept: our slot may fall inside
-                    // it. Give the slot up (the block has pushed the
-                    // bucket past it anyway) and queue again behind it,
-                    // counted once.
-                    op = "rebook";
+                    // it. Give the slot up (the refund takes it off the
+                    // count, and out of a log; a bucket's block has pushed
+                    // it past the slot anyway) and queue again behind it.
+                    self.refund(id, weight).await;
                 }
-                Reply::Throttled { wait } => {
-                    self.give_up_counted(op, weight).await;
-                    return Err(Error::Throttled { wait });
-                }
-                Reply::Held { wait, cause } => {
-                    self.give_up_counted(op, weight).await;
-                    return Err(held(wait, cause, bounds));
-                }
+                Reply::Throttled { wait } => return Err(Error::Throttled { wait }),
+                Reply::Held { wait, cause } => return Err(held(wait, cause, bounds)),
                 Reply::TooHeavy { capacity } => {
                     return Err(Error::WeightExceedsCapacity { weight, capacity })
                 }
                 other => return Err(Self::unexpected(other)),
-            }
-        }
-    }
-
-    /// After a `rebook` that was refused: the turn given up stays counted
-    /// unless it is taken off the count (best effort: a failure leaves one
-    /// grant too many in it).
-    async fn give_up_counted(&self, op: &str, weight: u64) {
-        if op == "rebook" {
-            if let Err(e) = self.run(Op::new("uncount", weight)).await {
-                tracing::debug!(error = %e, "could not take a given-up turn off the count");
             }
         }
     }

@@ -3,11 +3,11 @@
 --
 -- KEYS[1]  the log (sorted set); KEYS[2] its meta hash
 -- ARGV[1]  operation: reserve | try | refund | rate | capacity | limit |
---          remaining | block | unblock | uncount | rebook | grow
+--          remaining | block | unblock | uncount | grow
 -- ARGV[2]  milliseconds a key outlives the moment the log is empty again
 -- ARGV[3]  default limit L (tokens per window), used while the hash holds none
 -- ARGV[4]  default window W, microseconds (likewise)
--- ARGV[5], ARGV[6], ARGV[7]  the operation's operands; for reserve, rebook and try:
+-- ARGV[5], ARGV[6], ARGV[7]  the operation's operands; for reserve and try:
 --          the weight, the longest wait to book and the longest server block
 --          to wait out, in ns (2^62 for no bound)
 -- ARGV[8]  milliseconds the meta hash of a log that has learned a rate
@@ -99,10 +99,7 @@ local function at(score)
   return function() return score end
 end
 
--- rebook: a reserve by a waiter whose turn a block overtook while it slept;
--- the turn it gives up was counted, so the new one takes its place in the
--- count instead of adding to it.
-if op == 'reserve' or op == 'try' or op == 'rebook' then
+if op == 'reserve' or op == 'try' then
   local w = tonumber(ARGV[5])
   if w > L then
     save()
@@ -128,9 +125,7 @@ if op == 'reserve' or op == 'try' or op == 'rebook' then
   end
   local first = n + 1
   add(w, 'r', at(r))
-  if op ~= 'rebook' then
-    a = a + w
-  end
+  a = a + w
   save()
   return {0, wait, first, e, a, math.floor(W * 1000 / L) * R, F}
 elseif op == 'refund' then

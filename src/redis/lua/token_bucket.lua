@@ -2,11 +2,11 @@
 --
 -- KEYS[1]  the bucket's hash
 -- ARGV[1]  operation: reserve | try | refund | rate | capacity | limit |
---          remaining | block | unblock | uncount | rebook | grow
+--          remaining | block | unblock | uncount | grow
 -- ARGV[2]  milliseconds a key outlives the moment it is back to a fresh bucket
 -- ARGV[3]  default time per token, ns (used while the hash holds none)
 -- ARGV[4]  default capacity (likewise)
--- ARGV[5], ARGV[6], ARGV[7]  the operation's operands; for reserve, rebook and try:
+-- ARGV[5], ARGV[6], ARGV[7]  the operation's operands; for reserve and try:
 --          the weight, the longest wait to book and the longest server block
 --          to wait out, in ns (2^62 for no bound)
 -- ARGV[8]  milliseconds a key that has learned a rate lives at least
@@ -62,6 +62,10 @@ end
 local function mul_div(a, b, c)
   local q = math.floor(a / c)
   local r = a - q * c
+  -- a / c rounded up past an integer (a at 2^52 or more): one back.
+  if r < 0 then
+    q, r = q - 1, r + c
+  end
   local result = q * b
   local bit = 1
   while bit * 2 <= b do
@@ -100,10 +104,7 @@ local function save()
   redis.call('PEXPIRE', key, math.max(1, ttl))
 end
 
--- rebook: a reserve by a waiter whose turn a block overtook while it slept;
--- the turn it gives up was counted, so the new one takes its place in the
--- count instead of adding to it.
-if op == 'reserve' or op == 'try' or op == 'rebook' then
+if op == 'reserve' or op == 'try' then
   local w = tonumber(ARGV[5])
   if w > C then
     return {2, C}
@@ -118,19 +119,21 @@ if op == 'reserve' or op == 'try' or op == 'rebook' then
     return {1, ready}
   end
   d = math.max(d, ready) + need
-  if op ~= 'rebook' then
-    a = a + w
-  end
+  a = a + w
   save()
   return {0, ready, n, e, a, T * L, F}
 elseif op == 'refund' then
   -- Only the last write may be undone: a later reservation was placed after
   -- this one, and a hole in the middle cannot be given back safely.
+  -- The turn goes unused either way: it is off the count.
+  a = math.max(0, a - tonumber(ARGV[6]))
   if s[1] and n == tonumber(ARGV[5]) then
     d = math.max(0, d - tonumber(ARGV[6]) * T)
-    a = math.max(0, a - tonumber(ARGV[6]))
     save()
     return {3, 1}
+  end
+  if s[1] then
+    redis.call('HSET', key, 'a', int(a))
   end
   return {3, 0}
 elseif op == 'rate' then
