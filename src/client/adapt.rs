@@ -77,15 +77,11 @@ pub(crate) const PROBE_PER_SECOND: f64 = 0.03;
 /// Fewer sends than this in the last second measure no rate: a throttle
 /// then lowers nothing.
 const MIN_SAMPLE: f64 = 4.0;
-/// A shared rate below this share of the one a process in slow start set
-/// means another process slowed the fleet: the first decrease
-/// ([`DECREASE`]) seen through a grant, which the process's own doubling
-/// between two grants (up to a tenth) cannot explain.
-const SLOW_START_SLOWED: f64 = 0.85;
-/// The same in a steady state, where a later decrease is
-/// [`LATER_DECREASE`] and a process's own growth between two grants well
-/// under 5 %.
-const STEADY_SLOWED: f64 = 0.95;
+/// A shared rate below this share of the highest one a process saw since
+/// the last cut means a process cut it (by [`DECREASE`] or
+/// [`LATER_DECREASE`]); a learned rate's rounding to whole nanoseconds per
+/// token is far less.
+const FLEET_CUT: f64 = 0.95;
 /// The slowest rate the header-less regime goes down to (one request per
 /// 10 s).
 const MIN_RATE: f64 = 0.1;
@@ -141,6 +137,9 @@ pub(crate) struct Adaptive {
     /// server last refused, as the process that saw it named it.
     fleet_rate: Option<f64>,
     fleet_too_fast: Option<f64>,
+    /// The highest of those rates since the last cut this process made or
+    /// followed.
+    fleet_peak: Option<f64>,
 }
 
 /// The header-less regime's state.
@@ -167,6 +166,8 @@ struct InFlight {
     shared_count: Option<u64>,
     /// The shared limiter's rate when it was granted, per second.
     granted_rate: Option<f64>,
+    /// What it spent of the limiter.
+    weight: u64,
 }
 
 /// A two-slot sliding counter of sends, for the measured send rate: this
@@ -181,6 +182,10 @@ struct SendRate {
 }
 
 const SLOT: Duration = Duration::from_secs(1);
+/// A shared count this far behind the latest one seen started again (its
+/// key expired or its store restarted): more than the grants a fleet's
+/// answers can come back out of order by.
+pub(crate) const COUNT_RESTART: u64 = 256;
 
 impl SendRate {
     /// A send at `now`; with a shared count, it stands for every grant
@@ -191,9 +196,15 @@ impl SendRate {
             (Some(count), Some(latest)) => count.saturating_sub(latest),
             _ => 1,
         };
-        if let Some(count) = shared_count {
-            self.latest_count = Some(self.latest_count.map_or(count, |l| l.max(count)));
-        }
+        self.latest_count = match (shared_count, self.latest_count) {
+            // A count far behind the latest is a new one (the shared key
+            // expired, or was lost with its store): its own scale.
+            (Some(count), Some(latest)) if count.saturating_add(COUNT_RESTART) < latest => {
+                Some(count)
+            }
+            (Some(count), latest) => Some(latest.map_or(count, |l| l.max(count))),
+            (None, latest) => latest,
+        };
     }
 
     fn roll(&mut self, now: Instant) {
@@ -330,6 +341,7 @@ impl Adaptive {
             warned_horizon: false,
             fleet_rate: None,
             fleet_too_fast: None,
+            fleet_peak: None,
             congestion: Congestion {
                 phase: Phase::Open,
                 decreased_at: None,
@@ -343,13 +355,20 @@ impl Adaptive {
     /// A request of this key was sent at `now`; returns its sequence
     /// number, to hand back to [`on_response`](Self::on_response) or
     /// [`on_no_response`](Self::on_no_response).
-    /// `grant` is what the key's limiter said of it: where it fell in a
-    /// shared count, and the shared rate then.
-    pub(crate) fn on_send(&mut self, now: Instant, grant: Grant) -> u64 {
+    /// `grant` is what the key's limiter said of it (where it fell in a
+    /// shared count, and the shared rate then), `weight` what it spent.
+    /// A grant with no shared count (a limiter only this process uses, or
+    /// a shared one's local fallback while its store is down) says nothing
+    /// of a fleet's rate.
+    pub(crate) fn on_send(&mut self, now: Instant, grant: Grant, weight: u64) -> u64 {
         let shared_count = grant.shared_count;
         let granted_rate = grant.shared_rate.map(|r| r.per_second_f64());
-        if granted_rate.is_some() {
-            self.fleet_rate = granted_rate;
+        if shared_count.is_none() {
+            self.fleet_rate = None;
+            self.fleet_peak = None;
+        } else if let Some(rate) = granted_rate {
+            self.fleet_rate = Some(rate);
+            self.fleet_peak = Some(self.fleet_peak.map_or(rate, |p| p.max(rate)));
         }
         if let Some(too_fast) = grant.shared_too_fast {
             self.fleet_too_fast = Some(too_fast.per_second_f64());
@@ -368,6 +387,7 @@ impl Adaptive {
             at: now,
             shared_count,
             granted_rate,
+            weight,
         });
         self.sent
     }
@@ -434,7 +454,8 @@ impl Adaptive {
             .filter(|l| l.dimension == self.dimension)
             .collect();
         if limits.iter().any(|l| l.remaining.is_some()) {
-            self.learn_from_headers(now, (ahead, counted), &limits, signal, &mut out);
+            let weight = this.map_or(1, |r| r.weight);
+            self.learn_from_headers(now, (ahead, counted, weight), &limits, signal, &mut out);
         } else if !self.header_driven {
             let granted_rate = this.and_then(|r| r.granted_rate);
             self.congestion(now, (seq, granted_rate), signal, success, &mut out);
@@ -442,9 +463,12 @@ impl Adaptive {
         if let (true, Some(wait)) = (signal.is_throttled(), signal.believable_retry_after()) {
             out.push(Adjustment::BlockUntil(now + wait));
         }
-        if counted.is_some() && !counted_by_server(signal) {
-            // The other processes place their readings on the shared count.
-            out.push(Adjustment::Uncount(1));
+        if let (Some(this), Some(_)) = (this, counted) {
+            if !counted_by_server(signal) {
+                // The other processes place their readings on the shared
+                // count.
+                out.push(Adjustment::Uncount(this.weight));
+            }
         }
         out
     }
@@ -467,19 +491,16 @@ impl Adaptive {
     }
 
     /// Where the key's limiter is shared and has learned a rate: a process
-    /// that has learned nothing yet joins the fleet at it; one whose rate
-    /// the fleet's is well below (by more than this process's own growth
-    /// since can explain) sees that another process slowed the fleet on a
-    /// throttle, and follows it: the requests sent so far belong to that
-    /// burst, the rate this process had was too fast, and a cold start is
-    /// over.
+    /// that has learned nothing yet joins the fleet at it; one that sees
+    /// the fleet's rate fall below the highest it saw since the last cut
+    /// knows a process cut it on a refusal (the shared rate falls only so:
+    /// growth only raises it), and follows: the requests sent so far belong
+    /// to that burst, the rate the cut came from was too fast, and a cold
+    /// start is over.
     fn follow_the_fleet(&mut self) {
         let c = self.congestion;
         let Some(fleet) = self.fleet_rate else { return };
-        // The decrease the other process made, and how far below this
-        // process's rate it shows (more than this process's own growth
-        // between two grants: fast in a slow start, slow in a steady state).
-        let (factor, slowed) = match c.phase {
+        match c.phase {
             Phase::Open if self.ceiling.is_none() => {
                 // Joining a fleet that has learned a rate: go on from it
                 // where the fleet is (its slow start, or past a refusal of
@@ -496,33 +517,40 @@ impl Adaptive {
                     grown_at: None,
                 };
                 self.applied = Some(fleet);
-                return;
             }
-            Phase::Open => return,
-            Phase::SlowStart => (DECREASE, SLOW_START_SLOWED),
-            Phase::Steady => (LATER_DECREASE, STEADY_SLOWED),
-        };
-        if c.rate <= 0.0 || fleet >= c.rate * slowed {
-            return;
+            Phase::Open => {}
+            Phase::SlowStart | Phase::Steady => {
+                if !self.fleet_peak.is_some_and(|p| fleet < p * FLEET_CUT) {
+                    return;
+                }
+                // What the cut came from, as the process that cut measured
+                // it: the fleet's rate before its cut's factor.
+                let factor = if c.phase == Phase::Steady {
+                    LATER_DECREASE
+                } else {
+                    DECREASE
+                };
+                self.congestion = Congestion {
+                    phase: Phase::Steady,
+                    decreased_at: Some(self.sent),
+                    too_fast: fleet / factor,
+                    rate: fleet,
+                    grown_at: c.grown_at,
+                };
+                self.applied = Some(fleet);
+                self.fleet_peak = Some(fleet);
+            }
         }
-        self.congestion = Congestion {
-            phase: Phase::Steady,
-            decreased_at: Some(self.sent),
-            // What that process found too fast: the rate it cut from.
-            too_fast: fleet / factor,
-            rate: fleet,
-            grown_at: c.grown_at,
-        };
-        self.applied = Some(fleet);
     }
 
     /// The header regime: each limit's series says how to pace; the
     /// tightest wins. `ahead` is what [`ahead_of`](Self::ahead_of) says of
-    /// the request, with where its grant fell in a shared count.
+    /// the request, with where its grant fell in a shared count and what
+    /// it spent.
     fn learn_from_headers(
         &mut self,
         now: Instant,
-        (ahead, counted): (u64, Option<u64>),
+        (ahead, counted, weight): (u64, Option<u64>, u64),
         limits: &[&Limit],
         signal: &RateLimitSignal,
         out: &mut Vec<Adjustment>,
@@ -554,6 +582,7 @@ impl Adaptive {
                 window: limit.window,
                 admitted,
                 counted,
+                weight,
             };
             if series.is_stale(&reading) {
                 continue;
@@ -672,6 +701,7 @@ impl Adaptive {
                     if let Some(Adjustment::SetRate(to)) = self.rate_adjustment(rate) {
                         out.push(Adjustment::Cut { to, too_fast });
                     }
+                    self.fleet_peak = Some(rate);
                 }
                 _ => out.extend(self.rate_adjustment(rate)),
             }
@@ -873,7 +903,7 @@ mod tests {
         );
         let t0 = Instant::now();
         for i in 0..100 {
-            a.on_send(t0 + Duration::from_millis(10 * i), Grant::default());
+            a.on_send(t0 + Duration::from_millis(10 * i), Grant::default(), 1);
         }
         let now = t0 + Duration::from_secs(1);
         let adj = a.on_response(now, a.sent, &signal(429, vec![]), false);
@@ -892,7 +922,7 @@ mod tests {
         let t0 = Instant::now();
         let mut seqs = Vec::new();
         for i in 0..40 {
-            seqs.push(a.on_send(t0 + Duration::from_millis(25 * i), Grant::default()));
+            seqs.push(a.on_send(t0 + Duration::from_millis(25 * i), Grant::default(), 1));
         }
         let now = t0 + Duration::from_secs(1);
         // Forty sends in the last second; a burst of 429s for ten of them.
@@ -917,14 +947,14 @@ mod tests {
     fn growth_does_not_compound_across_a_long_block() {
         let mut a = fresh();
         let t0 = Instant::now();
-        let seq = a.on_send(t0, Grant::default());
+        let seq = a.on_send(t0, Grant::default(), 1);
         // The first success starts slow start at the cold-start rate.
         let adj = a.on_response(t0, seq, &signal(200, vec![]), true);
         assert_eq!(rate_in(&adj), Some(COLD_START));
         // 2 s later (a Retry-After block, say) one success grows the rate
         // by at most two intervals of slow start, not 2^8.
         let later = t0 + Duration::from_secs(2);
-        let seq = a.on_send(later, Grant::default());
+        let seq = a.on_send(later, Grant::default(), 1);
         let adj = a.on_response(later, seq, &signal(200, vec![]), true);
         let grown = rate_in(&adj).unwrap();
         let most = COLD_START * 2f64.powf(0.2 / SLOW_START_DOUBLING.as_secs_f64());
@@ -936,7 +966,7 @@ mod tests {
         let mut a = fresh();
         let t0 = Instant::now();
         let seqs: Vec<u64> = (0..20)
-            .map(|i| a.on_send(t0 + Duration::from_millis(50 * i), Grant::default()))
+            .map(|i| a.on_send(t0 + Duration::from_millis(50 * i), Grant::default(), 1))
             .collect();
         let now = t0 + Duration::from_secs(1);
         let adj = a.on_response(now, seqs[19], &signal(503, vec![]), false);
@@ -949,7 +979,7 @@ mod tests {
         let mut a = fresh();
         let now = Instant::now();
         for i in 0..1_000u64 {
-            let seq = a.on_send(now, Grant::default());
+            let seq = a.on_send(now, Grant::default(), 1);
             let limit = Limit::new(format!("bucket-{i}"), Dimension::Requests)
                 .with_limit(10)
                 .with_remaining(5)
@@ -981,7 +1011,7 @@ mod tests {
             let mut now = Instant::now();
             for (status, limit, remaining, reset_ms, window_s, dt_ms) in responses {
                 now += Duration::from_millis(dt_ms);
-                let seq = a.on_send(now, Grant::default());
+                let seq = a.on_send(now, Grant::default(), 1);
                 let mut l = Limit::new("requests", Dimension::Requests)
                     .with_reset(Duration::from_millis(reset_ms));
                 l.limit = limit;

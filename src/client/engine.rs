@@ -144,12 +144,14 @@ impl Pacer {
         })
     }
 
-    /// Forget what a scope's key has learned (and any memory of it) and
-    /// lift any block a server asked for, so that calls go again and the
-    /// key learns afresh (a server that closed it for a day by mistake need
-    /// not lock a caller out). A shared limiter's block is lifted for every
-    /// process that shares it, which costs a round trip to its store.
-    /// Returns whether the key's state was held.
+    /// Forget what this process's state of a scope's key has learned (and
+    /// any memory of it) and lift any block a server asked for, so that
+    /// calls go again and the key learns afresh (a server that closed it
+    /// for a day by mistake need not lock a caller out). A shared limiter's
+    /// block is lifted for every process that shares it, which costs a
+    /// round trip to its store; the rate the fleet learned stays there, and
+    /// this process's state goes on from it. Returns whether the key's
+    /// state was held.
     pub async fn clear_key(&self, scope: &str, key: &str) -> bool {
         let Some(built) = self.scope(scope) else {
             return false;

@@ -52,6 +52,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::adapt::COUNT_RESTART;
+
 /// How many admissions a series remembers at most.
 const MAX_ADMISSIONS: usize = 4_096;
 /// Refill beyond the admissions, within one fixed window, that shows the
@@ -92,6 +94,8 @@ pub(crate) struct Reading {
     /// processes share (every unit granted up to and including it); `None`
     /// when only this key's requests spend what the server counts.
     pub(crate) counted: Option<u64>,
+    /// What the request spent of that count.
+    pub(crate) weight: u64,
 }
 
 /// What the server is taken to be.
@@ -172,7 +176,7 @@ struct WindowTrack {
     /// Whether the time between starts was proved not to be the length.
     length_failed: bool,
     /// The most a reading of a shared count has shown the server counting
-    /// ahead of the grants (see `track_window`).
+    /// ahead of the grants in the current window (see `track_window`).
     disorder: i64,
 }
 
@@ -229,13 +233,13 @@ impl Series {
             // local fallback decides): these readings cannot be placed.
             Some(true) if !shared => return None,
             // A count that starts (the store is back), or goes back by more
-            // than a series remembers (its key expired there): the old
-            // positions mean nothing on the new scale.
+            // than a fleet's answers come out of order by (its key expired
+            // there): the old positions mean nothing on the new scale.
             Some(false) if shared => *self = Series::default(),
             Some(true)
                 if reading
                     .counted
-                    .is_some_and(|c| c.saturating_add(MAX_ADMISSIONS as u64) < self.position) =>
+                    .is_some_and(|c| c.saturating_add(COUNT_RESTART) < self.position) =>
             {
                 *self = Series::default();
             }
@@ -255,7 +259,8 @@ impl Series {
         let position = match reading.counted {
             // A refused request was not counted by the server: the reading
             // stands where the grants before it do.
-            Some(count) => count.saturating_sub(u64::from(!reading.admitted)),
+            Some(count) if reading.admitted => count,
+            Some(count) => count.saturating_sub(reading.weight),
             None => self.position + u64::from(reading.admitted),
         };
         if reading.admitted {
@@ -377,6 +382,7 @@ impl Series {
             }
             w.start = Some(now);
             w.refill = 0;
+            w.disorder = 0;
             w.boundary = None;
         } else if let Some(r) = refill {
             w.refill = w.refill.saturating_add(r);
@@ -798,6 +804,7 @@ mod tests {
                 window: None,
                 admitted,
                 counted: None,
+                weight: 1,
             };
             if let Some(p) = series.observe(reading) {
                 pace = Some(p);
@@ -841,6 +848,7 @@ mod tests {
                 window: None,
                 admitted,
                 counted: Some(count),
+                weight: 1,
             };
             count -= u64::from(!admitted);
             let process = (sent as usize - 1) % processes;
@@ -1008,6 +1016,7 @@ mod tests {
                 window: Some(Duration::ZERO),
                 admitted: true,
                 counted: None,
+                weight: 1,
             });
             if let Some(pace) = pace {
                 assert!(

@@ -134,7 +134,7 @@ impl Pacer {
                     return Err(e);
                 }
             };
-            seqs.push(m.state.adapt().on_send(Instant::now(), grant));
+            seqs.push(m.state.adapt().on_send(Instant::now(), grant, m.weight));
         }
         Ok(Sent {
             _probes: probes,
@@ -199,7 +199,10 @@ impl Pacer {
     ) -> Result<Grant, WaitError> {
         let scope = &self.inner.scopes[m.scope];
         let cap = self.inner.policy.max_retry_after();
-        let bounds = Bounds::default().max_block(cap);
+        // The limiter holds a server's block until its end and the release
+        // jitter after it: a wait of the cap itself, sat through here, ends
+        // up to the jitter's most later there.
+        let bounds = Bounds::default().max_block(cap + self.inner.jitter.extra(cap, 1.0));
         let acquiring = acquire(limiter, m.weight, scope.learns_burst(), bounds, until);
         tokio::pin!(acquiring);
         loop {
