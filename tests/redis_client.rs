@@ -10,10 +10,19 @@ use std::time::Duration;
 
 use redis_support::RedisServer;
 use reqwest_pace::redis::RedisBackend;
+use reqwest_pace::retry::RetryPolicy;
 use reqwest_pace::testing::{Dialect, Fault, RateLimitedServer, RetryAfter};
 use reqwest_pace::{Error, Limiter, Rate, Scope, ThrottledClient};
 
 async fn shared_client(redis: &RedisServer, rate: Rate) -> ThrottledClient {
+    shared_client_with(redis, rate, RetryPolicy::default()).await
+}
+
+async fn shared_client_with(
+    redis: &RedisServer,
+    rate: Rate,
+    policy: RetryPolicy,
+) -> ThrottledClient {
     // Each client has its own backend: its own connection, as another
     // process would.
     let backend = RedisBackend::connect(redis.url()).await.unwrap();
@@ -23,6 +32,10 @@ async fn shared_client(redis: &RedisServer, rate: Rate) -> ThrottledClient {
     });
     ThrottledClient::builder(reqwest::Client::new())
         .host_scope(scope)
+        .retry(policy)
+        // Draws fixed (the release jitter at 90 % of its most), so that a
+        // run does not depend on them.
+        .random(|| 0.9)
         .build()
         .unwrap()
 }
@@ -162,4 +175,36 @@ fn host_of(server: &RateLimitedServer) -> String {
         url.host_str().unwrap(),
         url.port_or_known_default().unwrap()
     )
+}
+
+/// A `Retry-After` of exactly the retry cap is waited out, by the client
+/// told it and by the other: the shared bucket holds the block a little
+/// longer (the release jitter), which must not make it refuse a wait the
+/// cap allows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_of_the_cap_is_waited_out_by_both_clients() {
+    let redis = RedisServer::start();
+    let server = server().await;
+    let rate = Rate::per_second(100).unwrap();
+    let capped = || RetryPolicy::default().with_max_retry_after(Duration::from_secs(1));
+    let a = shared_client_with(&redis, rate, capped()).await;
+    let b = shared_client_with(&redis, rate, capped()).await;
+    a.send(a.get(server.url())).await.unwrap();
+    b.send(b.get(server.url())).await.unwrap();
+    server.inject(
+        Fault::too_many_requests()
+            .times(1)
+            .retry_after(RetryAfter::Seconds(1)),
+    );
+    let a_call = {
+        let a = a.clone();
+        let url = server.url();
+        tokio::spawn(async move { a.send(a.get(&url)).await.map(|r| r.status()) })
+    };
+    // Once A's 429 has landed, B waits the second out too.
+    while server.requests().len() < 3 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(b.send(b.get(server.url())).await.unwrap().status(), 200);
+    assert_eq!(a_call.await.unwrap().unwrap(), 200);
 }
