@@ -74,6 +74,17 @@ fn assert_accounted(server: &RateLimitedServer, fleet: Tally) {
     assert!(fleet.ok > 0, "{fleet:?}");
 }
 
+/// The server refused at most 1 % of what it was sent.
+fn assert_few_refused(server: &RateLimitedServer, what: &str) {
+    let stats = server.stats().total;
+    assert!(
+        stats.throttled * 100 <= stats.requests,
+        "{what}: {} of {} refused",
+        stats.throttled,
+        stats.requests
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fleet_shares_a_configured_rate_without_over_admitting() {
     let redis = RedisServer::start();
@@ -83,13 +94,7 @@ async fn fleet_shares_a_configured_rate_without_over_admitting() {
     assert_accounted(&server, fleet);
     // One shared bucket at the server's own rate: the server refuses
     // (almost) nothing. Four local buckets would have sent four times over.
-    let stats = server.stats().total;
-    assert!(
-        stats.throttled * 100 <= stats.requests,
-        "{} of {} refused",
-        stats.throttled,
-        stats.requests
-    );
+    assert_few_refused(&server, "configured");
     assert_eq!(fleet.failed, 0, "{fleet:?}");
     server.shutdown().await;
 }
@@ -150,12 +155,7 @@ async fn fleet_learns_with_nothing_configured() {
         let stats = server.stats().total;
         eprintln!("learning, {dialect} headers: {fleet:?} {stats:?}");
         assert_accounted(&server, fleet);
-        assert!(
-            stats.throttled * 100 <= stats.requests,
-            "{dialect}: {} of {} refused",
-            stats.throttled,
-            stats.requests
-        );
+        assert_few_refused(&server, dialect.as_str());
         assert_eq!(fleet.failed, 0, "{dialect}: {fleet:?}");
         server.shutdown().await;
     }

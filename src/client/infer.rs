@@ -773,6 +773,28 @@ mod tests {
         }
     }
 
+    /// What `model` said of a request at `at` (what remains, whether it
+    /// was admitted, the reset in seconds, rounded up to a whole one), as
+    /// a reading, placed at `counted` in a shared count if given.
+    fn reading(
+        model: &dyn Model,
+        at: Instant,
+        (remaining, admitted, reset): (u64, bool, f64),
+        counted: Option<u64>,
+    ) -> Reading {
+        Reading {
+            at,
+            limit: Some(model.limit()),
+            remaining,
+            ahead: 0,
+            reset: Some(Duration::from_secs(reset.max(0.0).ceil() as u64)),
+            window: None,
+            admitted,
+            counted,
+            weight: 1,
+        }
+    }
+
     /// Sends one request at a time at the pace the series asks for, for
     /// `secs`, with resets rounded up to whole seconds; returns the last
     /// pace and the share of requests refused.
@@ -795,17 +817,7 @@ mod tests {
                 refusals.push(t);
             }
             let at = origin + Duration::from_secs_f64(t);
-            let reading = Reading {
-                at,
-                limit: Some(model.limit()),
-                remaining,
-                ahead: 0,
-                reset: Some(Duration::from_secs(reset.max(0.0).ceil() as u64)),
-                window: None,
-                admitted,
-                counted: None,
-                weight: 1,
-            };
+            let reading = reading(&*model, at, (remaining, admitted, reset), None);
             if let Some(p) = series.observe(reading) {
                 pace = Some(p);
             }
@@ -839,17 +851,7 @@ mod tests {
             count += 1;
             admitted_n += u64::from(admitted);
             let at = origin + Duration::from_secs_f64(t);
-            let reading = Reading {
-                at,
-                limit: Some(model.limit()),
-                remaining,
-                ahead: 0,
-                reset: Some(Duration::from_secs(reset.max(0.0).ceil() as u64)),
-                window: None,
-                admitted,
-                counted: Some(count),
-                weight: 1,
-            };
+            let reading = reading(&*model, at, (remaining, admitted, reset), Some(count));
             count -= u64::from(!admitted);
             let process = (sent as usize - 1) % processes;
             if let Some(p) = fleet[process].observe(reading) {
