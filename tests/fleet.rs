@@ -99,26 +99,39 @@ async fn fleet_shares_a_configured_rate_without_over_admitting() {
     server.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fleet_obeys_a_retry_after_seen_by_one_worker() {
+/// A fleet of 20/s against a server that lets everything through, until
+/// one request 1.5 s in (1 s of sending), whichever worker's it is, is
+/// answered with a 429 asking for a wait of `seconds`; the fleet runs for
+/// `run_ms`. Returns the server, the fleet's tally (checked against the
+/// server's), where the 429 is among the server's requests, and how long
+/// the whole run took.
+async fn told_to_wait(seconds: u64, run_ms: u64) -> (RateLimitedServer, Tally, usize, Duration) {
     let redis = RedisServer::start();
     let server = server(10_000, 10_000, Dialect::None).await;
-    let run = tokio::spawn(run_fleet(job(&redis, &server, 20, 3_500)));
-    // Let the fleet get going (it starts 0.5 s after the spawn), then one
-    // request, whichever worker's it is, is told to wait a second.
+    let started = std::time::Instant::now();
+    let run = tokio::spawn(run_fleet(job(&redis, &server, 20, run_ms)));
+    // Let the fleet get going (it starts 0.5 s after the spawn).
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     server.inject(
         Fault::too_many_requests()
             .times(1)
-            .retry_after(RetryAfter::Seconds(1)),
+            .retry_after(RetryAfter::Seconds(seconds)),
     );
     let fleet = run.await.unwrap();
+    let took = started.elapsed();
     assert_accounted(&server, fleet);
-    let requests = server.requests();
-    let refused = requests
+    let refused = server
+        .requests()
         .iter()
         .position(|r| r.outcome == Outcome::Fault)
         .expect("the fault was answered");
+    (server, fleet, refused, took)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_obeys_a_retry_after_seen_by_one_worker() {
+    let (server, fleet, refused, _) = told_to_wait(1, 3_500).await;
+    let requests = server.requests();
     let at = requests[refused].at;
     // Within the second it asked for, only requests already admitted by
     // the shared bucket before the block reached Redis may arrive: at 20/s
@@ -167,24 +180,8 @@ async fn fleet_learns_with_nothing_configured() {
 /// through the hour), so the run ends on time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fleet_fails_fast_on_a_wait_beyond_the_cap_seen_by_one_worker() {
-    let redis = RedisServer::start();
-    let server = server(10_000, 10_000, Dialect::None).await;
-    let started = std::time::Instant::now();
-    let run = tokio::spawn(run_fleet(job(&redis, &server, 20, 3_000)));
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
-    server.inject(
-        Fault::too_many_requests()
-            .times(1)
-            .retry_after(RetryAfter::Seconds(3_600)),
-    );
-    let fleet = run.await.unwrap();
-    let took = started.elapsed();
-    assert_accounted(&server, fleet);
+    let (server, fleet, refused, took) = told_to_wait(3_600, 3_000).await;
     let requests = server.requests();
-    let refused = requests
-        .iter()
-        .position(|r| r.outcome == Outcome::Fault)
-        .expect("the fault was answered");
     let after = requests.len() - refused - 1;
     eprintln!("closed: {fleet:?}; {after} requests after the 429; took {took:?}");
     assert!(after <= WORKERS * TASKS, "{after} requests after the close");

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use super::engine::{Call, Pacer};
 use super::scope::KeyState;
 use super::Event;
-use crate::limiter::{Bounds, Grant, Limiter, ServerBlock};
+use crate::limiter::{Bounds, Grant, Limiter};
 use crate::Error;
 
 /// How long a request waits for its key's first response (the probe)
@@ -111,7 +111,7 @@ impl Pacer {
         let cap = self.inner.policy.max_retry_after();
         let block = m.state.server_block(now)?;
         let wait = block.until - now;
-        (wait > cap).then(|| refusal(block, wait, cap))
+        (wait > cap).then(|| refusal(block.status, block.spent_quota, wait, cap))
     }
 
     /// Wait for every bucket of the request (and for each key's first
@@ -224,21 +224,19 @@ impl Pacer {
                     max,
                     status,
                     spent_quota,
-                })) => {
-                    let block = ServerBlock::new(Instant::now() + wait, status, spent_quota);
-                    Err(WaitError::Failed(refusal(block, wait, max)))
-                }
+                })) => Err(WaitError::Failed(refusal(status, spent_quota, wait, max))),
                 other => other,
             };
         }
     }
 }
 
-/// The error of a call that will not wait `wait` for a server's `block`,
-/// longer than the retry `cap`.
-fn refusal(block: ServerBlock, wait: Duration, cap: Duration) -> Error {
-    let status = status_or_429(block.status);
-    if block.spent_quota {
+/// The error of a call that will not wait `wait`, longer than the retry
+/// `cap`, for a server's block that a response of `status` asked for (a
+/// spent quota's reset, or a `Retry-After`).
+fn refusal(status: u16, spent_quota: bool, wait: Duration, cap: Duration) -> Error {
+    let status = status_or_429(status);
+    if spent_quota {
         Error::QuotaExhausted { wait, cap, status }
     } else {
         Error::RetryAfterTooLong {
