@@ -884,9 +884,8 @@ async fn a_key_dropped_after_the_idle_timeout_comes_back_at_its_learned_rate() {
     assert_eq!(failed, 0, "no call failed on coming back");
     // Remembering nothing, the same key starts again from the cold start
     // (10/s against a server allowing 5/s) and pays for it.
-    let (_, blind, blind_refused, blind_failed) = come_back_after_idle(Duration::ZERO).await;
+    let (_, blind, blind_refused, _) = come_back_after_idle(Duration::ZERO).await;
     assert_eq!(blind, 10.0, "started blind, at the cold start");
-    assert!(blind_failed > 0, "a blind restart fails calls");
     assert!(
         refused < blind_refused,
         "{refused} refusals against {blind_refused}"

@@ -18,15 +18,13 @@
 //!   of refill).
 //! - **The server sends none.** A 429, a 503, or a 403 with `Retry-After`
 //!   is a congestion signal (the one definition of
-//!   [`RateLimitSignal::is_throttled`]). A key that has never been throttled
-//!   starts at [`COLD_START`] and doubles every [`SLOW_START_DOUBLING`] of
-//!   sending until it is. A throttle (for a request sent after the previous
-//!   decrease, so one burst counts once) lowers the rate to [`DECREASE`]
-//!   of the delivered send rate the first time and [`LATER_DECREASE`] after
-//!   that, and remembers the rate that was too fast; success brings the rate
-//!   quickly back to [`RECOVER_TO`] of it, then probes beyond it by
-//!   [`PROBE_PER_SECOND`] of it per second, slowly enough that the server's
-//!   burst absorbs the overshoot for several seconds.
+//!   [`RateLimitSignal::is_throttled`]), and the rate is found as TCP finds
+//!   a path's capacity: slow start, a cut on each refusal, recovery, then a
+//!   hold and a probe whose spacing grows while the server stays the same
+//!   (see [`headerless`](super::headerless), whose `Tuning` holds every
+//!   threshold). The same regime paces a key that sends headers when a
+//!   refusal comes without them: a limiter in front of the server (a proxy,
+//!   a WAF) is slower than the headers say, and its rate caps theirs.
 //!
 //! Growth counts only time spent sending at the current pace (at most two
 //! intervals between responses), never time spent blocked, so a long
@@ -54,37 +52,18 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::headerless::{Congestion, Phase, Tuning};
 use super::infer::{Reading, Series};
 use crate::headers::{Dimension, Limit, RateLimitSignal, MAX_WAIT};
 use crate::limiter::{Adjustment, Grant, Rate};
 
-/// The rate a never-throttled, header-less key starts at: ten requests a
-/// second, in the spirit of TCP's initial window of ten segments.
-pub(crate) const COLD_START: f64 = 10.0;
-/// In slow start the rate doubles this often while requests succeed.
-pub(crate) const SLOW_START_DOUBLING: Duration = Duration::from_millis(250);
-/// The decrease on the first throttle (from slow start, which overshoots).
-pub(crate) const DECREASE: f64 = 0.7;
-/// The decrease on later throttles, once the rate is near the limit.
-pub(crate) const LATER_DECREASE: f64 = 0.9;
-/// After a decrease the rate climbs back quickly to this share of the rate
-/// that was too fast ...
-pub(crate) const RECOVER_TO: f64 = 0.95;
-/// ... within about this long ...
-const RECOVERY: Duration = Duration::from_millis(500);
-/// ... and then probes beyond it by this share of it per second.
-pub(crate) const PROBE_PER_SECOND: f64 = 0.03;
-/// Fewer sends than this in the last second measure no rate: a throttle
-/// then lowers nothing.
-const MIN_SAMPLE: f64 = 4.0;
 /// A shared rate below this share of the highest one a process saw since
-/// the last cut means a process cut it (by [`DECREASE`] or
-/// [`LATER_DECREASE`]); a learned rate's rounding to whole nanoseconds per
+/// the last cut means a process cut it (by the tuning's decreases); a
+/// learned rate's rounding to whole nanoseconds per
 /// token is far less.
 const FLEET_CUT: f64 = 0.95;
-/// The slowest rate the header-less regime goes down to (one request per
-/// 10 s).
-const MIN_RATE: f64 = 0.1;
+/// The slowest rate the header-less regime goes down to.
+const MIN_RATE: f64 = Tuning::DEFAULT.min_rate;
 /// The fastest rate any regime sets: a server that says more is not
 /// believed, and the rate cannot run away.
 const MAX_RATE: f64 = 1_000_000.0;
@@ -93,18 +72,6 @@ const MAX_SERIES: usize = 32;
 /// Requests unanswered for longer than this no longer count as in flight
 /// (their caller gave up without telling).
 const IN_FLIGHT_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Where the header-less regime stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    /// Nothing learned: the configured ceiling, or no limit at all.
-    Open,
-    /// Never throttled: doubling from [`COLD_START`].
-    SlowStart,
-    /// Throttled before: recovering towards, then probing past, the rate
-    /// that was too fast.
-    Steady,
-}
 
 /// Per-key learning state.
 #[derive(Debug)]
@@ -124,6 +91,11 @@ pub(crate) struct Adaptive {
     /// Requests sent so far.
     sent: u64,
     sends: SendRate,
+    /// Responses admitted, for what the server lets through.
+    oks: SendRate,
+    /// The instants of this process's latest sends: the rate it sends at
+    /// now, without the lag of a second's average while the rate climbs.
+    latest_sends: VecDeque<Instant>,
     /// Whether any header-driven rate has been learned.
     header_driven: bool,
     /// Whether the headers were found to contradict themselves (warned
@@ -140,21 +112,6 @@ pub(crate) struct Adaptive {
     /// The highest of those rates since the last cut this process made or
     /// followed.
     fleet_peak: Option<f64>,
-}
-
-/// The header-less regime's state.
-#[derive(Debug, Clone, Copy)]
-struct Congestion {
-    phase: Phase,
-    /// Requests sent up to this sequence number belong to the burst that
-    /// caused the last decrease.
-    decreased_at: Option<u64>,
-    /// The delivered rate that was too fast.
-    too_fast: f64,
-    /// The rate this regime aims at (applied once it moves by more than
-    /// 1 %, so small steps of growth add up).
-    rate: f64,
-    grown_at: Option<Instant>,
 }
 
 /// A request sent and not yet answered.
@@ -175,6 +132,9 @@ struct InFlight {
 #[derive(Debug, Default)]
 struct SendRate {
     slot_start: Option<Instant>,
+    /// Since when the counter has counted without a gap: less than a slot
+    /// of history is scaled up to a rate, not read as one.
+    counting_since: Option<Instant>,
     current: u64,
     previous: u64,
     /// The latest shared count seen, if any.
@@ -182,6 +142,8 @@ struct SendRate {
 }
 
 const SLOT: Duration = Duration::from_secs(1);
+/// How many of its latest sends measure the rate a key sends at now.
+const LATEST_SENDS: usize = 8;
 /// A shared count this far behind the latest one seen started again (its
 /// key expired or its store restarted): more than the grants a fleet's
 /// answers can come back out of order by.
@@ -209,16 +171,24 @@ impl SendRate {
 
     fn roll(&mut self, now: Instant) {
         let start = *self.slot_start.get_or_insert(now);
+        self.counting_since.get_or_insert(now);
         let elapsed = now.saturating_duration_since(start);
         if elapsed >= SLOT * 2 {
             self.previous = 0;
             self.current = 0;
             self.slot_start = Some(now);
+            self.counting_since = Some(now);
         } else if elapsed >= SLOT {
             self.previous = self.current;
             self.current = 0;
             self.slot_start = Some(start + SLOT);
         }
+    }
+
+    /// Sends counted in the last two slots at most.
+    fn recent(&mut self, now: Instant) -> u64 {
+        self.roll(now);
+        self.previous + self.current
     }
 
     /// Sends per second over the last second (sliding-counter estimate).
@@ -227,6 +197,13 @@ impl SendRate {
         let Some(start) = self.slot_start else {
             return 0.0;
         };
+        let counted = self
+            .counting_since
+            .map_or(SLOT, |since| now.saturating_duration_since(since));
+        if counted < SLOT {
+            let span = counted.max(SLOT / 4).as_secs_f64();
+            return (self.previous + self.current) as f64 / span;
+        }
         let frac = now.saturating_duration_since(start).as_secs_f64() / SLOT.as_secs_f64();
         self.previous as f64 * (1.0 - frac) + self.current as f64
     }
@@ -236,13 +213,6 @@ impl SendRate {
 /// neither throttled nor refused.
 fn counted_by_server(signal: &RateLimitSignal) -> bool {
     !signal.is_throttled() && signal.status < 400
-}
-
-/// Whether a rate is still climbing back to `target` after a decrease
-/// (then it probes beyond): below it by more than a limiter's rounding of
-/// a rate to whole nanoseconds per token.
-fn recovering(rate: f64, target: f64) -> bool {
-    rate < target * (1.0 - 1e-6)
 }
 
 /// Growth time: the time since the last growth, but at most `intervals`
@@ -308,13 +278,10 @@ impl Adaptive {
         match learned.regime {
             Regime::Headers => self.header_driven = true,
             Regime::SlowStart => {
-                self.congestion.phase = Phase::SlowStart;
-                self.congestion.rate = learned.per_second;
+                self.congestion = Congestion::resumed(Phase::SlowStart, learned.per_second, 0.0);
             }
             Regime::Throttled { too_fast } => {
-                self.congestion.phase = Phase::Steady;
-                self.congestion.rate = learned.per_second;
-                self.congestion.too_fast = too_fast;
+                self.congestion = Congestion::resumed(Phase::Steady, learned.per_second, too_fast);
             }
         }
     }
@@ -336,19 +303,15 @@ impl Adaptive {
             capacity: None,
             sent: 0,
             sends: SendRate::default(),
+            oks: SendRate::default(),
+            latest_sends: VecDeque::with_capacity(LATEST_SENDS),
             header_driven: false,
             warned: false,
             warned_horizon: false,
             fleet_rate: None,
             fleet_too_fast: None,
             fleet_peak: None,
-            congestion: Congestion {
-                phase: Phase::Open,
-                decreased_at: None,
-                too_fast: 0.0,
-                rate: 0.0,
-                grown_at: None,
-            },
+            congestion: Congestion::open(),
         }
     }
 
@@ -374,6 +337,10 @@ impl Adaptive {
             self.fleet_too_fast = Some(too_fast.per_second_f64());
         }
         self.sends.record(now, shared_count);
+        if self.latest_sends.len() == LATEST_SENDS {
+            self.latest_sends.pop_front();
+        }
+        self.latest_sends.push_back(now);
         self.sent += 1;
         while self
             .in_flight
@@ -445,6 +412,9 @@ impl Adaptive {
         let this = self.in_flight.iter().find(|r| r.seq == seq).copied();
         let counted = this.and_then(|r| r.shared_count);
         self.in_flight.retain(|r| r.seq != seq);
+        if counted_by_server(signal) {
+            self.oks.record(now, None);
+        }
         self.warn_if_beyond_horizon(signal);
         let ahead = self.ahead_of(now, seq, this);
         let mut out = Vec::new();
@@ -506,16 +476,12 @@ impl Adaptive {
                 // where the fleet is (its slow start, or past a refusal of
                 // the rate it names), rather than overwrite it with a cold
                 // start.
-                self.congestion = Congestion {
-                    phase: match self.fleet_too_fast {
-                        Some(_) => Phase::Steady,
-                        None => Phase::SlowStart,
-                    },
-                    decreased_at: None,
-                    too_fast: self.fleet_too_fast.unwrap_or(0.0),
-                    rate: fleet,
-                    grown_at: None,
+                let phase = match self.fleet_too_fast {
+                    Some(_) => Phase::Steady,
+                    None => Phase::SlowStart,
                 };
+                self.congestion =
+                    Congestion::resumed(phase, fleet, self.fleet_too_fast.unwrap_or(0.0));
                 self.applied = Some(fleet);
             }
             Phase::Open => {}
@@ -525,18 +491,15 @@ impl Adaptive {
                 }
                 // What the cut came from, as the process that cut measured
                 // it: the fleet's rate before its cut's factor.
+                let t = &Tuning::DEFAULT;
                 let factor = if c.phase == Phase::Steady {
-                    LATER_DECREASE
+                    t.later_decrease
                 } else {
-                    DECREASE
+                    t.first_decrease
                 };
-                self.congestion = Congestion {
-                    phase: Phase::Steady,
-                    decreased_at: Some(self.sent),
-                    too_fast: fleet / factor,
-                    rate: fleet,
-                    grown_at: c.grown_at,
-                };
+                self.congestion = Congestion::resumed(Phase::Steady, fleet, fleet / factor);
+                self.congestion.decreased_at = Some(self.sent);
+                self.congestion.grown_at = c.grown_at;
                 self.applied = Some(fleet);
                 self.fleet_peak = Some(fleet);
             }
@@ -663,104 +626,119 @@ impl Adaptive {
         out: &mut Vec<Adjustment>,
     ) {
         self.follow_the_fleet();
-        let c = self.congestion;
         if signal.is_throttled() {
-            if c.decreased_at.is_some_and(|at| seq <= at) {
-                // Part of the burst that caused the last decrease.
-                return;
-            }
-            let measured = self.sends.per_second(now);
-            if measured < MIN_SAMPLE {
-                // Too few sends to say the rate caused it (a key's first
-                // requests, or one request's retries): the retry's backoff
-                // paces those.
-                return;
-            }
-            // Where the key's limiter is shared, from the rate in force when
-            // the refused request was granted: every process refused in the
-            // same burst then asks for the same decrease, and the decreases
-            // do not compound.
-            let granted_at = granted_rate.or(self.applied);
-            let delivered = granted_at.map_or(measured, |a| a.min(measured));
-            let factor = if c.phase == Phase::Steady {
-                LATER_DECREASE
-            } else {
-                DECREASE
-            };
-            let rate = (delivered * factor).max(MIN_RATE);
-            self.congestion = Congestion {
-                phase: Phase::Steady,
-                decreased_at: Some(self.sent),
-                too_fast: delivered,
-                rate,
-                grown_at: Some(now),
-            };
-            match (granted_rate, Rate::from_per_second_f64(delivered)) {
-                // Shared: the cut names the rate refused, for the others.
-                (Some(_), Ok(too_fast)) => {
-                    if let Some(Adjustment::SetRate(to)) = self.rate_adjustment(rate) {
-                        out.push(Adjustment::Cut { to, too_fast });
-                    }
-                    self.fleet_peak = Some(rate);
-                }
-                _ => out.extend(self.rate_adjustment(rate)),
-            }
-            out.extend(self.capacity_adjustment(1));
-            out.push(Adjustment::LimitRemaining(0));
+            self.refused(now, (seq, granted_rate), out);
+        } else if success {
+            self.congestion.admitted();
+            self.grow(now, out);
+        }
+    }
+
+    /// A refusal: the rate that was too fast is what the key delivered, and
+    /// no more than the server was seen to admit in the last second.
+    fn refused(
+        &mut self,
+        now: Instant,
+        (seq, granted_rate): (u64, Option<f64>),
+        out: &mut Vec<Adjustment>,
+    ) {
+        let t = &Tuning::DEFAULT;
+        let c = self.congestion;
+        if c.decreased_at.is_some_and(|at| seq <= at) || c.failing() {
+            // Part of the burst that caused the last cut, or a server that
+            // admits nothing.
             return;
         }
-        if !success {
-            return;
-        }
-        // Where the limiter is shared, the fleet's rate grows, whoever set
-        // it: this process asks the shared state for its growth as a factor
-        // of the rate held then (no process's growth overwrites
-        // another's), one interval of sending per response, as a lone
-        // process's responses would.
-        let own = (c.rate > 0.0).then_some(c.rate).or(self.applied);
-        let shared = self.fleet_rate.filter(|_| c.phase != Phase::Open);
-        let current = shared.or(own);
-        let intervals = if shared.is_some() { 1.0 } else { 2.0 };
-        let (rate, phase) = match (c.phase, current) {
-            (Phase::Open, _) | (_, None) => (COLD_START, Phase::SlowStart),
-            (Phase::SlowStart, Some(applied)) => {
-                let dt = sending_time(c.grown_at, now, applied, intervals);
-                (
-                    applied * 2f64.powf(dt / SLOW_START_DOUBLING.as_secs_f64()),
-                    Phase::SlowStart,
-                )
-            }
-            (Phase::Steady, Some(applied)) => {
-                let dt = sending_time(c.grown_at, now, applied, intervals);
-                let target = c.too_fast * RECOVER_TO;
-                // Linear: the gap left by the decrease closes in RECOVERY.
-                let gap = target - c.too_fast * LATER_DECREASE.min(DECREASE);
-                let grown = if recovering(applied, target) {
-                    (applied + gap.max(0.0) * dt / RECOVERY.as_secs_f64()).min(target)
-                } else {
-                    applied + c.too_fast * PROBE_PER_SECOND * dt
-                };
-                (grown, Phase::Steady)
-            }
+        let measured = match granted_rate {
+            Some(_) => self.sends.per_second(now),
+            None => self.sending_now(now),
         };
+        let sampled = self.sends.recent(now) as f64 >= t.min_sample;
+        // Where the key's limiter is shared, from the rate in force when
+        // the refused request was granted: every process refused in the
+        // same burst then asks for the same decrease, and the decreases do
+        // not compound.
+        let granted_at = granted_rate.or(self.applied);
+        let delivered = match (sampled && measured >= t.min_sample, granted_at) {
+            (true, at) => at.map_or(measured, |a| a.min(measured)),
+            // Too few sends to measure (a slow key): the rate applied.
+            (false, Some(at)) if c.phase == Phase::Steady => at,
+            // A key's first requests, or one request's retries: the retry's
+            // backoff paces those.
+            (false, _) => return,
+        };
+        // What the server let through: this process's admissions, where
+        // they are all it spends.
+        let admitted = Some(self.oks.per_second(now))
+            .filter(|_| granted_rate.is_none() && self.oks.recent(now) >= 2);
+        let rate = self
+            .congestion
+            .cut(now, self.sent, (delivered, admitted), t);
+        match (granted_rate, Rate::from_per_second_f64(delivered)) {
+            // Shared: the cut names the rate refused, for the others.
+            (Some(_), Ok(too_fast)) => {
+                if let Some(Adjustment::SetRate(to)) = self.rate_adjustment(rate) {
+                    out.push(Adjustment::Cut { to, too_fast });
+                }
+                self.fleet_peak = Some(rate);
+            }
+            _ => out.extend(self.rate_adjustment(rate)),
+        }
+        out.extend(self.capacity_adjustment(1));
+        out.push(Adjustment::LimitRemaining(0));
+    }
+
+    /// The rate this process sends at now: its latest sends over their
+    /// span, up to now (a key that stopped sending is not sending fast).
+    fn sending_now(&self, now: Instant) -> f64 {
+        let (Some(&first), n) = (self.latest_sends.front(), self.latest_sends.len()) else {
+            return 0.0;
+        };
+        let span = now.saturating_duration_since(first).as_secs_f64();
+        if n < 2 || span <= 0.0 {
+            return 0.0;
+        }
+        // n sends span n - 1 intervals, and the time since the last one is
+        // part of the next.
+        let last = self
+            .latest_sends
+            .back()
+            .map_or(span, |&l| now.saturating_duration_since(l).as_secs_f64());
+        (n - 1) as f64 / (span - last).max(span * (n - 1) as f64 / n as f64)
+    }
+
+    /// A success: slow start, recovery or probe.
+    ///
+    /// Where the limiter is shared, the fleet's rate grows, whoever set it:
+    /// this process asks the shared state for its growth as a factor of
+    /// the rate held then (no process's growth overwrites another's), one
+    /// interval of sending per response, as a lone process's responses
+    /// would.
+    fn grow(&mut self, now: Instant, out: &mut Vec<Adjustment>) {
+        let t = &Tuning::DEFAULT;
+        let c = self.congestion;
         if c.phase == Phase::Open && self.ceiling.is_some() {
             // A configured ceiling is the starting point, not a cold start.
             return;
         }
-        let rate = rate.clamp(MIN_RATE, MAX_RATE);
-        self.congestion.phase = phase;
-        self.congestion.rate = rate;
-        self.congestion.grown_at = Some(now);
-        match (shared, current) {
-            (Some(_), Some(base)) if rate > base => {
+        let own = (c.rate > 0.0).then_some(c.rate).or(self.applied);
+        let shared = self.fleet_rate.filter(|_| c.phase != Phase::Open);
+        let current = shared.or(own).unwrap_or(t.cold_start);
+        let intervals = if shared.is_some() { 1.0 } else { 2.0 };
+        let dt = sending_time(c.grown_at, now, current, intervals);
+        let rate = self
+            .congestion
+            .grow(now, current, dt, t)
+            .clamp(MIN_RATE, MAX_RATE);
+        match shared {
+            Some(base) if rate > base => {
                 // The recovery stops at its target; growth beyond it (slow
                 // start, the probe) at the ceiling.
-                let mut at_most =
-                    if phase == Phase::Steady && recovering(base, c.too_fast * RECOVER_TO) {
-                        c.too_fast * RECOVER_TO
-                    } else {
-                        MAX_RATE
-                    };
+                let mut at_most = if c.recovering(base) {
+                    c.target()
+                } else {
+                    MAX_RATE
+                };
                 if let Some(ceiling) = self.ceiling {
                     at_most = at_most.min(ceiling.per_second_f64());
                 }
@@ -769,8 +747,8 @@ impl Adaptive {
                     out.push(Adjustment::grow_rate(rate / base, at_most));
                 }
             }
-            (Some(_), _) => {}
-            (None, _) => out.extend(self.rate_adjustment(rate.max(MIN_RATE))),
+            Some(_) => {}
+            None => out.extend(self.rate_adjustment(rate)),
         }
         out.extend(self.capacity_adjustment(1));
     }
@@ -950,14 +928,15 @@ mod tests {
         let seq = a.on_send(t0, Grant::default(), 1);
         // The first success starts slow start at the cold-start rate.
         let adj = a.on_response(t0, seq, &signal(200, vec![]), true);
-        assert_eq!(rate_in(&adj), Some(COLD_START));
+        assert_eq!(rate_in(&adj), Some(Tuning::DEFAULT.cold_start));
         // 2 s later (a Retry-After block, say) one success grows the rate
         // by at most two intervals of slow start, not 2^8.
         let later = t0 + Duration::from_secs(2);
         let seq = a.on_send(later, Grant::default(), 1);
         let adj = a.on_response(later, seq, &signal(200, vec![]), true);
         let grown = rate_in(&adj).unwrap();
-        let most = COLD_START * 2f64.powf(0.2 / SLOW_START_DOUBLING.as_secs_f64());
+        let t = Tuning::DEFAULT;
+        let most = t.cold_start * 2f64.powf(0.2 / t.slow_start_doubling.as_secs_f64());
         assert!((grown - most).abs() < 0.01, "{grown} vs {most}");
     }
 

@@ -12,6 +12,7 @@ mod adapt;
 mod builder;
 mod engine;
 mod events;
+mod headerless;
 mod infer;
 mod learn;
 mod memory;

@@ -81,6 +81,10 @@ impl GiveUp {
     }
 }
 
+/// `Retry-After` counts whole seconds: a shorter wait says only that the
+/// server's own wait ends within a second.
+const RETRY_AFTER_RESOLUTION: Duration = Duration::from_secs(1);
+
 /// What the decision knows of one attempt.
 #[derive(Clone, Copy, Debug)]
 pub struct Attempted<'a> {
@@ -162,13 +166,22 @@ impl RetryPolicy {
         if let Some(reason) = self.refusal(attempt) {
             return Decision::GiveUp(reason);
         }
-        let delay = match attempt.server_wait {
-            Some(wait) => wait + jitter.extra(wait, attempt.draw),
-            None => self.backoff().delay(
+        let backoff = || {
+            self.backoff().delay(
                 attempt.number.saturating_sub(1),
                 attempt.previous_delay,
                 attempt.draw,
-            ),
+            )
+        };
+        let delay = match attempt.server_wait {
+            // A wait under a second is below `Retry-After`'s resolution of
+            // whole seconds (a `0` is a wait rounded down, not an
+            // invitation to retry at once): no sooner than the backoff.
+            Some(wait) if wait < RETRY_AFTER_RESOLUTION => {
+                (wait + jitter.extra(wait, attempt.draw)).max(backoff())
+            }
+            Some(wait) => wait + jitter.extra(wait, attempt.draw),
+            None => backoff(),
         };
         if let Some((left, limit)) = attempt.time_left {
             if delay > left {
@@ -407,5 +420,32 @@ mod tests {
                 limit: 10 * S
             })
         );
+    }
+
+    /// A `Retry-After: 0` (a wait under a second, rounded down) is waited
+    /// no sooner than the backoff: the retries are not spent at once.
+    #[test]
+    fn a_server_wait_under_its_resolution_is_no_sooner_than_the_backoff() {
+        let p = policy();
+        let jitter = ReleaseJitter::new(0.1, S).unwrap();
+        for number in 1..4 {
+            let told = Attempted {
+                server_wait: Some(Duration::ZERO),
+                ..failed(number)
+            };
+            let backoff = p.decide(&failed(number), jitter);
+            let Decision::Retry { delay, .. } = backoff else {
+                panic!("retried: {backoff:?}");
+            };
+            assert!(delay >= 100 * MS);
+            assert_eq!(p.decide(&told, jitter), retry(delay, true));
+        }
+        // A whole second or more is the server's, as it said.
+        let second = Attempted {
+            server_wait: Some(S),
+            draw: 0.0,
+            ..failed(3)
+        };
+        assert_eq!(p.decide(&second, jitter), retry(S, true));
     }
 }

@@ -1,0 +1,382 @@
+//! The header-less regime: a server that says nothing of its limit and only
+//! refuses (a 429, a 503, a 403 with `Retry-After`) once a key sends too
+//! fast. The key's rate is then found the way TCP finds a path's capacity,
+//! as a few named states and one [`Tuning`] whose fields say what each
+//! threshold trades off:
+//!
+//! - **Slow start.** From [`Tuning::cold_start`] the rate doubles every
+//!   [`Tuning::slow_start_doubling`] of sending until the first refusal.
+//! - **Cut.** A refusal of a request sent after the last cut names the
+//!   rate that was too fast: what the key delivered, and no more than the
+//!   server was seen to admit in the last second (slow start overshoots,
+//!   and what the server let through is the better measure). The rate drops
+//!   by [`Tuning::first_decrease`] the first time and
+//!   [`Tuning::later_decrease`] after that; a refusal with no admission
+//!   since the previous cut is a lockout (some limiters count refusals, and
+//!   every request sent while locked out extends it), and halves the rate
+//!   ([`Tuning::lockout_decrease`]) until one is admitted.
+//! - **Recovery.** The rate climbs back to [`Tuning::recover_to`] of the
+//!   rate that was too fast, linearly over [`Tuning::recovery`].
+//! - **Hold, then probe.** The target is held for [`Tuning::first_hold`],
+//!   then probed beyond, slowly at first and faster the longer no refusal
+//!   comes (the server's capacity may have grown). A probe refused near the
+//!   rate the previous one was refused at doubles the hold, up to
+//!   [`Tuning::max_hold`]: against a steady server the key settles into
+//!   one refusal per `max_hold`. A refusal elsewhere (the server changed)
+//!   starts the holds over.
+//!
+//! Pure arithmetic on `now`; the caller measures the send rate and applies
+//! the rate returned.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// The thresholds of the header-less regime, each a trade-off.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Tuning {
+    /// The rate a never-refused key starts at, per second. Lower starts are
+    /// slower to reach a fast server; higher ones overshoot a slow one.
+    pub(crate) cold_start: f64,
+    /// Slow start doubles the rate this often. Shorter finds a fast server
+    /// sooner; longer overshoots less before the first refusal arrives.
+    pub(crate) slow_start_doubling: Duration,
+    /// The cut on the first refusal (from slow start, which overshoots) and
+    /// on one at or below the target (it was found too high). Deeper drains
+    /// a server's queue sooner; shallower wastes less.
+    pub(crate) first_decrease: f64,
+    /// The cut on a refused probe, just past a rate the server allowed.
+    pub(crate) later_decrease: f64,
+    /// The cut on a refusal with no admission since the previous cut: a
+    /// lockout, which only sending less ends.
+    pub(crate) lockout_decrease: f64,
+    /// After a cut the rate climbs back to this share of the rate that was
+    /// too fast. Higher is closer to the limit; lower leaves more room for
+    /// a server whose limit wavers.
+    pub(crate) recover_to: f64,
+    /// ... within about this long.
+    pub(crate) recovery: Duration,
+    /// The target is held this long before the first probe beyond it.
+    pub(crate) first_hold: Duration,
+    /// The longest hold: one refusal per this long against a steady
+    /// server, and the longest a grown capacity goes unnoticed.
+    pub(crate) max_hold: Duration,
+    /// A probe refused within this share of the rate refused before found
+    /// the same ceiling: the hold doubles.
+    pub(crate) same_ceiling: f64,
+    /// A refused probe raises the target held before it by at most this
+    /// share: a server that absorbs a burst refuses a probe late, above
+    /// its limit. Larger finds a grown capacity in fewer probes; smaller
+    /// costs fewer refusals after each.
+    pub(crate) max_rise: f64,
+    /// A probe starts by adding this share of the rate that was too fast
+    /// per second ...
+    pub(crate) probe_per_second: f64,
+    /// ... and its growth doubles this often while no refusal comes.
+    pub(crate) probe_doubling: Duration,
+    /// Fewer sends than this in the last second measure no rate: the rate
+    /// applied stands for what was delivered.
+    pub(crate) min_sample: f64,
+    /// The slowest rate the regime goes down to, per second.
+    pub(crate) min_rate: f64,
+}
+
+impl Tuning {
+    /// The tuning every key uses.
+    pub(crate) const DEFAULT: Tuning = Tuning {
+        cold_start: 10.0,
+        slow_start_doubling: Duration::from_millis(500),
+        first_decrease: 0.7,
+        later_decrease: 0.9,
+        lockout_decrease: 0.7,
+        recover_to: 0.97,
+        recovery: Duration::from_millis(1_000),
+        first_hold: Duration::from_secs(8),
+        max_hold: Duration::from_secs(64),
+        same_ceiling: 0.1,
+        max_rise: 0.05,
+        probe_per_second: 0.02,
+        probe_doubling: Duration::from_secs(2),
+        min_sample: 4.0,
+        min_rate: 0.1,
+    };
+}
+
+/// Where the header-less regime stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Nothing learned: the configured ceiling, or no limit at all.
+    Open,
+    /// Never refused: doubling from [`Tuning::cold_start`].
+    SlowStart,
+    /// Refused before: recovering towards, holding, or probing past the
+    /// rate that was too fast.
+    Steady,
+}
+
+/// The header-less regime's state.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Congestion {
+    pub(crate) phase: Phase,
+    /// Requests sent up to this sequence number belong to the burst that
+    /// caused the last cut.
+    pub(crate) decreased_at: Option<u64>,
+    /// The delivered rate that was too fast.
+    pub(crate) too_fast: f64,
+    /// The rate this regime aims at.
+    pub(crate) rate: f64,
+    /// When the rate last grew (or was cut).
+    pub(crate) grown_at: Option<Instant>,
+    /// The rate the regime climbs back to after a cut, and holds.
+    target: f64,
+    /// The rate the last cut went down to: recovery closes the gap from it.
+    cut_to: f64,
+    /// How long the target is held before a probe.
+    hold: Duration,
+    /// When the rate reached its target, if it has since the last cut.
+    held_since: Option<Instant>,
+    /// Whether a request was admitted since the last cut.
+    admitted_since_cut: bool,
+    /// Whether a request was ever admitted.
+    ever_admitted: bool,
+}
+
+impl Congestion {
+    /// Nothing learned yet.
+    pub(crate) fn open() -> Congestion {
+        Congestion {
+            phase: Phase::Open,
+            decreased_at: None,
+            too_fast: 0.0,
+            rate: 0.0,
+            grown_at: None,
+            target: 0.0,
+            cut_to: 0.0,
+            hold: Tuning::DEFAULT.first_hold,
+            held_since: None,
+            admitted_since_cut: true,
+            ever_admitted: false,
+        }
+    }
+
+    /// Going on from `rate`, in `phase`, with `too_fast` the rate refused
+    /// (a key that comes back, or joins a fleet that has learned a rate).
+    pub(crate) fn resumed(phase: Phase, rate: f64, too_fast: f64) -> Congestion {
+        Congestion {
+            phase,
+            too_fast,
+            rate,
+            target: too_fast * Tuning::DEFAULT.recover_to,
+            cut_to: rate,
+            ..Congestion::open()
+        }
+    }
+
+    /// The rate the regime climbs back to after a cut, and holds.
+    pub(crate) fn target(&self) -> f64 {
+        self.target
+    }
+
+    /// Whether the rate is still climbing back to its target (below it by
+    /// more than a limiter's rounding of a rate to whole nanoseconds).
+    pub(crate) fn recovering(&self, rate: f64) -> bool {
+        self.phase == Phase::Steady && rate < self.target * (1.0 - 1e-6)
+    }
+
+    /// Whether the server refuses everything it was sent since the first
+    /// cut: failing rather than limiting, which the retry policy's backoff
+    /// and budget pace, not the rate (cut once, it would go to nothing).
+    pub(crate) fn failing(&self) -> bool {
+        self.phase == Phase::Steady && !self.ever_admitted
+    }
+
+    /// A response was admitted.
+    pub(crate) fn admitted(&mut self) {
+        self.admitted_since_cut = true;
+        self.ever_admitted = true;
+    }
+
+    /// A refusal of a request sent after the last cut, while `delivered`
+    /// was being sent and the server was seen to admit `admitted` (per
+    /// second, over the last second, where measured); `sent` is the key's
+    /// send count now. Returns the rate to go down to.
+    pub(crate) fn cut(
+        &mut self,
+        now: Instant,
+        sent: u64,
+        (delivered, admitted): (f64, Option<f64>),
+        t: &Tuning,
+    ) -> f64 {
+        let delivered = delivered.max(t.min_rate);
+        // Sending faster than the server lets through (slow start's
+        // overshoot, a rate found too high): what it let through is the
+        // better measure of the rate that is too fast. Not for a probe,
+        // whose climb a second's average lags.
+        let measured = admitted.map_or(delivered, |a| delivered.min(a.max(t.min_rate)));
+        let probing = self.phase == Phase::Steady && self.rate > self.target;
+        let held = self.target;
+        let (too_fast, target, rate) = match self.phase {
+            Phase::Open | Phase::SlowStart => (
+                measured,
+                measured * t.recover_to,
+                measured * t.first_decrease,
+            ),
+            // Refused again before anything was admitted, by a server that
+            // admitted before (one that never did is failing, not
+            // limiting: the retry policy's budget is for that): a lockout.
+            Phase::Steady if !self.admitted_since_cut && self.ever_admitted => {
+                let from = self.rate.min(delivered);
+                let target = held.min(from * t.recover_to);
+                (from, target, from * t.lockout_decrease)
+            }
+            // A probe refused: the target held through the hold was fine,
+            // and the server refused somewhere between it and `delivered`.
+            // Refused where the last probe was, the refusal is late (the
+            // server absorbs a burst above its limit): the target rises by
+            // at most a step. Refused elsewhere, the server changed: the
+            // target goes to just under the rate refused.
+            Phase::Steady if probing => {
+                let same = (delivered - self.too_fast).abs() <= self.too_fast * t.same_ceiling;
+                self.hold = if same {
+                    (self.hold * 2).min(t.max_hold)
+                } else {
+                    t.first_hold
+                };
+                let most = if same {
+                    held * (1.0 + t.max_rise)
+                } else {
+                    f64::INFINITY
+                };
+                let target = (delivered * t.recover_to).clamp(held, most);
+                (delivered, target, target * t.later_decrease)
+            }
+            // Refused at or below the target: it was too high (the server
+            // tightened, or the rate refused was overestimated).
+            Phase::Steady => {
+                let from = self.rate.min(measured);
+                (from, from * t.recover_to, from * t.first_decrease)
+            }
+        };
+        let rate = rate.max(t.min_rate);
+        *self = Congestion {
+            phase: Phase::Steady,
+            decreased_at: Some(sent),
+            too_fast,
+            rate,
+            grown_at: Some(now),
+            target: target.max(t.min_rate),
+            cut_to: rate,
+            held_since: None,
+            admitted_since_cut: false,
+            ..*self
+        };
+        rate
+    }
+
+    /// The rate after a success at `now`, from `current`, with `dt` seconds
+    /// of sending since the last growth.
+    pub(crate) fn grow(&mut self, now: Instant, current: f64, dt: f64, t: &Tuning) -> f64 {
+        let rate = match self.phase {
+            Phase::Open => t.cold_start,
+            Phase::SlowStart => current * 2f64.powf(dt / t.slow_start_doubling.as_secs_f64()),
+            Phase::Steady => self.steady(now, current, dt, t),
+        };
+        if self.phase == Phase::Open {
+            self.phase = Phase::SlowStart;
+        }
+        self.rate = rate.max(t.min_rate);
+        self.grown_at = Some(now);
+        self.rate
+    }
+
+    /// Recovery, hold or probe.
+    fn steady(&mut self, now: Instant, current: f64, dt: f64, t: &Tuning) -> f64 {
+        let target = self.target;
+        if self.recovering(current) {
+            let gap = (target - self.cut_to).max(target * 0.05);
+            return (current + gap * dt / t.recovery.as_secs_f64()).min(target);
+        }
+        let since = *self.held_since.get_or_insert(now);
+        let probing_for = now
+            .saturating_duration_since(since)
+            .saturating_sub(self.hold);
+        if probing_for.is_zero() {
+            return current.max(target);
+        }
+        let speed = t.probe_per_second
+            * target
+            * 2f64.powf(probing_for.as_secs_f64() / t.probe_doubling.as_secs_f64());
+        current.max(target) + speed * dt
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: Tuning = Tuning::DEFAULT;
+
+    #[test]
+    fn a_probe_refused_at_the_same_ceiling_doubles_the_hold_up_to_the_most() {
+        let now = Instant::now();
+        let mut c = Congestion::resumed(Phase::Steady, 19.4, 20.0);
+        for expected in [16, 32, 64, 64] {
+            c.rate = 20.5;
+            c.admitted();
+            c.cut(now, 1, (20.3, None), &T);
+            assert_eq!(c.hold, Duration::from_secs(expected));
+        }
+        // A probe refused far above: the server grew, the holds start over.
+        c.rate = 30.0;
+        c.admitted();
+        c.cut(now, 1, (29.0, None), &T);
+        assert_eq!(c.hold, T.first_hold);
+    }
+
+    #[test]
+    fn a_refusal_without_an_admission_since_the_cut_cuts_again() {
+        let now = Instant::now();
+        let mut c = Congestion::resumed(Phase::Steady, 19.0, 20.0);
+        c.admitted();
+        // Refused below the target: from the rate sent.
+        let first = c.cut(now, 1, (20.0, None), &T);
+        assert_eq!(first, 19.0 * T.first_decrease);
+        // Refused again before an admission: a lockout, from what was sent.
+        let second = c.cut(now, 2, (30.0, None), &T);
+        assert_eq!(second, first * T.lockout_decrease);
+        assert_eq!(c.cut(now, 3, (1.0, None), &T), T.lockout_decrease);
+        assert!(c.target() <= T.recover_to, "{}", c.target());
+        // Admitted again, then refused at or below the target: a cut from
+        // the rate sent.
+        c.admitted();
+        let rate = c.rate;
+        let after = c.cut(now, 4, (5.0, None), &T);
+        assert_eq!(after, rate * T.first_decrease);
+    }
+
+    #[test]
+    fn recovery_reaches_the_target_within_its_time_then_holds_then_probes() {
+        let start = Instant::now();
+        let mut c = Congestion::resumed(Phase::SlowStart, 40.0, 0.0);
+        c.admitted();
+        let mut rate = c.cut(start, 1, (20.0, None), &T);
+        assert_eq!(rate, 14.0);
+        let step = 0.05;
+        let mut at = start;
+        let mut reached = None;
+        for _ in 0..200 {
+            at += Duration::from_secs_f64(step);
+            rate = c.grow(at, rate, step, &T);
+            if reached.is_none() && rate >= 20.0 * T.recover_to {
+                reached = Some(at - start);
+            }
+        }
+        let reached = reached.expect("recovers");
+        assert!(
+            reached <= T.recovery + Duration::from_millis(60),
+            "{reached:?}"
+        );
+        // 10 s: the target held for the first hold, then a slow probe.
+        assert!(rate > 20.0 * T.recover_to && rate < 20.0 * 1.02, "{rate}");
+    }
+}
