@@ -32,11 +32,12 @@ mod key;
 mod server;
 mod state;
 
+pub mod space;
 pub mod zoo;
 
 pub use algorithm::Algorithm;
-pub use dialect::{Dialect, ResetFormat};
+pub use dialect::{Dialect, ResetFormat, RetryAfterPrecision};
 pub use fault::{Fault, RetryAfter};
 pub use key::ClientKey;
-pub use server::{RateLimitedServer, ServerBuilder};
+pub use server::{RateLimitedServer, ServerBuilder, ServerService};
 pub use state::{Counts, Outcome, RequestRecord, ServerStats};
