@@ -94,15 +94,25 @@ pub enum Algorithm {
 impl Algorithm {
     /// The true long-run limit, in requests per second: the rate, or the
     /// limit per window.
+    ///
+    /// A sliding counter's is lower than its stated `limit / window`: in a
+    /// window that follows a non-empty one, the previous window still
+    /// weighs something until the very end, so at most `limit − 1` pass;
+    /// and `limit` pass only after an empty window. The best a client can
+    /// sustain is `max(limit − 1, limit / 2)` per window.
     pub fn sustained_per_second(&self) -> f64 {
+        let per =
+            |count: f64, window: Duration| count / window.as_secs_f64().max(f64::MIN_POSITIVE);
         match *self {
             Algorithm::TokenBucket { rate, .. }
             | Algorithm::LeakyBucket { rate, .. }
             | Algorithm::Gcra { rate, .. } => rate.per_second_f64(),
-            Algorithm::FixedWindow { limit, window }
-            | Algorithm::SlidingLog { limit, window }
-            | Algorithm::SlidingCounter { limit, window } => {
-                limit as f64 / window.as_secs_f64().max(f64::MIN_POSITIVE)
+            Algorithm::FixedWindow { limit, window } | Algorithm::SlidingLog { limit, window } => {
+                per(limit as f64, window)
+            }
+            Algorithm::SlidingCounter { limit, window } => {
+                let limit = limit as f64;
+                per((limit - 1.0).max(limit / 2.0), window)
             }
         }
     }
@@ -535,5 +545,112 @@ mod tests {
         assert_eq!(admitted, 6);
         assert_eq!(m.decide(&alg, 50 * MS, false).until_one, None);
         assert_eq!(alg.sustained_per_second(), 20.0);
+    }
+
+    #[test]
+    fn a_sliding_counter_weighs_the_previous_window_by_what_is_left_of_it() {
+        let alg = Algorithm::SlidingCounter {
+            limit: 10,
+            window: Duration::from_secs(1),
+        };
+        let mut m = alg.meter();
+        for _ in 0..10 {
+            assert_eq!(m.decide(&alg, 900 * MS, false).until_one, None);
+        }
+        let refused = m.decide(&alg, 950 * MS, false);
+        // The next window starts at 1 s with the 10 as its previous one;
+        // at 1.1 s they weigh 9, and one more makes 10.
+        assert_eq!(refused.until_one, Some(Duration::from_millis(150)));
+        assert_eq!(refused.reset, Duration::from_millis(50));
+        assert!(m.decide(&alg, 1_099 * MS, false).until_one.is_some());
+        let d = m.decide(&alg, 1_100 * MS, false);
+        assert_eq!((d.until_one, d.remaining), (None, 0));
+        // Within the window, the next slot opens as the previous decays:
+        // 10 × (1 − x) + 1 + 1 ≤ 10 at x = 0.2.
+        assert_eq!(
+            m.decide(&alg, 1_150 * MS, false).until_one,
+            Some(Duration::from_millis(50))
+        );
+        // Two windows on, nothing is left of either.
+        assert!(m.is_idle(&alg, 3_000 * MS));
+        assert_eq!(m.decide(&alg, 3_000 * MS, false).remaining, 9);
+    }
+
+    #[test]
+    fn a_sliding_counter_with_a_full_window_waits_for_the_next_ones_decay() {
+        let alg = Algorithm::SlidingCounter {
+            limit: 1,
+            window: Duration::from_secs(2),
+        };
+        let mut m = alg.meter();
+        assert_eq!(m.decide(&alg, 0, false).until_one, None);
+        // A limit of 1 with one in the previous window admits nothing
+        // until that window has fully left: at 4 s.
+        assert_eq!(
+            m.decide(&alg, 500 * MS, false).until_one,
+            Some(Duration::from_millis(3_500))
+        );
+        assert!(m.decide(&alg, 3_999 * MS, false).until_one.is_some());
+        assert_eq!(m.decide(&alg, 4_000 * MS, false).until_one, None);
+    }
+
+    #[test]
+    fn counting_refusals_pushes_a_bucket_one_interval_per_refusal() {
+        let alg = Algorithm::TokenBucket {
+            rate: Rate::per_second(10).unwrap(),
+            burst: 1,
+        };
+        let mut m = alg.meter();
+        assert_eq!(m.decide(&alg, 0, true).until_one, None);
+        assert_eq!(
+            m.decide(&alg, 0, true).until_one,
+            Some(Duration::from_millis(200))
+        );
+        assert_eq!(
+            m.decide(&alg, 100 * MS, true).until_one,
+            Some(Duration::from_millis(200))
+        );
+        // Told 300 ms at 0, the client that waits it out is admitted.
+        assert!(m.decide(&alg, 299 * MS, false).until_one.is_some());
+        assert_eq!(m.decide(&alg, 300 * MS, true).until_one, None);
+    }
+
+    #[test]
+    fn counting_refusals_logs_them_in_a_moving_window() {
+        let alg = Algorithm::SlidingLog {
+            limit: 2,
+            window: Duration::from_secs(1),
+        };
+        let mut m = alg.meter();
+        m.decide(&alg, 0, true);
+        m.decide(&alg, 0, true);
+        // Refused at 0.5 s and logged: three in the window, so one passes
+        // only when two have left, at 1 s; and refused again at 0.9 s, the
+        // fourth entry delays it to when three have left, at 1.5 s.
+        assert_eq!(
+            m.decide(&alg, 500 * MS, true).until_one,
+            Some(Duration::from_millis(500))
+        );
+        assert_eq!(
+            m.decide(&alg, 900 * MS, true).until_one,
+            Some(Duration::from_millis(600))
+        );
+        assert!(m.decide(&alg, 1_499 * MS, false).until_one.is_some());
+        assert_eq!(m.decide(&alg, 1_500 * MS, true).until_one, None);
+    }
+
+    #[test]
+    fn a_gcra_states_its_period() {
+        let alg = Algorithm::Gcra {
+            rate: Rate::per_minute(600).unwrap(),
+            burst: 5,
+        };
+        assert_eq!(alg.window(), Duration::from_secs(60));
+        assert_eq!(alg.sustained_per_second(), 10.0);
+        let mut m = alg.meter();
+        let admitted = (0..10)
+            .filter(|_| m.decide(&alg, 0, false).until_one.is_none())
+            .count();
+        assert_eq!(admitted, 5);
     }
 }

@@ -612,7 +612,9 @@ impl Workload {
 #[non_exhaustive]
 pub struct RunFigures {
     /// Requests the main limiter admitted within the run ÷ (true
-    /// sustained limit × the run's duration).
+    /// sustained limit × the run's duration). The run is `[0, duration)`:
+    /// a 60 s window that opens again at exactly 60 s is not counted
+    /// twice.
     pub goodput: f64,
     /// Share of responses refused, by the main limiter or the front one.
     pub refused: f64,
@@ -640,7 +642,7 @@ impl RunFigures {
         let records = server.requests();
         let admitted = records
             .iter()
-            .filter(|r| r.at <= run && r.outcome == Outcome::Admitted)
+            .filter(|r| r.at < run && r.outcome == Outcome::Admitted)
             .count() as u64;
         let refused = records
             .iter()
