@@ -77,16 +77,15 @@ fn meets_goal(f: &RunFigures) -> bool {
 /// Misses per kind of server: by algorithm, headers, `Retry-After`,
 /// counted refusals and front limiter.
 fn summary(runs: &[(ServerSpec, RunFigures)]) {
-    let mut groups: std::collections::BTreeMap<String, (usize, usize, usize, usize, usize)> =
-        Default::default();
+    let mut groups: std::collections::BTreeMap<String, Vec<&RunFigures>> = Default::default();
     for (spec, f) in runs {
         let text = spec.to_string();
         let parts: Vec<&str> = text.split(" | ").collect();
         let algorithm = parts[0].split(' ').next().unwrap_or("");
-        let headers = parts[1].split(' ').next().unwrap_or("");
+        let headers = parts[1].split(" limit").next().unwrap_or("");
         let mut keys = vec![
             format!("algorithm {algorithm}"),
-            format!("headers {}", if headers == "no" { "none" } else { headers }),
+            format!("headers {headers}"),
             format!("counts refusals {}", spec.counts_refusals),
             format!("front {}", spec.front.is_some()),
             match spec.retry_after {
@@ -101,17 +100,25 @@ fn summary(runs: &[(ServerSpec, RunFigures)]) {
             keys.push("burst 1".to_owned());
         }
         for key in keys {
-            let g = groups.entry(key).or_default();
-            g.0 += 1;
-            g.1 += usize::from(!meets_goal(f));
-            g.2 += usize::from(f.goodput < 0.95);
-            g.3 += usize::from(f.refused > 0.01);
-            g.4 += usize::from(f.failed > 0);
+            groups.entry(key).or_default().push(f);
         }
     }
-    println!("by kind: servers, missing the goal, goodput < 0.95, refused > 1 %, failures");
-    for (key, (n, miss, low, refused, failed)) in groups {
-        println!("  {key:<32} {n:>4} {miss:>4} {low:>4} {refused:>4} {failed:>4}");
+    println!(
+        "by kind: servers, missing the goal, goodput < 0.95, refused > 1 %, failing, median goodput"
+    );
+    for (key, figures) in groups {
+        let count = |f: &dyn Fn(&RunFigures) -> bool| figures.iter().filter(|r| f(r)).count();
+        let mut goodput: Vec<f64> = figures.iter().map(|f| f.goodput).collect();
+        goodput.sort_by(f64::total_cmp);
+        println!(
+            "  {key:<34} {:>4} {:>4} {:>4} {:>4} {:>4}  {:.3}",
+            figures.len(),
+            count(&|f| !meets_goal(f)),
+            count(&|f| f.goodput < 0.95),
+            count(&|f| f.refused > 0.01),
+            count(&|f| f.failed > 0),
+            quantile(&goodput, 0.5),
+        );
     }
 }
 
@@ -119,7 +126,12 @@ fn summary(runs: &[(ServerSpec, RunFigures)]) {
 /// 1 % of responses refused, with rate-limit headers or without (over the
 /// 60 s); no failed logical request.
 #[tokio::test(start_paused = true)]
-#[ignore = "known gap: see the measured figures in the ignore message of the branch"]
+#[ignore = "known gap: on seeds 0..500 the default client misses the goal on 298 servers \
+            (goodput min 0.006, p10 0.42, median 0.958; refused p90 26 %, max 99 %; 171,637 failed \
+            logical requests): buckets of burst 1 whose headers always say remaining 0 \
+            (58 of 62 miss, goodput down to 0.6 %), servers with no headers or only Retry-After \
+            (116 of 131), X-RateLimit with no reset (38 of 53, most refused > 1 %), a header-less \
+            front limiter (68 of 90), and windows and counters paced at 86-94 % of their limit"]
 async fn server_space() {
     let first = env_u64("SPACE_SEED", 0);
     let count = env_u64("SPACE_COUNT", 500);
@@ -140,9 +152,13 @@ async fn server_space() {
     let failed: u64 = runs.iter().map(|(_, f)| f.failed).sum();
     println!("failed logical requests: {failed}");
 
+    // How far a run is from the goal: the shortfall of goodput (as a share
+    // of the goal), the excess refused, and the share of logical requests
+    // that failed.
     let short = |(_, f): &(ServerSpec, RunFigures)| {
-        let miss = (0.95 - f.goodput).max(0.0) * 10.0 + (f.refused - 0.01).max(0.0) * 10.0;
-        miss + f.failed as f64 + (1.0 - f.goodput.min(1.0)) * 0.01
+        (0.95 - f.goodput).max(0.0) / 0.95
+            + (f.refused - 0.01).max(0.0)
+            + f.failed as f64 / f.logical.max(1) as f64
     };
     let mut worst: Vec<&(ServerSpec, RunFigures)> = runs.iter().collect();
     worst.sort_by(|a, b| short(b).total_cmp(&short(a)));

@@ -33,7 +33,8 @@ use crate::Error;
 /// request leaves a moving window). Draft 6 and 7 are what
 /// express-rate-limit writes with `standardHeaders: 'draft-6'` and
 /// `'draft-7'`. [`ResetFormat`] changes how the `X-RateLimit` family writes
-/// its reset.
+/// its reset (or leaves it out), and [`RetryAfterPrecision`] how
+/// `Retry-After` is rounded.
 ///
 /// The limit is the server's rate in whole requests per second (rounded to
 /// the nearest, at least 1); the bucket itself enforces the exact rate.

@@ -49,12 +49,20 @@ use crate::{Error, Rate};
 ///   Every response carries a `Date` set by the server from the same
 ///   wall-clock instant as any epoch value in it.
 /// - **Other servers.** [`algorithm`](ServerBuilder::algorithm) swaps the
-///   token bucket for a fixed window, a moving window or nginx's leaky
-///   bucket; [`reset_format`](ServerBuilder::reset_format),
+///   token bucket for a fixed window, a moving window, a sliding window
+///   counter, a GCRA or nginx's leaky bucket;
+///   [`counts_refusals`](ServerBuilder::counts_refusals) makes it count what
+///   it refuses; [`front_limiter`](ServerBuilder::front_limiter) puts a
+///   header-less proxy limiter in front;
+///   [`reset_format`](ServerBuilder::reset_format),
 ///   [`limit_is_burst`](ServerBuilder::limit_is_burst),
-///   [`refusal_status`](ServerBuilder::refusal_status) and
-///   [`retry_after`](ServerBuilder::retry_after) write the headers as other
-///   servers do; [`zoo`](super::zoo) has one preset per real server family.
+///   [`refusal_status`](ServerBuilder::refusal_status),
+///   [`retry_after`](ServerBuilder::retry_after) and
+///   [`retry_after_precision`](ServerBuilder::retry_after_precision) write
+///   the headers as other servers do; [`zoo`](super::zoo) has one preset
+///   per real server family, and [`space`](super::space) generates them.
+/// - **In process.** [`service`](Self::service) answers without a socket,
+///   through the same decision and header code.
 /// - **Tokio time.** Buckets, [`latency`](ServerBuilder::latency),
 ///   [`change_limit_at`](ServerBuilder::change_limit_at) and
 ///   [`RequestRecord::at`] run on tokio's clock, and the server is spawned
