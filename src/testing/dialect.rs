@@ -33,7 +33,8 @@ use crate::Error;
 /// request leaves a moving window). Draft 6 and 7 are what
 /// express-rate-limit writes with `standardHeaders: 'draft-6'` and
 /// `'draft-7'`. [`ResetFormat`] changes how the `X-RateLimit` family writes
-/// its reset.
+/// its reset (or leaves it out), and [`RetryAfterPrecision`] how
+/// `Retry-After` is rounded.
 ///
 /// The limit is the server's rate in whole requests per second (rounded to
 /// the nearest, at least 1); the bucket itself enforces the exact rate.
@@ -132,15 +133,54 @@ pub enum ResetFormat {
     /// The epoch of the reset in seconds with three decimals (a moving
     /// window behind flask-limiter).
     EpochFractional,
+    /// The epoch millisecond of the reset, rounded up (some Node and Java
+    /// limiters write `Date.now()`-style resets).
+    EpochMillis,
+    /// No reset header at all: only the limit and what remains.
+    Omitted,
+}
+
+/// How a refusal's `Retry-After` writes the wait until a request would be
+/// admitted ([`ServerBuilder::retry_after_precision`]).
+///
+/// [`ServerBuilder::retry_after_precision`]: super::ServerBuilder::retry_after_precision
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RetryAfterPrecision {
+    /// Whole seconds rounded up, at least 1: a client that waits what it
+    /// is told is never early (the default).
+    #[default]
+    Ceil,
+    /// Whole seconds rounded down, so a wait under a second is written
+    /// `0` and a client that waits what it is told is early.
+    Floor,
+    /// Seconds with three decimals, rounded up to the millisecond
+    /// (`Retry-After: 0.250`; not an RFC 9110 value, but servers send it).
+    Fractional,
+}
+
+impl RetryAfterPrecision {
+    /// The `Retry-After` value for a wait of `wait`.
+    pub(crate) fn write(self, wait: Duration) -> String {
+        match self {
+            RetryAfterPrecision::Ceil => ceil_secs(wait).max(1).to_string(),
+            RetryAfterPrecision::Floor => wait.as_secs().to_string(),
+            RetryAfterPrecision::Fractional => {
+                let millis = wait.as_nanos().div_ceil(1_000_000);
+                format!("{}.{:03}", millis / 1000, millis % 1000)
+            }
+        }
+    }
 }
 
 /// How the headers are written: the dialect, its reset format, and
-/// whether refusals carry `Retry-After`.
+/// whether refusals carry `Retry-After`, and how precisely.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Style {
     pub(crate) dialect: Dialect,
     pub(crate) reset: ResetFormat,
     pub(crate) retry_after: bool,
+    pub(crate) precision: RetryAfterPrecision,
 }
 
 impl Style {
@@ -154,6 +194,7 @@ impl Style {
                 ResetFormat::DeltaSeconds
             },
             retry_after: dialect != Dialect::None,
+            precision: RetryAfterPrecision::Ceil,
         }
     }
 }
@@ -219,24 +260,29 @@ pub(crate) fn write(
     let reset = ceil_secs(until_full);
     let w = ceil_secs(window).max(1);
     let since = now.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
+    let at_reset = since.saturating_add(until_full);
     let x_reset = match style.reset {
-        ResetFormat::DeltaSeconds => reset.to_string(),
-        ResetFormat::EpochSeconds => ceil_secs(since.saturating_add(until_full)).to_string(),
-        ResetFormat::EpochFractional => {
-            format!("{:.3}", since.saturating_add(until_full).as_secs_f64())
-        }
+        ResetFormat::DeltaSeconds => Some(reset.to_string()),
+        ResetFormat::EpochSeconds => Some(ceil_secs(at_reset).to_string()),
+        ResetFormat::EpochFractional => Some(format!("{:.3}", at_reset.as_secs_f64())),
+        ResetFormat::EpochMillis => Some(at_reset.as_nanos().div_ceil(1_000_000).to_string()),
+        ResetFormat::Omitted => None,
     };
     match style.dialect {
         Dialect::XRateLimit => {
             put(headers, "x-ratelimit-limit", limit);
             put(headers, "x-ratelimit-remaining", remaining);
-            put(headers, "x-ratelimit-reset", x_reset);
+            if let Some(x_reset) = x_reset {
+                put(headers, "x-ratelimit-reset", x_reset);
+            }
         }
         Dialect::GitHub => {
             put(headers, "x-ratelimit-limit", limit);
             put(headers, "x-ratelimit-remaining", remaining);
             put(headers, "x-ratelimit-used", limit.saturating_sub(remaining));
-            put(headers, "x-ratelimit-reset", x_reset);
+            if let Some(x_reset) = x_reset {
+                put(headers, "x-ratelimit-reset", x_reset);
+            }
             put(headers, "x-ratelimit-resource", resource);
         }
         Dialect::Ietf => {
@@ -268,7 +314,9 @@ pub(crate) fn write(
         Dialect::None => {}
     }
     if let (Some(wait), true) = (until_one, style.retry_after) {
-        headers.insert(RETRY_AFTER, HeaderValue::from(ceil_secs(wait).max(1)));
+        if let Ok(value) = HeaderValue::try_from(style.precision.write(wait)) {
+            headers.insert(RETRY_AFTER, value);
+        }
     }
 }
 
@@ -307,6 +355,32 @@ mod tests {
         assert_eq!(ceil_secs(Duration::from_nanos(1)), 1);
         assert_eq!(ceil_secs(Duration::from_secs(2)), 2);
         assert_eq!(ceil_secs(Duration::from_millis(2001)), 3);
+    }
+
+    #[test]
+    fn retry_after_precisions() {
+        let wait = 1_200 * MS + Duration::from_nanos(1);
+        assert_eq!(RetryAfterPrecision::Ceil.write(wait), "2");
+        assert_eq!(RetryAfterPrecision::Floor.write(wait), "1");
+        assert_eq!(RetryAfterPrecision::Fractional.write(wait), "1.201");
+        assert_eq!(RetryAfterPrecision::Floor.write(400 * MS), "0");
+        assert_eq!(RetryAfterPrecision::Ceil.write(400 * MS), "1");
+        assert_eq!(RetryAfterPrecision::Fractional.write(40 * MS), "0.040");
+    }
+
+    #[test]
+    fn reset_in_epoch_millis_or_omitted() {
+        let now = UNIX_EPOCH + Duration::from_millis(1_700_000_000_900);
+        let mut style = Style::of(Dialect::XRateLimit);
+        style.reset = ResetFormat::EpochMillis;
+        let mut h = HeaderMap::new();
+        write(&style, &figures(None), now, "core", &mut h);
+        assert_eq!(text(&h, "x-ratelimit-reset"), Some("1700000001100"));
+        style.reset = ResetFormat::Omitted;
+        let mut h = HeaderMap::new();
+        write(&style, &figures(None), now, "core", &mut h);
+        assert_eq!(text(&h, "x-ratelimit-reset"), None);
+        assert_eq!(text(&h, "x-ratelimit-remaining"), Some("0"));
     }
 
     #[test]

@@ -18,6 +18,14 @@
 //! paused-clock tests exact at both ends, and it means a busy client slows
 //! the server down just as it slows itself.
 //!
+//! [`RateLimitedServer::service`] answers in process, as a tower `Service`
+//! of reqwest requests, through the same decision and header code as the
+//! HTTP handler: a [`PaceLayer`](crate::PaceLayer) around it runs the
+//! client's engine against the server with no sockets. [`space`] generates
+//! servers from seeds (algorithm, parameters, headers, `Retry-After`
+//! precision, counted refusals, status, a front limiter) and measures a
+//! client's run on one; [`zoo`] names one per family of real servers.
+//!
 //! Paused-clock tests: run client and server in one
 //! `#[tokio::test(start_paused = true)]` (the default current-thread
 //! flavour). Tokio advances a paused clock only when every task is idle,
@@ -32,11 +40,12 @@ mod key;
 mod server;
 mod state;
 
+pub mod space;
 pub mod zoo;
 
 pub use algorithm::Algorithm;
-pub use dialect::{Dialect, ResetFormat};
+pub use dialect::{Dialect, ResetFormat, RetryAfterPrecision};
 pub use fault::{Fault, RetryAfter};
 pub use key::ClientKey;
-pub use server::{RateLimitedServer, ServerBuilder};
+pub use server::{RateLimitedServer, ServerBuilder, ServerService};
 pub use state::{Counts, Outcome, RequestRecord, ServerStats};

@@ -1,8 +1,11 @@
 //! The HTTP side: an axum service on a loopback port, spawned on the
 //! caller's tokio runtime.
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use axum::body::Body;
@@ -12,15 +15,16 @@ use axum::Router;
 use futures::StreamExt;
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, StatusCode};
+use reqwest::ResponseBuilderExt as _;
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::algorithm::Algorithm;
-use super::dialect::{self, http_date, Dialect, ResetFormat, Style};
+use super::dialect::{self, http_date, Dialect, ResetFormat, RetryAfterPrecision, Style};
 use super::fault::{Fault, RetryAfter};
-use super::key::client_key;
-use super::state::{RequestRecord, Seen, ServerStats, State, Verdict};
+use super::key::{client_key, ClientKey};
+use super::state::{Front, Policy, RequestRecord, Seen, ServerStats, State, Verdict};
 use crate::{Error, Rate};
 
 /// A real HTTP/1.1 server on a loopback port that limits each client with a
@@ -45,12 +49,20 @@ use crate::{Error, Rate};
 ///   Every response carries a `Date` set by the server from the same
 ///   wall-clock instant as any epoch value in it.
 /// - **Other servers.** [`algorithm`](ServerBuilder::algorithm) swaps the
-///   token bucket for a fixed window, a moving window or nginx's leaky
-///   bucket; [`reset_format`](ServerBuilder::reset_format),
+///   token bucket for a fixed window, a moving window, a sliding window
+///   counter, a GCRA or nginx's leaky bucket;
+///   [`counts_refusals`](ServerBuilder::counts_refusals) makes it count what
+///   it refuses; [`front_limiter`](ServerBuilder::front_limiter) puts a
+///   header-less proxy limiter in front;
+///   [`reset_format`](ServerBuilder::reset_format),
 ///   [`limit_is_burst`](ServerBuilder::limit_is_burst),
-///   [`refusal_status`](ServerBuilder::refusal_status) and
-///   [`retry_after`](ServerBuilder::retry_after) write the headers as other
-///   servers do; [`zoo`](super::zoo) has one preset per real server family.
+///   [`refusal_status`](ServerBuilder::refusal_status),
+///   [`retry_after`](ServerBuilder::retry_after) and
+///   [`retry_after_precision`](ServerBuilder::retry_after_precision) write
+///   the headers as other servers do; [`zoo`](super::zoo) has one preset
+///   per real server family, and [`space`](super::space) generates them.
+/// - **In process.** [`service`](Self::service) answers without a socket,
+///   through the same decision and header code.
 /// - **Tokio time.** Buckets, [`latency`](ServerBuilder::latency),
 ///   [`change_limit_at`](ServerBuilder::change_limit_at) and
 ///   [`RequestRecord::at`] run on tokio's clock, and the server is spawned
@@ -140,6 +152,32 @@ impl App {
             .checked_add(elapsed)
             .unwrap_or(self.wall_origin)
     }
+
+    /// Decides one request, counts and logs it, and writes its answer:
+    /// the one path from a request to a response, for HTTP and in-process
+    /// calls alike.
+    fn answer(&self, key: ClientKey, method: http::Method, path: &str) -> Answer {
+        let seen = Seen {
+            key,
+            method,
+            path: path.to_owned(),
+        };
+        let now = self.elapsed();
+        let (verdict, resource) = {
+            let mut state = self.state();
+            let resource = state.resource_name(&seen.path).to_owned();
+            (state.decide(now, seen), resource)
+        };
+        respond(&self.style, &verdict, &resource, self.wall())
+    }
+}
+
+/// A response as the server writes it, before it becomes an axum or a
+/// reqwest response.
+struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: &'static str,
 }
 
 impl std::fmt::Debug for RateLimitedServer {
@@ -167,6 +205,9 @@ impl RateLimitedServer {
             limit_is_burst: false,
             refusal_status: StatusCode::TOO_MANY_REQUESTS,
             retry_after: None,
+            precision: RetryAfterPrecision::Ceil,
+            counts_refusals: false,
+            front: None,
             wall_clock: None,
             routes: Vec::new(),
             api_key_header: "x-api-key".to_owned(),
@@ -233,6 +274,41 @@ impl RateLimitedServer {
         self.inner.app.state().records()
     }
 
+    /// A [`tower_service::Service`] that answers `reqwest::Request`s in
+    /// process, without a socket: the same decision, counting, log and
+    /// headers as the HTTP server, as if the request had come over
+    /// loopback (the client key is the API key header, else `127.0.0.1`),
+    /// in a fraction of the time. The request's body is not read.
+    ///
+    /// It never fails; its error type is `reqwest::Error` so that a
+    /// [`PaceLayer`](crate::PaceLayer) can wrap it as it wraps a
+    /// `reqwest::Client`, and run the client's pacing, learning and
+    /// retries against the server with no I/O at all:
+    ///
+    /// ```
+    /// use reqwest_pace::testing::RateLimitedServer;
+    /// use reqwest_pace::{PaceLayer, ThrottledClient};
+    /// use tower_layer::Layer;
+    /// use tower_service::Service;
+    ///
+    /// #[tokio::main(flavor = "current_thread")]
+    /// async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    ///     let server = RateLimitedServer::builder().start().await?;
+    ///     let client = ThrottledClient::new(reqwest::Client::new())?;
+    ///     let mut paced = PaceLayer::new(client).layer(server.service());
+    ///     let request = reqwest::Request::new(reqwest::Method::GET, server.url().parse()?);
+    ///     let response = paced.call(request).await?;
+    ///     assert_eq!(response.status(), 200);
+    ///     assert_eq!(server.stats().total.ok, 1);
+    ///     Ok(())
+    /// }
+    /// ```
+    pub fn service(&self) -> ServerService {
+        ServerService {
+            app: Arc::clone(&self.inner.app),
+        }
+    }
+
     /// Stop accepting, let requests in flight finish, close idle keep-alive
     /// connections, and return when the server task has ended. Other
     /// handles to the same server see it stopped.
@@ -255,6 +331,9 @@ pub struct ServerBuilder {
     limit_is_burst: bool,
     refusal_status: StatusCode,
     retry_after: Option<bool>,
+    precision: RetryAfterPrecision,
+    counts_refusals: bool,
+    front: Option<(Algorithm, StatusCode)>,
     wall_clock: Option<SystemTime>,
     routes: Vec<(String, String, Algorithm)>,
     api_key_header: String,
@@ -338,6 +417,38 @@ impl ServerBuilder {
         self
     }
 
+    /// How a refusal's `Retry-After` writes its wait (default
+    /// [`RetryAfterPrecision::Ceil`]: whole seconds rounded up, at least
+    /// 1). Whether it is written at all is [`retry_after`](Self::retry_after).
+    pub fn retry_after_precision(mut self, precision: RetryAfterPrecision) -> Self {
+        self.precision = precision;
+        self
+    }
+
+    /// Whether the main limiter counts the requests it refuses as it
+    /// counts admitted ones (default: no). A bucket then takes a token it
+    /// does not have, pushing the next admission one interval further; a
+    /// moving window logs the refusal; a window counter counts it. A client
+    /// that keeps sending while refused stays locked out, as behind
+    /// limiters that count every request they see. In a fixed window it
+    /// changes nothing but the count.
+    pub fn counts_refusals(mut self, yes: bool) -> Self {
+        self.counts_refusals = yes;
+        self
+    }
+
+    /// Put a second limiter in front of the main one (default: none), as a
+    /// proxy or WAF stands in front of an API: per client key, it decides
+    /// first with `algorithm`, and what it refuses is answered `status`
+    /// (a 4xx or 5xx) with no rate-limit headers and no `Retry-After`, and
+    /// never reaches the main limiter ([`Outcome::FrontRefused`]).
+    ///
+    /// [`Outcome::FrontRefused`]: super::Outcome::FrontRefused
+    pub fn front_limiter(mut self, algorithm: Algorithm, status: StatusCode) -> Self {
+        self.front = Some((algorithm, status));
+        self
+    }
+
     /// The rate-limit headers to write (default [`Dialect::XRateLimit`]).
     pub fn dialect(mut self, dialect: Dialect) -> Self {
         self.dialect = dialect;
@@ -392,17 +503,22 @@ impl ServerBuilder {
     /// Bind and start serving, on a task spawned on the current tokio
     /// runtime.
     ///
-    /// Fails with [`Error::InvalidConfig`] on a zero burst, an invalid
-    /// header name, a bind failure (the message names the address and the
-    /// I/O error), or when not called from within a tokio runtime.
+    /// Fails with [`Error::InvalidConfig`] on a zero burst, limit, rate
+    /// or window (of the main or the front limiter), a refusal status that
+    /// is not a 4xx or 5xx, an invalid header name, a bind failure (the
+    /// message names the address and the I/O error), or when not called
+    /// from within a tokio runtime.
     pub async fn start(self) -> Result<RateLimitedServer, Error> {
         let (algorithm, rate) = self.checked_algorithm()?;
-        if !(self.refusal_status.is_client_error() || self.refusal_status.is_server_error()) {
-            return Err(Error::config(format!(
-                "a refusal status must be a 4xx or 5xx, not {}",
-                self.refusal_status
-            )));
-        }
+        refusal_status(self.refusal_status)?;
+        let front = match self.front {
+            Some((front, status)) => {
+                checked(front)?;
+                refusal_status(status)?;
+                Some(Front::new(front, status))
+            }
+            None => None,
+        };
         let mut style = Style::of(self.dialect);
         if let Some(format) = self.reset_format {
             style.reset = format;
@@ -410,6 +526,7 @@ impl ServerBuilder {
         if let Some(yes) = self.retry_after {
             style.retry_after = yes;
         }
+        style.precision = self.precision;
         let api_key = HeaderName::from_bytes(self.api_key_header.as_bytes()).map_err(|_| {
             Error::config(format!(
                 "{:?} is not a valid header name",
@@ -432,7 +549,12 @@ impl ServerBuilder {
             .local_addr()
             .map_err(|e| cannot("find the port of", e))?;
 
-        let mut state = State::new(algorithm, rate, self.limit_is_burst, self.refusal_status);
+        let policy = Policy {
+            limit_is_burst: self.limit_is_burst,
+            refusal: self.refusal_status,
+            counts_refusals: self.counts_refusals,
+        };
+        let mut state = State::new(algorithm, rate, policy, front);
         for (prefix, name, algorithm) in self.routes {
             state.add_route(prefix, name, algorithm);
         }
@@ -513,25 +635,43 @@ impl ServerBuilder {
                 burst: self.burst.unwrap_or(10),
             },
         };
-        let valid = match algorithm {
-            Algorithm::TokenBucket { burst, .. } => burst > 0,
-            Algorithm::LeakyBucket { .. } => true,
-            Algorithm::FixedWindow { limit, window } | Algorithm::SlidingLog { limit, window } => {
-                limit > 0 && !window.is_zero()
-            }
-        };
-        if !valid {
-            return Err(Error::config(format!(
-                "the test server needs a burst, limit and window above zero ({algorithm})"
-            )));
-        }
-        let rate = match algorithm {
-            Algorithm::TokenBucket { rate, .. } | Algorithm::LeakyBucket { rate, .. } => rate,
-            Algorithm::FixedWindow { limit, window } | Algorithm::SlidingLog { limit, window } => {
-                Rate::new(limit, window)?
-            }
-        };
+        let rate = checked(algorithm)?;
         Ok((algorithm, rate))
+    }
+}
+
+/// The sustained rate of `algorithm`, or an error when a burst, limit or
+/// window is zero.
+fn checked(algorithm: Algorithm) -> Result<Rate, Error> {
+    let valid = match algorithm {
+        Algorithm::TokenBucket { burst, .. } | Algorithm::Gcra { burst, .. } => burst > 0,
+        Algorithm::LeakyBucket { .. } => true,
+        Algorithm::FixedWindow { limit, window }
+        | Algorithm::SlidingLog { limit, window }
+        | Algorithm::SlidingCounter { limit, window } => limit > 0 && !window.is_zero(),
+    };
+    if !valid {
+        return Err(Error::config(format!(
+            "the test server needs a burst, limit and window above zero ({algorithm})"
+        )));
+    }
+    match algorithm {
+        Algorithm::TokenBucket { rate, .. }
+        | Algorithm::LeakyBucket { rate, .. }
+        | Algorithm::Gcra { rate, .. } => Ok(rate),
+        Algorithm::FixedWindow { limit, window }
+        | Algorithm::SlidingLog { limit, window }
+        | Algorithm::SlidingCounter { limit, window } => Rate::new(limit, window),
+    }
+}
+
+fn refusal_status(status: StatusCode) -> Result<(), Error> {
+    if status.is_client_error() || status.is_server_error() {
+        Ok(())
+    } else {
+        Err(Error::config(format!(
+            "a refusal status must be a 4xx or 5xx, not {status}"
+        )))
     }
 }
 
@@ -549,22 +689,14 @@ async fn handle(
     if !app.latency.is_zero() {
         tokio::time::sleep(app.latency).await;
     }
-
-    let seen = Seen {
-        key,
-        method: parts.method,
-        path: parts.uri.path().to_owned(),
-    };
-    let now = app.elapsed();
-    let (verdict, resource) = {
-        let mut state = app.state();
-        let resource = state.resource_name(&seen.path).to_owned();
-        (state.decide(now, seen), resource)
-    };
-    respond(&app.style, &verdict, &resource, app.wall())
+    let answer = app.answer(key, parts.method, parts.uri.path());
+    let mut response = Response::new(Body::from(answer.body));
+    *response.status_mut() = answer.status;
+    *response.headers_mut() = answer.headers;
+    response
 }
 
-fn respond(style: &Style, verdict: &Verdict, resource: &str, wall: SystemTime) -> Response {
+fn respond(style: &Style, verdict: &Verdict, resource: &str, wall: SystemTime) -> Answer {
     let status = verdict.status();
     let mut headers = HeaderMap::new();
     dialect::write_date(&mut headers, wall);
@@ -588,13 +720,62 @@ fn respond(style: &Style, verdict: &Verdict, resource: &str, wall: SystemTime) -
             }
             "injected fault\n"
         }
+        Verdict::Front(_) => "rate limited\n",
     };
     headers.insert(
         CONTENT_TYPE,
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
-    let mut response = Response::new(Body::from(body));
-    *response.status_mut() = status;
-    *response.headers_mut() = headers;
-    response
+    Answer {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// A [`RateLimitedServer`] called in process: see
+/// [`RateLimitedServer::service`].
+#[derive(Clone)]
+pub struct ServerService {
+    app: Arc<App>,
+}
+
+impl std::fmt::Debug for ServerService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerService")
+            .field("style", &self.app.style)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The peer an in-process request is taken to come from.
+const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+impl tower_service::Service<reqwest::Request> for ServerService {
+    type Response = reqwest::Response;
+    type Error = reqwest::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<reqwest::Response, reqwest::Error>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), reqwest::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: reqwest::Request) -> Self::Future {
+        let app = Arc::clone(&self.app);
+        Box::pin(async move {
+            let key = client_key(request.headers(), LOOPBACK, &app.api_key, app.hops);
+            if !app.latency.is_zero() {
+                tokio::time::sleep(app.latency).await;
+            }
+            let answer = app.answer(key, request.method().clone(), request.url().path());
+            // A builder with nothing but the URL in it cannot fail.
+            let mut response = http::Response::builder()
+                .url(request.url().clone())
+                .body(answer.body)
+                .unwrap_or_else(|_| http::Response::new(answer.body));
+            *response.status_mut() = answer.status;
+            *response.headers_mut() = answer.headers;
+            Ok(reqwest::Response::from(response))
+        })
+    }
 }

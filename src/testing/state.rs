@@ -29,6 +29,10 @@ pub enum Outcome {
     Throttled,
     /// An injected [`Fault`] answered, whatever the bucket held.
     Fault,
+    /// The [front limiter](super::ServerBuilder::front_limiter) refused
+    /// before the main one saw the request: a bare refusal, with no
+    /// rate-limit headers and nothing counted by the main limiter.
+    FrontRefused,
 }
 
 /// One request as the server saw it.
@@ -52,7 +56,7 @@ pub struct RequestRecord {
 
 /// Request counts, for the whole server or one client key.
 ///
-/// `requests == ok + throttled + faults`.
+/// `requests == ok + throttled + faults + front_refused`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Counts {
@@ -64,6 +68,8 @@ pub struct Counts {
     pub throttled: u64,
     /// Answered by an injected [`Fault`], whatever its status.
     pub faults: u64,
+    /// Refused by the [front limiter](super::ServerBuilder::front_limiter).
+    pub front_refused: u64,
 }
 
 impl Counts {
@@ -73,6 +79,7 @@ impl Counts {
             Outcome::Admitted => self.ok += 1,
             Outcome::Throttled => self.throttled += 1,
             Outcome::Fault => self.faults += 1,
+            Outcome::FrontRefused => self.front_refused += 1,
         }
     }
 }
@@ -97,6 +104,8 @@ pub(crate) enum Verdict {
         status: StatusCode,
         retry_after: Option<RetryAfter>,
     },
+    /// Refused by the front limiter: a bare answer with this status.
+    Front(StatusCode),
 }
 
 impl Verdict {
@@ -104,7 +113,7 @@ impl Verdict {
         match self {
             Verdict::Admitted(_) => StatusCode::OK,
             Verdict::Throttled(_, status) => *status,
-            Verdict::Fault { status, .. } => *status,
+            Verdict::Fault { status, .. } | Verdict::Front(status) => *status,
         }
     }
 
@@ -113,6 +122,7 @@ impl Verdict {
             Verdict::Admitted(_) => Outcome::Admitted,
             Verdict::Throttled(..) => Outcome::Throttled,
             Verdict::Fault { .. } => Outcome::Fault,
+            Verdict::Front(_) => Outcome::FrontRefused,
         }
     }
 }
@@ -124,12 +134,54 @@ pub(crate) struct Seen {
     pub(crate) path: String,
 }
 
+/// How the main limiter counts and answers, apart from its algorithm.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Policy {
+    /// Whether a bucket states its burst as its limit.
+    pub(crate) limit_is_burst: bool,
+    /// The status of a refusal.
+    pub(crate) refusal: StatusCode,
+    /// Whether refused requests are counted as admitted ones would be.
+    pub(crate) counts_refusals: bool,
+}
+
+/// A header-less limiter in front of the main one, per client key.
+pub(crate) struct Front {
+    algorithm: Algorithm,
+    status: StatusCode,
+    meters: HashMap<ClientKey, Meter>,
+}
+
+impl Front {
+    pub(crate) fn new(algorithm: Algorithm, status: StatusCode) -> Front {
+        Front {
+            algorithm,
+            status,
+            meters: HashMap::new(),
+        }
+    }
+
+    /// Whether the front lets the request of `key` at `now` through.
+    fn passes(&mut self, now: Nanos, key: &ClientKey) -> bool {
+        let algorithm = self.algorithm;
+        if self.meters.len() >= SWEEP_ABOVE && !self.meters.contains_key(key) {
+            self.meters
+                .retain(|_, meter| !meter.is_idle(&algorithm, now));
+        }
+        let meter = self
+            .meters
+            .entry(key.clone())
+            .or_insert_with(|| algorithm.meter());
+        meter.decide(&algorithm, now, false).until_one.is_none()
+    }
+}
+
 pub(crate) struct State {
     algorithm: Algorithm,
     /// The algorithm's sustained rate, as last set.
     limit: Rate,
-    limit_is_burst: bool,
-    refusal: StatusCode,
+    policy: Policy,
+    front: Option<Front>,
     /// Per client key and resource (0: the default, `i + 1`: `routes[i]`).
     buckets: HashMap<(ClientKey, usize), Meter>,
     /// Paths counted apart: prefix, resource name, algorithm.
@@ -160,7 +212,16 @@ fn stated_limit(algorithm: &Algorithm, limit_is_burst: bool) -> u64 {
                 header_limit(rate)
             }
         }
-        Algorithm::FixedWindow { limit, .. } | Algorithm::SlidingLog { limit, .. } => limit,
+        Algorithm::Gcra { rate, burst } => {
+            if limit_is_burst {
+                burst
+            } else {
+                rate.count()
+            }
+        }
+        Algorithm::FixedWindow { limit, .. }
+        | Algorithm::SlidingLog { limit, .. }
+        | Algorithm::SlidingCounter { limit, .. } => limit,
     }
 }
 
@@ -168,14 +229,14 @@ impl State {
     pub(crate) fn new(
         algorithm: Algorithm,
         limit: Rate,
-        limit_is_burst: bool,
-        refusal: StatusCode,
+        policy: Policy,
+        front: Option<Front>,
     ) -> State {
         State {
             algorithm,
             limit,
-            limit_is_burst,
-            refusal,
+            policy,
+            front,
             buckets: HashMap::new(),
             routes: Vec::new(),
             faults: VecDeque::new(),
@@ -219,8 +280,18 @@ impl State {
                 retry_after: fault.retry_after,
             },
             None => {
-                let resource = self.resource(&seen.path);
-                self.admit(nanos(now), &seen.key, resource)
+                // The front decides first; what it refuses never reaches
+                // the main limiter.
+                let front_refusal = self.front.as_mut().and_then(|front| {
+                    (!front.passes(nanos(now), &seen.key)).then_some(front.status)
+                });
+                match front_refusal {
+                    Some(status) => Verdict::Front(status),
+                    None => {
+                        let resource = self.resource(&seen.path);
+                        self.admit(nanos(now), &seen.key, resource)
+                    }
+                }
             }
         };
         let outcome = verdict.outcome();
@@ -300,16 +371,16 @@ impl State {
             .buckets
             .entry(slot)
             .or_insert_with(|| algorithm.meter());
-        let decision = meter.decide(&algorithm, now);
+        let decision = meter.decide(&algorithm, now, self.policy.counts_refusals);
         let figures = Figures {
-            limit: stated_limit(&algorithm, self.limit_is_burst),
+            limit: stated_limit(&algorithm, self.policy.limit_is_burst),
             remaining: decision.remaining,
             until_full: decision.reset,
             until_one: decision.until_one,
             window: algorithm.window(),
         };
         if figures.until_one.is_some() {
-            Verdict::Throttled(figures, self.refusal)
+            Verdict::Throttled(figures, self.policy.refusal)
         } else {
             Verdict::Admitted(figures)
         }
@@ -330,6 +401,12 @@ mod tests {
 
     const MS: Duration = Duration::from_millis(1);
 
+    const POLICY: Policy = Policy {
+        limit_is_burst: false,
+        refusal: StatusCode::TOO_MANY_REQUESTS,
+        counts_refusals: false,
+    };
+
     fn bucket(per_second: u64, burst: u64) -> Algorithm {
         Algorithm::TokenBucket {
             rate: Rate::per_second(per_second).unwrap(),
@@ -348,18 +425,13 @@ mod tests {
     fn figures(v: Verdict) -> Figures {
         match v {
             Verdict::Admitted(f) | Verdict::Throttled(f, _) => f,
-            Verdict::Fault { .. } => panic!("unexpected fault"),
+            Verdict::Fault { .. } | Verdict::Front(_) => panic!("unexpected fault"),
         }
     }
 
     #[test]
     fn burst_then_exact_refusals() {
-        let mut s = State::new(
-            bucket(50, 10),
-            Rate::per_second(50).unwrap(),
-            false,
-            StatusCode::TOO_MANY_REQUESTS,
-        );
+        let mut s = State::new(bucket(50, 10), Rate::per_second(50).unwrap(), POLICY, None);
         for left in (0..10).rev() {
             let v = s.decide(Duration::ZERO, seen("a"));
             assert!(matches!(v, Verdict::Admitted(_)));
@@ -388,12 +460,7 @@ mod tests {
 
     #[test]
     fn set_limit_rescales_the_deficit() {
-        let mut s = State::new(
-            bucket(10, 1),
-            Rate::per_second(10).unwrap(),
-            false,
-            StatusCode::TOO_MANY_REQUESTS,
-        );
+        let mut s = State::new(bucket(10, 1), Rate::per_second(10).unwrap(), POLICY, None);
         s.decide(Duration::ZERO, seen("a"));
         s.set_limit(Duration::ZERO, Rate::per_second(1).unwrap());
         let f = figures(s.decide(100 * MS, seen("a")));
@@ -409,12 +476,7 @@ mod tests {
 
     #[test]
     fn faults_take_no_tokens() {
-        let mut s = State::new(
-            bucket(1, 1),
-            Rate::per_second(1).unwrap(),
-            false,
-            StatusCode::TOO_MANY_REQUESTS,
-        );
+        let mut s = State::new(bucket(1, 1), Rate::per_second(1).unwrap(), POLICY, None);
         s.inject(Fault::service_unavailable().times(2));
         s.inject(Fault::internal_server_error().times(0));
         s.inject(Fault::too_many_requests());

@@ -3,6 +3,8 @@
 //! `tests/zoo.rs` (one client) and `tests/fleet_paused.rs` (a fleet).
 #![allow(dead_code)]
 
+pub mod space;
+
 use std::future::Future;
 use std::time::{Duration, UNIX_EPOCH};
 

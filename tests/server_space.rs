@@ -1,0 +1,655 @@
+//! `ThrottledClient` with nothing configured, against a generated space of
+//! rate-limited servers (`reqwest_pace::testing::space`), and the checks
+//! that the generated servers behave as their specs say.
+//!
+//! The goal run (`server_space`) draws 500 servers from seeds 0..500 and
+//! runs 16 closed-loop tasks for 60 virtual seconds on each, calling the
+//! server in process (no sockets) through the same engine a
+//! `ThrottledClient` runs (`PaceLayer`). `SPACE_SEED` and `SPACE_COUNT`
+//! move the seeds for exploration:
+//!
+//! ```text
+//! SPACE_SEED=1000 SPACE_COUNT=200 cargo test --all-features --test server_space \
+//!     server_space -- --include-ignored --nocapture
+//! ```
+#![cfg(feature = "testing")]
+
+mod zoo_support;
+
+use zoo_support::space;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use reqwest_pace::testing::space::{
+    FrontSpec, HeaderConvention, RunFigures, ServerSpec, StatedLimit, Workload,
+};
+use reqwest_pace::testing::{
+    Algorithm, Dialect, Outcome, RateLimitedServer, RetryAfterPrecision, ServerService,
+};
+use reqwest_pace::{PaceLayer, Rate, ThrottledClient};
+use tower_layer::Layer;
+use tower_service::Service;
+
+/// The client under test: nothing configured but fixed jitter draws, so
+/// that every run is the same.
+fn client() -> Result<ThrottledClient, reqwest_pace::Error> {
+    ThrottledClient::builder(reqwest::Client::new())
+        .random(|| 0.5)
+        .build()
+}
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(default)
+}
+
+/// The `q`-quantile of sorted `xs` (nearest rank).
+fn quantile(xs: &[f64], q: f64) -> f64 {
+    if xs.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((xs.len() - 1) as f64 * q).round() as usize;
+    xs[i.min(xs.len() - 1)]
+}
+
+fn distribution(name: &str, mut xs: Vec<f64>) -> Vec<f64> {
+    xs.sort_by(f64::total_cmp);
+    println!(
+        "{name}: min {:.3}  p10 {:.3}  median {:.3}  p90 {:.3}  max {:.3}",
+        quantile(&xs, 0.0),
+        quantile(&xs, 0.1),
+        quantile(&xs, 0.5),
+        quantile(&xs, 0.9),
+        quantile(&xs, 1.0),
+    );
+    xs
+}
+
+/// Whether a run meets the goal on its server.
+fn meets_goal(f: &RunFigures) -> bool {
+    f.goodput >= 0.95 && f.refused <= 0.01 && f.failed == 0
+}
+
+/// Misses per kind of server: by algorithm, headers, `Retry-After`,
+/// counted refusals and front limiter.
+fn summary(runs: &[(ServerSpec, RunFigures)]) {
+    let mut groups: std::collections::BTreeMap<String, Vec<&RunFigures>> = Default::default();
+    for (spec, f) in runs {
+        let text = spec.to_string();
+        let parts: Vec<&str> = text.split(" | ").collect();
+        let algorithm = parts[0].split(' ').next().unwrap_or("");
+        let headers = parts[1].split(" limit").next().unwrap_or("");
+        let mut keys = vec![
+            format!("algorithm {algorithm}"),
+            format!("headers {headers}"),
+            format!("counts refusals {}", spec.counts_refusals),
+            format!("front {}", spec.front.is_some()),
+            match spec.retry_after {
+                Some(precision) => format!("retry-after {precision:?}"),
+                None => "retry-after none".to_owned(),
+            },
+        ];
+        if let HeaderConvention::XRateLimit { reset, .. } = spec.headers {
+            keys.push(format!("x-ratelimit reset {reset:?}"));
+        }
+        if spec.algorithm.burst() == 1 {
+            keys.push("burst 1".to_owned());
+        }
+        for key in keys {
+            groups.entry(key).or_default().push(f);
+        }
+    }
+    println!(
+        "by kind: servers, missing the goal, goodput < 0.95, refused > 1 %, failing, median goodput"
+    );
+    for (key, figures) in groups {
+        let count = |f: &dyn Fn(&RunFigures) -> bool| figures.iter().filter(|r| f(r)).count();
+        let mut goodput: Vec<f64> = figures.iter().map(|f| f.goodput).collect();
+        goodput.sort_by(f64::total_cmp);
+        println!(
+            "  {key:<34} {:>4} {:>4} {:>4} {:>4} {:>4}  {:.3}",
+            figures.len(),
+            count(&|f| !meets_goal(f)),
+            count(&|f| f.goodput < 0.95),
+            count(&|f| f.refused > 0.01),
+            count(&|f| f.failed > 0),
+            quantile(&goodput, 0.5),
+        );
+    }
+}
+
+/// The goal: goodput ≥ 0.95 on every server and a median ≥ 0.97; at most
+/// 1 % of responses refused, with rate-limit headers or without (over the
+/// 60 s); no failed logical request.
+#[tokio::test(start_paused = true)]
+#[ignore = "known gap: on seeds 0..500 the default client misses the goal on 298 servers \
+            (goodput min 0.006, p10 0.42, median 0.958; refused p90 26 %, max 99 %; 171,637 failed \
+            logical requests): buckets of burst 1 whose headers always say remaining 0 \
+            (58 of 62 miss, goodput down to 0.6 %), servers with no headers or only Retry-After \
+            (116 of 131), X-RateLimit with no reset (38 of 53, most refused > 1 %), a header-less \
+            front limiter (68 of 90), and windows and counters paced at 86-94 % of their limit"]
+async fn server_space() {
+    let first = env_u64("SPACE_SEED", 0);
+    let count = env_u64("SPACE_COUNT", 500);
+    let workload = Workload::default();
+    let real = std::time::Instant::now();
+    let threads = space::threads();
+    let runs = space::run_seeds(first..first + count, workload, threads, |server| {
+        Ok(PaceLayer::new(client()?).layer(server))
+    });
+    println!(
+        "{count} servers from seed {first}, {:?} each, {} tasks: {:.1} s real on {threads} threads",
+        workload.duration,
+        workload.tasks,
+        real.elapsed().as_secs_f64()
+    );
+    let goodput = distribution("goodput", runs.iter().map(|(_, f)| f.goodput).collect());
+    distribution("refused", runs.iter().map(|(_, f)| f.refused).collect());
+    let failed: u64 = runs.iter().map(|(_, f)| f.failed).sum();
+    println!("failed logical requests: {failed}");
+
+    // How far a run is from the goal: the shortfall of goodput (as a share
+    // of the goal), the excess refused, and the share of logical requests
+    // that failed.
+    let short = |(_, f): &(ServerSpec, RunFigures)| {
+        (0.95 - f.goodput).max(0.0) / 0.95
+            + (f.refused - 0.01).max(0.0)
+            + f.failed as f64 / f.logical.max(1) as f64
+    };
+    let mut worst: Vec<&(ServerSpec, RunFigures)> = runs.iter().collect();
+    worst.sort_by(|a, b| short(b).total_cmp(&short(a)));
+    println!("worst ten:");
+    for (spec, f) in worst.iter().take(10) {
+        println!(
+            "  #{:<4} goodput {:.3} refused {:.4} failed {:<4} | {spec}",
+            spec.seed, f.goodput, f.refused, f.failed
+        );
+    }
+    summary(&runs);
+    let misses: Vec<String> = runs
+        .iter()
+        .filter(|(_, f)| !meets_goal(f))
+        .map(|(spec, f)| format!("#{} {spec}: {f:?}", spec.seed))
+        .collect();
+    println!("{} of {count} servers miss the goal", misses.len());
+    let median = quantile(&goodput, 0.5);
+    assert!(
+        misses.is_empty(),
+        "{} servers miss the goal:\n{}",
+        misses.len(),
+        misses.join("\n")
+    );
+    assert!(median >= 0.97, "median goodput {median:.3}");
+}
+
+/// The first `SPACE_COUNT` (default 20) servers over real HTTP on
+/// loopback, to compare the time it takes with the in-process run (the
+/// figures agree: see `in_process_and_http_agree_on_the_zoo`).
+#[tokio::test(start_paused = true)]
+#[ignore = "a measurement: how long HTTP over loopback takes"]
+async fn server_space_over_http() {
+    let first = env_u64("SPACE_SEED", 0);
+    let count = env_u64("SPACE_COUNT", 20);
+    let workload = Workload::default();
+    let real = std::time::Instant::now();
+    let mut goodput = Vec::new();
+    for seed in first..first + count {
+        let spec = ServerSpec::generate(seed);
+        let server = spec.builder().start().await.expect("server starts");
+        let paced = PaceLayer::new(client().expect("client")).layer(reqwest::Client::new());
+        let figures = workload
+            .run(&server, spec.sustained_per_second(), paced)
+            .await
+            .expect("run");
+        server.shutdown().await;
+        goodput.push(figures.goodput);
+    }
+    println!(
+        "{count} servers over HTTP: {:.1} s real",
+        real.elapsed().as_secs_f64()
+    );
+    distribution("goodput", goodput);
+}
+
+// ---- The generated servers behave as their specs say ----------------------
+
+/// A request as the server sees it from a plain client: no pacing.
+async fn call(service: &mut ServerService, url: &reqwest::Url) -> reqwest::Response {
+    service
+        .call(reqwest::Request::new(Method::GET, url.clone()))
+        .await
+        .expect("in-process calls never fail")
+}
+
+fn url_of(server: &RateLimitedServer) -> reqwest::Url {
+    server.url().parse().expect("the server's URL parses")
+}
+
+/// A window long enough to see an algorithm's long run: three of its
+/// windows, and at least 10 s.
+fn long_run(algorithm: &Algorithm) -> Duration {
+    let window = match *algorithm {
+        Algorithm::FixedWindow { window, .. }
+        | Algorithm::SlidingLog { window, .. }
+        | Algorithm::SlidingCounter { window, .. } => window,
+        Algorithm::Gcra { rate, .. } => rate.per(),
+        _ => Duration::from_secs(1),
+    };
+    (window * 3).max(Duration::from_secs(10))
+}
+
+/// What an evenly spaced sender got: requests sent, admitted by the main
+/// limiter, and admitted in the last third of the run.
+#[derive(Debug)]
+struct Even {
+    sent: u64,
+    admitted: u64,
+    admitted_late: u64,
+}
+
+/// Sends one request every `interval` for `run` to the server of `spec`,
+/// without a client (nothing paces, nothing retries).
+async fn even(spec: &ServerSpec, interval: Duration, run: Duration) -> Even {
+    let server = spec.builder().start().await.expect("server starts");
+    let (mut service, url) = (server.service(), url_of(&server));
+    let start = tokio::time::Instant::now();
+    let mut at = start;
+    while at < start + run {
+        // Advanced to the nanosecond: a sleep would wake on the timer's
+        // millisecond, and spacing rounded so is not even.
+        let now = tokio::time::Instant::now();
+        if at > now {
+            tokio::time::advance(at - now).await;
+        }
+        call(&mut service, &url).await;
+        at += interval;
+    }
+    let late = run * 2 / 3;
+    let records = server.requests();
+    let admitted = |r: &&reqwest_pace::testing::RequestRecord| r.outcome == Outcome::Admitted;
+    let figures = Even {
+        sent: records.len() as u64,
+        admitted: records.iter().filter(admitted).count() as u64,
+        admitted_late: records
+            .iter()
+            .filter(admitted)
+            .filter(|r| r.at >= late)
+            .count() as u64,
+    };
+    server.shutdown().await;
+    figures
+}
+
+/// The interval of `per_second`, rounded up to the nanosecond and one
+/// more: a hair slower than the rate, never faster.
+fn interval_of(per_second: f64) -> Duration {
+    Duration::from_nanos((1e9 / per_second).ceil() as u64 + 1)
+}
+
+/// The specs of the first `n` seeds with no front limiter.
+fn plain(n: u64) -> Vec<ServerSpec> {
+    (0..n)
+        .map(ServerSpec::generate)
+        .filter(|spec| spec.front.is_none())
+        .collect()
+}
+
+fn is_counter(spec: &ServerSpec) -> bool {
+    matches!(spec.algorithm, Algorithm::SlidingCounter { .. })
+}
+
+/// At its true rate, evenly spaced, a client is admitted every time, by
+/// every algorithm, counting refusals or not.
+#[tokio::test(start_paused = true)]
+async fn an_even_client_at_the_true_rate_is_admitted() {
+    for spec in plain(120) {
+        let run = long_run(&spec.algorithm);
+        let rate = spec.sustained_per_second();
+        let got = even(&spec, interval_of(rate), run).await;
+        assert_eq!(
+            got.admitted, got.sent,
+            "#{} {spec}: {got:?} at {rate:.3}/s for {run:?}",
+            spec.seed
+        );
+    }
+}
+
+/// At the rate a sliding counter states (`limit / window`), above its true
+/// one, an even client is refused at the window boundaries: once or twice
+/// a window when refusals are not counted, and for good from the first
+/// boundary when they are (each one counted keeps the estimate over).
+#[tokio::test(start_paused = true)]
+async fn a_sliding_counter_refuses_its_stated_rate() {
+    let specs: Vec<ServerSpec> = plain(300).into_iter().filter(is_counter).collect();
+    assert!(specs.len() >= 20, "{} specs", specs.len());
+    for spec in specs {
+        let Algorithm::SlidingCounter { limit, window } = spec.algorithm else {
+            continue;
+        };
+        let run = long_run(&spec.algorithm);
+        let stated = limit as f64 / window.as_secs_f64();
+        let got = even(&spec, interval_of(stated), run).await;
+        let at = format!("#{} {spec}: {got:?} at {stated:.3}/s", spec.seed);
+        let windows = (run.as_secs_f64() / window.as_secs_f64()).ceil() as u64;
+        if spec.counts_refusals {
+            assert_eq!(got.admitted_late, 0, "{at}");
+        } else {
+            let refused = got.sent - got.admitted;
+            assert!(refused >= windows - 1 && refused <= 2 * windows, "{at}");
+        }
+    }
+}
+
+/// At twice its true rate, a client is refused about half the time by a
+/// limiter that counts only what it admits: it gets the true rate, plus
+/// the burst, and no more.
+#[tokio::test(start_paused = true)]
+async fn an_even_client_at_twice_the_rate_is_refused_about_half() {
+    for spec in plain(120).into_iter().filter(|s| !s.counts_refusals) {
+        let run = long_run(&spec.algorithm);
+        let rate = spec.sustained_per_second();
+        let got = even(&spec, interval_of(2.0 * rate), run).await;
+        let expected = rate * run.as_secs_f64();
+        let burst = spec.algorithm.burst() as f64;
+        let share = got.admitted as f64 / got.sent as f64;
+        let at = format!("#{} {spec}: {got:?} at {rate:.3}/s for {run:?}", spec.seed);
+        assert!(got.admitted as f64 >= 0.95 * expected, "{at}");
+        assert!(got.admitted as f64 <= 1.02 * expected + burst + 1.0, "{at}");
+        assert!(
+            (0.45..=0.5 + burst / got.sent as f64 + 0.02).contains(&share),
+            "{at}"
+        );
+    }
+}
+
+/// A limiter that counts refusals keeps a client hammering at twice the
+/// rate locked out: after the first window or burst, nothing more passes.
+#[tokio::test(start_paused = true)]
+async fn a_limiter_that_counts_refusals_locks_out_a_hammering_client() {
+    let specs: Vec<ServerSpec> = plain(200)
+        .into_iter()
+        .filter(|s| s.counts_refusals)
+        .collect();
+    assert!(specs.len() >= 20, "{} specs count refusals", specs.len());
+    for spec in specs {
+        let run = long_run(&spec.algorithm);
+        let rate = spec.sustained_per_second();
+        let got = even(&spec, interval_of(2.0 * rate), run).await;
+        let at = format!("#{} {spec}: {got:?} at {rate:.3}/s for {run:?}", spec.seed);
+        assert_eq!(got.admitted_late, 0, "{at}");
+        assert!(
+            got.admitted as f64 <= 2.0 * spec.algorithm.burst() as f64 + 1.0,
+            "{at}"
+        );
+        // The same client a little under the rate is not locked out.
+        let fair = even(&spec, interval_of(0.95 * rate), run).await;
+        assert!(fair.admitted_late > 0, "#{} {spec}: {fair:?}", spec.seed);
+    }
+}
+
+/// A `Retry-After` rounded down says `0` for a wait under a second (a
+/// client that obeys it is early); rounded up it says at least 1; and a
+/// fractional one says the wait to the millisecond.
+#[tokio::test(start_paused = true)]
+async fn retry_after_precision_is_as_specified() {
+    let mut seen = Vec::new();
+    for precision in [
+        RetryAfterPrecision::Floor,
+        RetryAfterPrecision::Ceil,
+        RetryAfterPrecision::Fractional,
+    ] {
+        let server = RateLimitedServer::builder()
+            .limit(Rate::per_second(20).expect("rate"))
+            .burst(1)
+            .retry_after_precision(precision)
+            .start()
+            .await
+            .expect("server starts");
+        let (mut service, url) = (server.service(), url_of(&server));
+        assert_eq!(call(&mut service, &url).await.status(), StatusCode::OK);
+        let refused = call(&mut service, &url).await;
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        seen.push(
+            refused.headers()["retry-after"]
+                .to_str()
+                .expect("ascii")
+                .to_owned(),
+        );
+    }
+    assert_eq!(seen, ["0", "1", "0.050"]);
+}
+
+/// A front limiter refuses with its own status and no rate-limit headers,
+/// and what it refuses never reaches the main limiter.
+#[tokio::test(start_paused = true)]
+async fn the_front_limiter_refuses_bare() {
+    let server = RateLimitedServer::builder()
+        .limit(Rate::per_second(50).expect("rate"))
+        .burst(10)
+        .dialect(Dialect::Ietf)
+        .front_limiter(
+            Algorithm::FixedWindow {
+                limit: 3,
+                window: Duration::from_secs(1),
+            },
+            StatusCode::SERVICE_UNAVAILABLE,
+        )
+        .start()
+        .await
+        .expect("server starts");
+    let (mut service, url) = (server.service(), url_of(&server));
+    for _ in 0..3 {
+        let response = call(&mut service, &url).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        assert!(response.headers().contains_key("ratelimit"));
+    }
+    let refused = call(&mut service, &url).await;
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let names: Vec<&str> = refused.headers().keys().map(|k| k.as_str()).collect();
+    assert!(
+        names
+            .iter()
+            .all(|n| !n.contains("ratelimit") && *n != "retry-after"),
+        "{names:?}"
+    );
+    let stats = server.stats();
+    assert_eq!((stats.total.ok, stats.total.throttled), (3, 0));
+    assert_eq!(stats.total.front_refused, 1);
+    assert_eq!(server.requests()[3].outcome, Outcome::FrontRefused);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(call(&mut service, &url).await.status(), StatusCode::OK);
+}
+
+/// Every seed draws a server that starts and answers as its spec says: a
+/// fresh client is admitted, with rate-limit headers exactly when the spec
+/// sends them; hammering it is refused by the main limiter with the spec's
+/// status and `Retry-After` exactly when the spec writes one.
+#[tokio::test(start_paused = true)]
+async fn every_seed_builds_a_server_that_answers_as_specified() {
+    let limit_headers = |response: &reqwest::Response| {
+        response
+            .headers()
+            .keys()
+            .any(|k| k.as_str().contains("ratelimit"))
+    };
+    for seed in 0..500 {
+        let spec = ServerSpec::generate(seed);
+        let at = format!("#{seed} {spec}");
+        let server = spec.builder().start().await.expect(&at);
+        let (mut service, url) = (server.service(), url_of(&server));
+        let first = call(&mut service, &url).await;
+        assert_eq!(first.status(), StatusCode::OK, "{at}");
+        assert_eq!(limit_headers(&first), spec.sends_headers(), "{at}");
+        assert!(!first.headers().contains_key("retry-after"), "{at}");
+        if spec.front.is_none() {
+            let mut refused = None;
+            for _ in 0..=spec.algorithm.burst() + 1 {
+                let response = call(&mut service, &url).await;
+                if response.status() != StatusCode::OK {
+                    refused = Some(response);
+                    break;
+                }
+            }
+            let refused = refused.unwrap_or_else(|| panic!("{at}: never refused"));
+            assert_eq!(refused.status(), spec.refusal_status, "{at}");
+            assert_eq!(limit_headers(&refused), spec.sends_headers(), "{at}");
+            let retry_after = refused.headers().get("retry-after");
+            assert_eq!(retry_after.is_some(), spec.retry_after.is_some(), "{at}");
+            if let (Some(value), Some(precision)) = (retry_after, spec.retry_after) {
+                let value = value.to_str().expect("ascii");
+                let whole = value.parse::<u64>().is_ok();
+                let fractional = value.contains('.') && value.parse::<f64>().is_ok();
+                match precision {
+                    RetryAfterPrecision::Fractional => assert!(fractional, "{at}: {value}"),
+                    _ => assert!(whole, "{at}: {value}"),
+                }
+            }
+        }
+        server.shutdown().await;
+    }
+}
+
+/// A spec's `Display` tells servers apart: out of 500 seeds, at most a
+/// handful read the same, and each names its algorithm, headers and
+/// status.
+#[test]
+fn display_tells_servers_apart() {
+    let shown: Vec<String> = (0..500)
+        .map(|seed| ServerSpec::generate(seed).to_string())
+        .collect();
+    let distinct: HashSet<&String> = shown.iter().collect();
+    assert!(distinct.len() >= 495, "{} distinct of 500", distinct.len());
+    for text in &shown {
+        assert!(text.contains(" | 429") || text.contains(" | 503"), "{text}");
+        assert!(text.len() < 120, "{text}");
+    }
+    let spec = ServerSpec::generate(3);
+    assert_eq!(
+        ServerSpec::generate(3).to_string(),
+        spec.to_string(),
+        "deterministic"
+    );
+}
+
+/// The space covers the grammar: every algorithm, header convention,
+/// precision, both statuses, refusals counted or not, front limiters
+/// below and above the main rate.
+#[test]
+fn the_first_500_seeds_cover_the_grammar() {
+    let specs: Vec<ServerSpec> = (0..500).map(ServerSpec::generate).collect();
+    let kinds: HashSet<String> = specs
+        .iter()
+        .map(|s| s.to_string().split(' ').next().unwrap_or("").to_owned())
+        .collect();
+    for kind in ["fixed", "log", "counter", "gcra", "bucket", "leaky"] {
+        assert!(kinds.contains(kind), "{kind} in {kinds:?}");
+    }
+    let count = |f: &dyn Fn(&ServerSpec) -> bool| specs.iter().filter(|s| f(s)).count();
+    assert!(count(&|s| s.headers == HeaderConvention::None) >= 20);
+    assert!(count(&|s| s.headers == HeaderConvention::RetryAfterOnly) >= 20);
+    assert!(
+        count(&|s| matches!(
+            s.headers,
+            HeaderConvention::XRateLimit {
+                limit: StatedLimit::Burst,
+                ..
+            }
+        )) >= 10
+    );
+    assert!(count(&|s| s.retry_after == Some(RetryAfterPrecision::Floor)) >= 40);
+    assert!(count(&|s| s.counts_refusals) >= 50);
+    assert!(count(&|s| s.refusal_status == StatusCode::SERVICE_UNAVAILABLE) >= 60);
+    let fronts: Vec<(FrontSpec, f64)> = specs
+        .iter()
+        .filter_map(|s| s.front.map(|f| (f, s.algorithm.sustained_per_second())))
+        .collect();
+    assert!(fronts.len() >= 50, "{} fronts", fronts.len());
+    let below = fronts
+        .iter()
+        .filter(|(f, main)| f.algorithm.sustained_per_second() < *main)
+        .count();
+    assert!(
+        below >= 20 && fronts.len() - below >= 20,
+        "{below} of {}",
+        fronts.len()
+    );
+}
+
+/// A zoo server's log of `(instant, status)` after 16 tasks ran the
+/// default client on it for 10 s: over HTTP as `tests/zoo.rs` runs it (a
+/// `ThrottledClient` sending on loopback), and in process by the workload
+/// (a `PaceLayer` of the same client around the server's service).
+async fn zoo_log(name: &str, in_process: bool) -> (Vec<(Duration, u16)>, RunFigures) {
+    let wall = std::time::UNIX_EPOCH + Duration::from_millis(1_800_000_000_250);
+    let server = zoo_support::preset(name)
+        .wall_clock(wall)
+        .start()
+        .await
+        .expect("server starts");
+    let sustained = server.algorithm().sustained_per_second();
+    let run = Duration::from_secs(10);
+    let figures = if in_process {
+        let paced = PaceLayer::new(client().expect("client")).layer(server.service());
+        Workload::new(16, run)
+            .run(&server, sustained, paced)
+            .await
+            .expect("run")
+    } else {
+        let client = client().expect("client");
+        let start = tokio::time::Instant::now();
+        let mut tasks = Vec::new();
+        for _ in 0..16 {
+            let (client, url) = (client.clone(), server.url());
+            tasks.push(tokio::spawn(async move {
+                let (mut logical, mut failed) = (0, 0);
+                while start.elapsed() < run {
+                    logical += 1;
+                    match client.send(client.get(&url)).await {
+                        Ok(response) if response.status().is_success() => {}
+                        _ => failed += 1,
+                    }
+                }
+                (logical, failed)
+            }));
+        }
+        let (mut logical, mut failed) = (0, 0);
+        for task in tasks {
+            let (l, f) = task.await.expect("task ends");
+            logical += l;
+            failed += f;
+        }
+        RunFigures::of(&server, sustained, run, logical, failed)
+    };
+    let log = server
+        .requests()
+        .iter()
+        .map(|r| (r.at, r.status.as_u16()))
+        .collect();
+    server.shutdown().await;
+    (log, figures)
+}
+
+/// The in-process service answers as the HTTP server does: on zoo servers
+/// of four kinds the same client meets the same decisions at the same
+/// instants, request for request, whether it sends over loopback or in
+/// process.
+#[tokio::test(start_paused = true)]
+async fn in_process_and_http_agree_on_the_zoo() {
+    for name in [
+        "fixed-window-legacy",
+        "leaky-bucket-503",
+        "moving-window",
+        "token-bucket-github",
+    ] {
+        let (http_log, http) = zoo_log(name, false).await;
+        let (local_log, local) = zoo_log(name, true).await;
+        println!("{name}: over HTTP {http:?}\n{name}: in process {local:?}");
+        assert!(local.requests > 100, "{name}: {local:?}");
+        assert_eq!(http_log, local_log, "{name}");
+        assert_eq!(http, local, "{name}");
+    }
+}

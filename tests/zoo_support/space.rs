@@ -1,0 +1,63 @@
+//! Runs a client on many servers of the generated space
+//! (`reqwest_pace::testing::space`), each on a paused clock of its own,
+//! spread over threads: for `tests/server_space.rs`, and for a bench that
+//! wants the same figures for a seed and a count.
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use reqwest_pace::testing::space::{RunFigures, ServerSpec, Workload};
+use reqwest_pace::testing::ServerService;
+use tower_service::Service;
+
+/// The figures of the client `client` makes, on the server of each seed in
+/// `seeds`, in seed order. Each server runs in a current-thread runtime of
+/// its own with a paused clock, so a run's figures do not depend on the
+/// runs before it nor on how many `threads` share the work.
+pub fn run_seeds<S, F>(
+    seeds: Range<u64>,
+    workload: Workload,
+    threads: usize,
+    client: F,
+) -> Vec<(ServerSpec, RunFigures)>
+where
+    F: Fn(ServerService) -> Result<S, reqwest_pace::Error> + Sync,
+    S: Service<reqwest::Request, Response = reqwest::Response> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Send + 'static,
+{
+    let next = AtomicU64::new(seeds.start);
+    let runs = Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..threads.max(1) {
+            scope.spawn(|| loop {
+                let seed = next.fetch_add(1, Ordering::Relaxed);
+                if seed >= seeds.end {
+                    break;
+                }
+                let spec = ServerSpec::generate(seed);
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .start_paused(true)
+                    .build()
+                    .expect("a paused runtime");
+                let figures = runtime
+                    .block_on(spec.run(&workload, &client))
+                    .unwrap_or_else(|e| panic!("seed {seed} ({spec}) runs: {e}"));
+                runs.lock().expect("no run panicked").push((spec, figures));
+            });
+        }
+    });
+    let mut runs = runs.into_inner().expect("no run panicked");
+    runs.sort_by_key(|(spec, _)| spec.seed);
+    runs
+}
+
+/// `SPACE_THREADS`, else the machine's parallelism.
+pub fn threads() -> usize {
+    std::env::var("SPACE_THREADS")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
