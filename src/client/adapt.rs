@@ -98,6 +98,12 @@ pub(crate) struct Adaptive {
     latest_sends: VecDeque<Instant>,
     /// Whether any header-driven rate has been learned.
     header_driven: bool,
+    /// The rate the headers last said, times the headroom.
+    header_rate: Option<f64>,
+    /// Whether a limiter in front of the server refuses without headers:
+    /// the header-less regime's rate then caps the headers'. Cleared once
+    /// that rate outgrows the headers' (the front let it through).
+    front: bool,
     /// Whether the headers were found to contradict themselves (warned
     /// once per key).
     warned: bool,
@@ -306,6 +312,8 @@ impl Adaptive {
             oks: SendRate::default(),
             latest_sends: VecDeque::with_capacity(LATEST_SENDS),
             header_driven: false,
+            header_rate: None,
+            front: false,
             warned: false,
             warned_horizon: false,
             fleet_rate: None,
@@ -377,6 +385,13 @@ impl Adaptive {
         if let Some(c) = self.ceiling {
             capped = capped.min(c.per_second_f64());
         }
+        if self.front && self.congestion.phase != Phase::Open {
+            // The lower of the two limiters: the headers' and the front's.
+            capped = capped.min(self.congestion.rate.max(MIN_RATE));
+            if let Some(headers) = self.header_rate {
+                capped = capped.min(headers);
+            }
+        }
         let rate = Rate::from_per_second_f64(capped).ok()?;
         let per_second = rate.per_second_f64();
         if let Some(applied) = self.applied {
@@ -423,10 +438,20 @@ impl Adaptive {
             .iter()
             .filter(|l| l.dimension == self.dimension)
             .collect();
-        if limits.iter().any(|l| l.remaining.is_some()) {
+        let has_headers = limits.iter().any(|l| l.remaining.is_some());
+        if signal.is_throttled() && !has_headers && self.header_driven && counted.is_none() {
+            // Refused without a word by a key whose server speaks: a
+            // limiter in front of it, slower than the headers say.
+            self.front = true;
+        }
+        if has_headers {
             let weight = this.map_or(1, |r| r.weight);
             self.learn_from_headers(now, (ahead, counted, weight), &limits, signal, &mut out);
-        } else if !self.header_driven {
+        }
+        // The header-less regime paces a key without headers, one whose
+        // headers have not yet said how fast (no reset, no window: their
+        // `remaining` still bounds it), and a limiter in front.
+        if !self.header_driven || self.front {
             let granted_rate = this.and_then(|r| r.granted_rate);
             self.congestion(now, (seq, granted_rate), signal, success, &mut out);
         }
@@ -562,6 +587,7 @@ impl Adaptive {
         }
         if let Some(rate) = per_second {
             self.header_driven = true;
+            self.header_rate = Some(rate * self.headroom);
             out.extend(self.rate_adjustment(rate * self.headroom));
             out.extend(self.capacity_adjustment(1));
         }
@@ -628,9 +654,22 @@ impl Adaptive {
         self.follow_the_fleet();
         if signal.is_throttled() {
             self.refused(now, (seq, granted_rate), out);
+        } else if success && self.front && self.congestion.phase == Phase::Open {
+            // A front limiter's refusal that measured no rate: the headers
+            // pace, not a cold start.
         } else if success {
             self.congestion.admitted();
             self.grow(now, out);
+            let outgrown = self
+                .header_rate
+                .is_some_and(|h| self.congestion.rate > h * (1.0 + Tuning::DEFAULT.same_ceiling));
+            if self.front && outgrown {
+                // The front limiter let the probe past the headers' rate:
+                // it no longer binds.
+                self.front = false;
+                self.congestion = Congestion::open();
+                out.extend(self.header_rate.and_then(|h| self.rate_adjustment(h)));
+            }
         }
     }
 
@@ -662,15 +701,18 @@ impl Adaptive {
         let delivered = match (sampled && measured >= t.min_sample, granted_at) {
             (true, at) => at.map_or(measured, |a| a.min(measured)),
             // Too few sends to measure (a slow key): the rate applied.
-            (false, Some(at)) if c.phase == Phase::Steady => at,
+            (false, Some(at)) if c.phase != Phase::Open => at,
             // A key's first requests, or one request's retries: the retry's
             // backoff paces those.
             (false, _) => return,
         };
         // What the server let through: this process's admissions, where
         // they are all it spends.
-        let admitted = Some(self.oks.per_second(now))
-            .filter(|_| granted_rate.is_none() && self.oks.recent(now) >= 2);
+        let admitted = Some(self.oks.per_second(now)).filter(|_| {
+            c.phase != Phase::Steady
+                && granted_rate.is_none()
+                && self.oks.recent(now) as f64 >= t.min_sample
+        });
         let rate = self
             .congestion
             .cut(now, self.sent, (delivered, admitted), t);
@@ -751,6 +793,12 @@ impl Adaptive {
             None => out.extend(self.rate_adjustment(rate)),
         }
         out.extend(self.capacity_adjustment(1));
+        if c.phase == Phase::Open {
+            // The key's first request went alone and was just answered:
+            // the next one is a whole interval of the cold start away, not
+            // at once (a bucket of one would refuse it).
+            out.push(Adjustment::LimitRemaining(0));
+        }
     }
 }
 
