@@ -38,6 +38,34 @@ async fn a_thousand_waiters_at_100_per_second_take_ten_seconds_in_fifo_order() {
     }
 }
 
+/// tokio's timer fires on whole milliseconds: a bucket of one whose
+/// interval is not a whole number of them (137/s, 7.3 ms) still admits at
+/// its rate, never faster, instead of at one per 8 ms (125/s).
+#[tokio::test(start_paused = true)]
+async fn a_rate_between_whole_milliseconds_is_kept_exactly() {
+    let bucket = empty_bucket(137, 1);
+    let start = Instant::now();
+    let mut at = Vec::new();
+    for _ in 0..1370 {
+        bucket.acquire(1).await.unwrap();
+        at.push(start.elapsed());
+    }
+    // The 1370th token is earned at exactly 10 s; the timer fires within a
+    // millisecond of it.
+    let last = at[at.len() - 1];
+    assert!(last >= Duration::from_secs(10), "{last:?}");
+    assert!(last <= Duration::from_millis(10_001), "{last:?}");
+    // Never two admissions closer than the whole milliseconds below the
+    // interval, and never ahead of the rate.
+    for (k, t) in at.iter().enumerate() {
+        let earned = Duration::from_secs_f64((k + 1) as f64 / 137.0);
+        assert!(
+            *t + Duration::from_nanos(1) >= earned,
+            "{k}: {t:?} before {earned:?}"
+        );
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn dropping_half_the_waiters_does_not_slow_the_others() {
     let bucket = empty_bucket(100, 1);

@@ -342,6 +342,7 @@ impl<A: Algorithm> RateLimiter<A> {
             weight,
             id: None,
             sleep: None,
+            scheduled: None,
         }
     }
 
@@ -459,6 +460,25 @@ pub struct Acquire<'a, A: Algorithm> {
     id: Option<u64>,
     /// Our timer, while we are the head and must wait.
     sleep: Option<Pin<Box<Sleep>>>,
+    /// The instant our timer was set for, while we are the head.
+    scheduled: Option<Nanos>,
+}
+
+/// How late tokio's timer may fire: it counts whole milliseconds, so a
+/// sleep until an instant wakes up to a millisecond after it.
+const TIMER_RESOLUTION: Nanos = 1_000_000;
+
+/// The instant the head is admitted at: the one its timer was set for when
+/// the timer fired at most [`TIMER_RESOLUTION`] after it, else `now`. A
+/// limiter that paced from the instant the timer fired would lose up to a
+/// millisecond per admission (a bucket of one at 137/s would go at 125/s);
+/// admitting at the scheduled instant keeps the rate exact and never admits
+/// earlier than the algorithm allows.
+fn admitted_at(scheduled: Option<Nanos>, now: Nanos) -> Nanos {
+    match scheduled {
+        Some(at) if at <= now && now - at <= TIMER_RESOLUTION => at,
+        _ => now,
+    }
 }
 
 impl<A: Algorithm> Acquire<'_, A> {
@@ -518,9 +538,13 @@ impl<A: Algorithm> Future for Acquire<'_, A> {
             // queued: say so rather than wait for ever (and hold the queue).
             let outcome = match RateLimiter::check_weight(&state.algorithm, this.weight) {
                 Err(e) => Err(e),
-                Ok(()) => match state.algorithm.try_admit(now, this.weight) {
+                Ok(()) => match state
+                    .algorithm
+                    .try_admit(admitted_at(this.scheduled, now), this.weight)
+                {
                     Ok(()) => Ok(()),
                     Err(ready) => {
+                        this.scheduled = Some(ready);
                         if let Some(head) = state.queue.front_mut() {
                             head.waker = Some(cx.waker().clone());
                         }
@@ -545,6 +569,7 @@ impl<A: Algorithm> Future for Acquire<'_, A> {
             state.leave(0);
             this.id = None;
             this.sleep = None;
+            this.scheduled = None;
             this.weight = 0;
             return Poll::Ready(outcome);
         }
