@@ -33,7 +33,8 @@
 //!   never full (a full bucket wastes its refill, so a stretch that touches
 //!   full only bounds the rate from below, and the pace grows until it does
 //!   not), and the pace is corrected so the bucket keeps a small reserve
-//!   (a tenth, at least one unit) instead of wasting what it holds.
+//!   (a tenth, at least one unit and at most two) instead of wasting what
+//!   it holds.
 //!
 //! A key whose limiter several processes share is spent by all of them:
 //! its server's `remaining` falls by the fleet's requests, not by this
@@ -66,10 +67,17 @@ const MOVING_EVIDENCE: u32 = 8;
 const RESET_RESOLUTION: Duration = Duration::from_secs(1);
 /// A bucket's pace doubles this often while the bucket stays full.
 const BUCKET_DOUBLING: Duration = Duration::from_millis(250);
+/// The most a bucket's pace keeps in reserve (a tenth of what it holds, at
+/// least one unit): enough for a response that comes back out of order.
+/// Holding more costs nothing against a real bucket, whose refill is the
+/// same at any level, but a window read as a bucket (a sliding counter's
+/// `remaining` sits wherever the pace puts it) leaves the reserve unused
+/// for good.
+const BUCKET_RESERVE: f64 = 2.0;
 /// The shortest stretch a bucket's refill is measured over.
 const BUCKET_MIN_SPAN: Duration = Duration::from_millis(500);
-/// A bucket's level is pulled back to its reserve (a tenth of it, at least
-/// one unit) over this long.
+/// A bucket's level is pulled back to its reserve (see [`BUCKET_RESERVE`])
+/// over this long.
 const BUCKET_CORRECTION: Duration = Duration::from_secs(1);
 
 /// One response's figures for one limit.
@@ -536,6 +544,9 @@ impl Series {
             .unwrap_or(Duration::from_secs(1));
         let quota = self.quota.max(self.top).max(1);
         let sustained = quota as f64 / length.as_secs_f64();
+        // Where the readings turn out to refill, the window's rate is where
+        // a bucket's pace starts.
+        self.bucket.per_second = sustained;
         let until_end = boundary.saturating_duration_since(now);
         if left == 0 {
             // Past the end it predicted the server still says nothing is
@@ -624,7 +635,7 @@ impl Series {
                 b.measured = Some((refill / span.as_secs_f64()).max(0.0));
             }
             if let Some(rate) = b.measured {
-                let reserve = (top as f64 / 10.0).max(1.0);
+                let reserve = (top as f64 / 10.0).clamp(1.0, BUCKET_RESERVE);
                 let correction = (left as f64 - reserve) / BUCKET_CORRECTION.as_secs_f64();
                 let corrected = (rate + correction).max(rate / 2.0);
                 // Empty yet admitting every request, the server takes what
