@@ -98,6 +98,8 @@ pub(crate) struct Adaptive {
     latest_sends: VecDeque<Instant>,
     /// Whether any header-driven rate has been learned.
     header_driven: bool,
+    /// Whether the server ever admitted one of this key's requests.
+    admitted_before: bool,
     /// The rate the headers last said, times the headroom.
     header_rate: Option<f64>,
     /// Whether a limiter in front of the server refuses without headers:
@@ -312,6 +314,7 @@ impl Adaptive {
             oks: SendRate::default(),
             latest_sends: VecDeque::with_capacity(LATEST_SENDS),
             header_driven: false,
+            admitted_before: false,
             header_rate: None,
             front: false,
             warned: false,
@@ -372,6 +375,12 @@ impl Adaptive {
         self.in_flight.retain(|r| r.seq != seq);
     }
 
+    /// Whether the server admitted this key's requests before: its
+    /// refusals limit the key, they are not a failure.
+    pub(crate) fn server_admits(&self) -> bool {
+        self.admitted_before
+    }
+
     /// The rate currently applied, in tokens per second (`None` while
     /// unconstrained).
     pub(crate) fn applied_rate(&self) -> Option<f64> {
@@ -429,6 +438,7 @@ impl Adaptive {
         self.in_flight.retain(|r| r.seq != seq);
         if counted_by_server(signal) {
             self.oks.record(now, None);
+            self.admitted_before = true;
         }
         self.warn_if_beyond_horizon(signal);
         let ahead = self.ahead_of(now, seq, this);
@@ -658,7 +668,7 @@ impl Adaptive {
             // A front limiter's refusal that measured no rate: the headers
             // pace, not a cold start.
         } else if success {
-            self.congestion.admitted();
+            self.congestion.admitted(now, &Tuning::DEFAULT);
             self.grow(now, out);
             let outgrown = self
                 .header_rate
@@ -728,6 +738,9 @@ impl Adaptive {
         }
         out.extend(self.capacity_adjustment(1));
         out.push(Adjustment::LimitRemaining(0));
+        if let (None, Some(wait)) = (granted_rate, self.congestion.lockout_wait(t)) {
+            out.push(Adjustment::BlockUntil(now + wait));
+        }
     }
 
     /// The rate this process sends at now: its latest sends over their

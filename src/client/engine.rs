@@ -240,7 +240,8 @@ impl Pacer {
                 }
             };
             let read = self.read(&call, &result);
-            self.learn(&members, &sent, read.signal.as_ref(), read.outcome)
+            let paced = self
+                .learn(&members, &sent, read.signal.as_ref(), read.outcome)
                 .await;
             drop(sent);
             call.last_status = result
@@ -248,7 +249,7 @@ impl Pacer {
                 .ok()
                 .map(Response::status)
                 .or(call.last_status);
-            match self.decide(&call, &read, replay.is_some()) {
+            match self.decide(&call, &read, replay.is_some(), paced) {
                 Decision::Return => return self.finish(&call, result),
                 Decision::GiveUp(reason) => return Err(self.give_up(&call, reason, result).await),
                 Decision::Retry { delay, from_server } => {
@@ -352,14 +353,17 @@ impl Pacer {
         }
     }
 
-    /// Charge the retry budget for this attempt and ask the policy.
-    fn decide(&self, call: &Call, read: &Read, replayable: bool) -> Decision {
+    /// Charge the retry budget for this attempt and ask the policy. A
+    /// refusal the key's model paces (`paced`: its server limits, and the
+    /// key now goes slower) is retried at the key's pace, not in a storm:
+    /// like a retry the server invited, it spends no budget.
+    fn decide(&self, call: &Call, read: &Read, replayable: bool, paced: bool) -> Decision {
         let policy = &self.inner.policy;
         let server_wait = read
             .signal
             .as_ref()
             .and_then(RateLimitSignal::believable_retry_after);
-        let budget = self.inner.budget.as_deref();
+        let budget = self.inner.budget.as_deref().filter(|_| !paced);
         match (read.outcome, budget) {
             (Outcome::Success, Some(budget)) => budget.record_success(),
             // A retry the server invited (a `Retry-After`) spends nothing.

@@ -50,6 +50,12 @@ pub(crate) struct Tuning {
     /// The cut on a refusal with no admission since the previous cut: a
     /// lockout, which only sending less ends.
     pub(crate) lockout_decrease: f64,
+    /// Locked out, the key holds its calls this long after the first
+    /// refusal in a row, twice as long after each next one ...
+    pub(crate) first_lockout_wait: Duration,
+    /// ... and at most this long. Longer waits cost fewer refusals while a
+    /// window runs out; shorter ones notice its end sooner.
+    pub(crate) max_lockout_wait: Duration,
     /// After a cut the rate climbs back to this share of the rate that was
     /// too fast. Higher is closer to the limit; lower leaves more room for
     /// a server whose limit wavers.
@@ -89,6 +95,8 @@ impl Tuning {
         first_decrease: 0.7,
         later_decrease: 0.9,
         lockout_decrease: 0.7,
+        first_lockout_wait: Duration::from_millis(100),
+        max_lockout_wait: Duration::from_secs(8),
         recover_to: 0.97,
         recovery: Duration::from_millis(1_000),
         first_hold: Duration::from_secs(8),
@@ -139,6 +147,18 @@ pub(crate) struct Congestion {
     admitted_since_cut: bool,
     /// Whether a request was ever admitted.
     ever_admitted: bool,
+    /// Whether the key is locked out: refused again with nothing admitted
+    /// since the cut before.
+    locked: bool,
+    /// Refusals in a row while locked out, and the latest's instant.
+    lockouts: u32,
+    last_refused: Option<Instant>,
+    /// Since when the key has been admitted without a lockout (its first
+    /// admission, or the end of the last lockout), and how many it was
+    /// admitted since: over a cycle that ends in a lockout, what the server
+    /// let through is its limit (a window spent, then refused until it
+    /// ends), whatever the rate that ran into it.
+    cycle: Option<(Instant, u64)>,
 }
 
 impl Congestion {
@@ -156,6 +176,10 @@ impl Congestion {
             held_since: None,
             admitted_since_cut: true,
             ever_admitted: false,
+            locked: false,
+            lockouts: 0,
+            last_refused: None,
+            cycle: None,
         }
     }
 
@@ -190,10 +214,38 @@ impl Congestion {
         self.phase == Phase::Steady && !self.ever_admitted
     }
 
-    /// A response was admitted.
-    pub(crate) fn admitted(&mut self) {
+    /// A response was admitted at `now`. The first admission after a
+    /// lockout ends the cycle: the rate the server let through over it is
+    /// the rate that is too fast from now on, and the rate climbs back to
+    /// just under it.
+    pub(crate) fn admitted(&mut self, now: Instant, t: &Tuning) {
         self.admitted_since_cut = true;
         self.ever_admitted = true;
+        let (since, admitted) = self.cycle.unwrap_or((now, 0));
+        if !self.locked {
+            self.cycle = Some((since, admitted + 1));
+            return;
+        }
+        self.locked = false;
+        self.lockouts = 0;
+        self.cycle = Some((now, 1));
+        // The server took the key back after the last refusal: the cycle
+        // ran that long at least (a window ended in between).
+        let end = self.last_refused.filter(|&r| r > since).unwrap_or(now);
+        let span = end.saturating_duration_since(since).as_secs_f64();
+        if span >= 1.0 && admitted as f64 >= t.min_sample {
+            let limit = admitted as f64 / span;
+            let same = (limit - self.too_fast).abs() <= self.too_fast * t.same_ceiling;
+            self.hold = if same {
+                (self.hold * 2).min(t.max_hold)
+            } else {
+                t.first_hold
+            };
+            self.too_fast = limit;
+            self.target = limit * t.recover_to;
+            self.cut_to = self.rate.min(self.target);
+            self.held_since = None;
+        }
     }
 
     /// A refusal of a request sent after the last cut, while `delivered`
@@ -225,9 +277,13 @@ impl Congestion {
             // admitted before (one that never did is failing, not
             // limiting: the retry policy's budget is for that): a lockout.
             Phase::Steady if !self.admitted_since_cut && self.ever_admitted => {
+                // What was too fast is measured when the lockout ends (see
+                // `admitted`); meanwhile only sending less ends it.
+                self.locked = true;
+                self.lockouts = self.lockouts.saturating_add(1);
+                self.last_refused = Some(now);
                 let from = self.rate.min(delivered);
-                let target = held.min(from * t.recover_to);
-                (from, target, from * t.lockout_decrease)
+                (self.too_fast, held, from * t.lockout_decrease)
             }
             // A probe refused: the target held through the hold was fine,
             // and the server refused somewhere between it and `delivered`.
@@ -271,6 +327,18 @@ impl Congestion {
             ..*self
         };
         rate
+    }
+
+    /// While locked out, how long the key holds every call after a
+    /// refusal: one probe per wait, the wait doubling with each refusal in
+    /// a row (a lockout ends only when the key stops sending, and every
+    /// call refused meanwhile spends an attempt of its own).
+    pub(crate) fn lockout_wait(&self, t: &Tuning) -> Option<Duration> {
+        if !self.locked {
+            return None;
+        }
+        let doublings = self.lockouts.saturating_sub(1).min(16);
+        Some((t.first_lockout_wait * 2u32.pow(doublings)).min(t.max_lockout_wait))
     }
 
     /// The rate after a success at `now`, from `current`, with `dt` seconds
@@ -322,13 +390,13 @@ mod tests {
         let mut c = Congestion::resumed(Phase::Steady, 19.4, 20.0);
         for expected in [16, 32, 64, 64] {
             c.rate = 20.5;
-            c.admitted();
+            c.admitted(now, &T);
             c.cut(now, 1, (20.3, None), &T);
             assert_eq!(c.hold, Duration::from_secs(expected));
         }
         // A probe refused far above: the server grew, the holds start over.
         c.rate = 30.0;
-        c.admitted();
+        c.admitted(now, &T);
         c.cut(now, 1, (29.0, None), &T);
         assert_eq!(c.hold, T.first_hold);
     }
@@ -337,28 +405,54 @@ mod tests {
     fn a_refusal_without_an_admission_since_the_cut_cuts_again() {
         let now = Instant::now();
         let mut c = Congestion::resumed(Phase::Steady, 19.0, 20.0);
-        c.admitted();
+        c.admitted(now, &T);
         // Refused below the target: from the rate sent.
         let first = c.cut(now, 1, (20.0, None), &T);
         assert_eq!(first, 19.0 * T.first_decrease);
-        // Refused again before an admission: a lockout, from what was sent.
+        let target = c.target();
+        assert_eq!(target, 19.0 * T.recover_to);
+        // Refused again before an admission: a lockout, from what was sent,
+        // and the target waits for the lockout's end.
         let second = c.cut(now, 2, (30.0, None), &T);
         assert_eq!(second, first * T.lockout_decrease);
         assert_eq!(c.cut(now, 3, (1.0, None), &T), T.lockout_decrease);
-        assert!(c.target() <= T.recover_to, "{}", c.target());
-        // Admitted again, then refused at or below the target: a cut from
-        // the rate sent.
-        c.admitted();
-        let rate = c.rate;
-        let after = c.cut(now, 4, (5.0, None), &T);
-        assert_eq!(after, rate * T.first_decrease);
+        assert_eq!(c.target(), target);
+    }
+
+    /// A window of 100 spent in the first second, then refused until it
+    /// ends at 5 s: the lockout's end measures what the server let through
+    /// up to the last refusal (the window ended after it).
+    #[test]
+    fn the_end_of_a_lockout_measures_what_the_server_let_through() {
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        let mut c = Congestion::resumed(Phase::Steady, 100.0, 200.0);
+        for k in 0..100 {
+            c.admitted(at(10 * k), &T);
+        }
+        c.cut(at(1_000), 100, (100.0, None), &T);
+        assert_eq!(c.lockout_wait(&T), None, "one refusal is no lockout");
+        let mut waits = Vec::new();
+        for (k, ms) in [1_100, 1_300, 1_700, 2_500, 4_100].into_iter().enumerate() {
+            c.cut(at(ms), 101 + k as u64, (50.0, None), &T);
+            waits.extend(c.lockout_wait(&T));
+        }
+        let ms = Duration::from_millis;
+        assert_eq!(waits, [ms(100), ms(200), ms(400), ms(800), ms(1_600)]);
+        assert!(c.rate < 10.0, "{}", c.rate);
+        c.admitted(at(5_700), &T);
+        assert_eq!(c.too_fast, 100.0 / 4.1);
+        assert_eq!(c.target(), 100.0 / 4.1 * T.recover_to);
+        assert_eq!(c.lockout_wait(&T), None);
+        // The next cycle starts at this one's end.
+        assert_eq!(c.cycle, Some((at(5_700), 1)));
     }
 
     #[test]
     fn recovery_reaches_the_target_within_its_time_then_holds_then_probes() {
         let start = Instant::now();
         let mut c = Congestion::resumed(Phase::SlowStart, 40.0, 0.0);
-        c.admitted();
+        c.admitted(start, &T);
         let mut rate = c.cut(start, 1, (20.0, None), &T);
         assert_eq!(rate, 14.0);
         let step = 0.05;

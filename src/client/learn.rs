@@ -18,13 +18,19 @@ impl Pacer {
     /// only the narrowest scope of this request that heeds the server is
     /// taught, and of several equally narrow ones the last added. Every
     /// member counts the attempt as answered.
+    ///
+    /// Returns whether the response is a refusal that the taught key's
+    /// model paces: its server admitted the key's requests before, so it
+    /// limits rather than fails, and the key now goes slower. Retrying it
+    /// is then no storm (see the retry budget in the decide step).
     pub(crate) async fn learn(
         &self,
         members: &[Member],
         sent: &Sent<'_>,
         signal: Option<&RateLimitSignal>,
         outcome: Outcome,
-    ) {
+    ) -> bool {
+        let mut paced = false;
         let now = Instant::now();
         let target = members
             .iter()
@@ -37,10 +43,14 @@ impl Pacer {
                 Some(signal) => {
                     self.teach(m, seq, signal, outcome == Outcome::Success, now)
                         .await;
+                    paced = signal.is_throttled()
+                        && self.inner.scopes[m.scope].adaptive()
+                        && m.state.adapt().server_admits();
                 }
                 None => m.state.adapt().on_no_response(seq),
             }
         }
+        paced
     }
 
     /// Teach one member's key.
