@@ -215,22 +215,21 @@ async fn a_fleet_learns_a_refilling_bucket_from_x_ratelimit_headers() {
 /// knows: the earliest of its readings' whole-second resets, rounded up.
 /// A client reading every response is about 0.05 s late per window; one
 /// of four, reading a quarter of them, about 0.17 s (the least of five
-/// uniform roundings of up to a second instead of twenty). Measured 0.94
-/// at every phase, pinned at 0.93. The legacy headers (epoch resets, no
-/// stated window) measured 0.84 to 0.98 across phases, pinned at 0.80.
+/// uniform roundings of up to a second instead of twenty).
 #[tokio::test(start_paused = true)]
+#[ignore = "known gap: each client reads a quarter of the readings, so the fleet waits out a later window end than one client does: 0.94 of the limit at every phase with the drafts' stated windows (issue 21's pooled evidence)"]
 async fn a_fleet_learns_fixed_windows_in_every_header_convention() {
     for name in [
         "fixed-window-draft6",
         "fixed-window-draft7",
         "fixed-window-draft8",
     ] {
-        check(name, || preset(name), 0.93, 0.01).await;
+        check(name, || preset(name), 0.95, 0.01).await;
     }
     check(
         "fixed-window-legacy",
         || preset("fixed-window-legacy"),
-        0.80,
+        0.95,
         0.01,
     )
     .await;
@@ -238,22 +237,22 @@ async fn a_fleet_learns_fixed_windows_in_every_header_convention() {
 
 /// 100 per 5 s, fractional epoch resets: the other clients' admissions
 /// are placed between this one's (the count orders them), so the window's
-/// length is bracketed less tightly. Measured 0.93 to 0.99 across phases,
-/// pinned at 0.90.
+/// length is bracketed less tightly.
 #[tokio::test(start_paused = true)]
+#[ignore = "known gap: the other clients' admissions are placed between this one's, so the window's length is bracketed less tightly than by one client: 0.92 of the limit at phase +0 ms (issue 21's pooled evidence)"]
 async fn a_fleet_learns_a_moving_window() {
-    check("moving-window", || preset("moving-window"), 0.90, 0.01).await;
+    check("moving-window", || preset("moving-window"), 0.95, 0.01).await;
 }
 
 /// A bucket of 20/s, burst 5, stating the burst as its limit and the
-/// epoch second it is full as its reset. Measured 0.94 to 0.96 across
-/// phases, pinned at 0.92.
+/// epoch second it is full as its reset.
 #[tokio::test(start_paused = true)]
+#[ignore = "known gap: each client measures the refill from a quarter of the readings: 0.95 at four phases, 0.94 at +999 ms (issue 21's pooled evidence)"]
 async fn a_fleet_learns_a_bucket_whose_limit_is_its_burst() {
     check(
         "token-bucket-github",
         || preset("token-bucket-github"),
-        0.92,
+        0.95,
         0.01,
     )
     .await;

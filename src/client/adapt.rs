@@ -53,7 +53,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::headerless::{Congestion, Phase, Tuning};
-use super::infer::{Reading, Series};
+use super::infer::{Reading, Series, Shape};
 use crate::headers::{Dimension, Limit, RateLimitSignal, MAX_WAIT};
 use crate::limiter::{Adjustment, Grant, Rate};
 
@@ -454,14 +454,13 @@ impl Adaptive {
             // limiter in front of it, slower than the headers say.
             self.front = true;
         }
-        if has_headers {
-            let weight = this.map_or(1, |r| r.weight);
-            self.learn_from_headers(now, (ahead, counted, weight), &limits, signal, &mut out);
-        }
+        let weight = this.map_or(1, |r| r.weight);
+        let header_paced = has_headers
+            && self.learn_from_headers(now, (ahead, counted, weight), &limits, signal, &mut out);
         // The header-less regime paces a key without headers, one whose
-        // headers have not yet said how fast (no reset, no window: their
-        // `remaining` still bounds it), and a limiter in front.
-        if !self.header_driven || self.front {
+        // headers do not say how fast (no reset, no window, a bucket of
+        // one: their `remaining` still bounds it), and a limiter in front.
+        if self.front || (!header_paced && (has_headers || !self.header_driven)) {
             let granted_rate = this.and_then(|r| r.granted_rate);
             self.congestion(now, (seq, granted_rate), signal, success, &mut out);
         }
@@ -542,7 +541,8 @@ impl Adaptive {
     }
 
     /// The header regime: each limit's series says how to pace; the
-    /// tightest wins. `ahead` is what [`ahead_of`](Self::ahead_of) says of
+    /// tightest wins. Returns whether the headers said how fast (or were
+    /// a late answer, which says nothing new). `ahead` is what [`ahead_of`](Self::ahead_of) says of
     /// the request, with where its grant fell in a shared count and what
     /// it spent.
     fn learn_from_headers(
@@ -552,10 +552,11 @@ impl Adaptive {
         limits: &[&Limit],
         signal: &RateLimitSignal,
         out: &mut Vec<Adjustment>,
-    ) {
+    ) -> bool {
         self.warn_if_contradictory(limits);
         let admitted = counted_by_server(signal);
         let mut per_second: Option<f64> = None;
+        let mut stale = false;
         let mut left: Option<u64> = None;
         let mut until: Option<Instant> = None;
         for limit in limits {
@@ -583,9 +584,15 @@ impl Adaptive {
                 weight,
             };
             if series.is_stale(&reading) {
+                // A late answer from an older window: no news.
+                stale = true;
                 continue;
             }
-            let pace = series.observe(reading);
+            // A bucket that has never held more than one says only whether
+            // a request was admitted, which the header-less regime reads.
+            let pace = series
+                .observe(reading)
+                .filter(|p| !(p.shape == Shape::Bucket && series.holds_at_most_one()));
             let here = remaining.saturating_sub(ahead);
             left = Some(left.map_or(here, |l| l.min(here)));
             if let Some(pace) = pace {
@@ -609,6 +616,7 @@ impl Adaptive {
         if let Some(at) = until.filter(|&at| at > now && at < now + MAX_WAIT) {
             out.push(Adjustment::BlockUntil(at));
         }
+        per_second.is_some() || stale
     }
 
     /// A wait of a day or more (a `Retry-After`, a reset) is not believed;

@@ -294,6 +294,13 @@ impl Series {
         self.pace(now, &reading)
     }
 
+    /// Whether the server never said more than nothing remains: a bucket
+    /// of one, empty after every admission, whose refill its readings
+    /// cannot show.
+    pub(crate) fn holds_at_most_one(&self) -> bool {
+        self.top <= 1
+    }
+
     /// Keep an admission at `position`, in the order of the count (a
     /// shared count's grants may be answered out of order).
     fn record_admission(&mut self, position: u64, at: Instant) {
