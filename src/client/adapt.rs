@@ -439,6 +439,9 @@ impl Adaptive {
         if counted_by_server(signal) {
             self.oks.record(now, None);
             self.admitted_before = true;
+            // Whichever regime paces, the header-less one keeps count: a
+            // limiter in front may take over from the headers.
+            self.congestion.admitted(now, &Tuning::DEFAULT);
         }
         self.warn_if_beyond_horizon(signal);
         let ahead = self.ahead_of(now, seq, this);
@@ -676,7 +679,6 @@ impl Adaptive {
             // A front limiter's refusal that measured no rate: the headers
             // pace, not a cold start.
         } else if success {
-            self.congestion.admitted(now, &Tuning::DEFAULT);
             self.grow(now, out);
             let outgrown = self
                 .header_rate
