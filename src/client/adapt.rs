@@ -674,7 +674,7 @@ impl Adaptive {
     ) {
         self.follow_the_fleet();
         if signal.is_throttled() {
-            self.refused(now, (seq, granted_rate), out);
+            self.refused(now, (seq, granted_rate), signal, out);
         } else if success && self.front && self.congestion.phase == Phase::Open {
             // A front limiter's refusal that measured no rate: the headers
             // pace, not a cold start.
@@ -699,6 +699,7 @@ impl Adaptive {
         &mut self,
         now: Instant,
         (seq, granted_rate): (u64, Option<f64>),
+        signal: &RateLimitSignal,
         out: &mut Vec<Adjustment>,
     ) {
         let t = &Tuning::DEFAULT;
@@ -736,6 +737,9 @@ impl Adaptive {
         let rate = self
             .congestion
             .cut(now, self.sent, (delivered, admitted), t);
+        if let Some(wait) = signal.believable_retry_after() {
+            self.congestion.blocked_for(wait, t);
+        }
         match (granted_rate, Rate::from_per_second_f64(delivered)) {
             // Shared: the cut names the rate refused, for the others.
             (Some(_), Ok(too_fast)) => {

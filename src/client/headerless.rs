@@ -67,6 +67,12 @@ pub(crate) struct Tuning {
     /// The longest hold: one refusal per this long against a steady
     /// server, and the longest a grown capacity goes unnoticed.
     pub(crate) max_hold: Duration,
+    /// A refusal that holds the key for a while (its `Retry-After`) costs
+    /// that while: the next probe waits at least this many times as long,
+    /// so that probing such a server costs about 1/`blocked_hold` of the
+    /// time. Larger wastes less on a steady server; smaller finds a grown
+    /// one sooner.
+    pub(crate) blocked_hold: f64,
     /// A probe refused within this share of the rate refused before found
     /// the same ceiling: the hold doubles.
     pub(crate) same_ceiling: f64,
@@ -102,6 +108,7 @@ impl Tuning {
         first_hold: Duration::from_secs(8),
         max_hold: Duration::from_secs(64),
         same_ceiling: 0.1,
+        blocked_hold: 32.0,
         max_rise: 0.05,
         probe_per_second: 0.02,
         probe_doubling: Duration::from_secs(2),
@@ -327,6 +334,13 @@ impl Congestion {
             ..*self
         };
         rate
+    }
+
+    /// The last refusal held the key for `wait` (its `Retry-After`): the
+    /// next probe is no sooner than [`Tuning::blocked_hold`] times that.
+    pub(crate) fn blocked_for(&mut self, wait: Duration, t: &Tuning) {
+        let hold = wait.mul_f64(t.blocked_hold).min(t.max_hold);
+        self.hold = self.hold.max(hold);
     }
 
     /// While locked out, how long the key holds every call after a

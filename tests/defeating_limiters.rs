@@ -1,0 +1,96 @@
+//! `ThrottledClient` with nothing configured against the widely used
+//! limiters that defeated it before the one header-less regime and the
+//! bucket-of-one reading: a GCRA whose headers give the burst and no reset
+//! and answer `retry-after: 0`, a sliding log that sends only
+//! `Retry-After` (rounded up to a second), and a header-less limiter that
+//! counts refusals. Each runs 16 closed-loop tasks for 60 s on the paused
+//! clock, in process (`RateLimitedServer::service`), and asserts the goal:
+//! at least 95 % of the true sustained limit, at most 1 % of responses
+//! refused, no failed logical request.
+#![cfg(feature = "testing")]
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use reqwest_pace::testing::space::{RunFigures, Workload};
+use reqwest_pace::testing::{
+    Algorithm, Dialect, RateLimitedServer, ResetFormat, RetryAfterPrecision, ServerBuilder,
+};
+use reqwest_pace::{PaceLayer, Rate, ThrottledClient};
+use tower_layer::Layer;
+
+async fn run(builder: ServerBuilder) -> RunFigures {
+    let server = builder.start().await.expect("server starts");
+    let sustained = server.algorithm().sustained_per_second();
+    let client = ThrottledClient::builder(reqwest::Client::new())
+        .random(|| 0.5)
+        .build()
+        .expect("default client");
+    let paced = PaceLayer::new(client).layer(server.service());
+    let figures = Workload::new(16, Duration::from_secs(60))
+        .run(&server, sustained, paced)
+        .await
+        .expect("runs");
+    println!("{figures:?}");
+    figures
+}
+
+fn assert_goal(figures: &RunFigures) {
+    assert!(figures.goodput >= 0.95, "{figures:?}");
+    assert!(figures.refused <= 0.01, "{figures:?}");
+    assert_eq!(figures.failed, 0, "{figures:?}");
+}
+
+fn twenty() -> Rate {
+    Rate::per_second(20).expect("a rate")
+}
+
+/// GCRA at 20/s, burst 5: `x-ratelimit-limit: 5` (the burst) and
+/// `x-ratelimit-remaining` on every response, no reset, and on a refusal
+/// `retry-after: 0` (whole seconds, rounded down).
+#[tokio::test(start_paused = true)]
+async fn a_gcra_stating_its_burst_without_a_reset() {
+    let figures = run(RateLimitedServer::builder()
+        .algorithm(Algorithm::Gcra {
+            rate: twenty(),
+            burst: 5,
+        })
+        .dialect(Dialect::XRateLimit)
+        .limit_is_burst(true)
+        .reset_format(ResetFormat::Omitted)
+        .retry_after_precision(RetryAfterPrecision::Floor))
+    .await;
+    assert_goal(&figures);
+}
+
+/// A sliding log of 20 per second: no header on a 200, and a 429 carries
+/// only `Retry-After`, a wait of a few milliseconds rounded up to 1.
+#[tokio::test(start_paused = true)]
+async fn a_sliding_log_that_sends_only_retry_after() {
+    let figures = run(RateLimitedServer::builder()
+        .algorithm(Algorithm::SlidingLog {
+            limit: 20,
+            window: Duration::from_secs(1),
+        })
+        .dialect(Dialect::None)
+        .retry_after(true)
+        .retry_after_precision(RetryAfterPrecision::Ceil))
+    .await;
+    assert_goal(&figures);
+}
+
+/// No headers at all, and refused requests count in the rate: a burst of
+/// refusals keeps the client locked out longer.
+#[tokio::test(start_paused = true)]
+async fn a_header_less_limiter_that_counts_refusals() {
+    let figures = run(RateLimitedServer::builder()
+        .algorithm(Algorithm::SlidingLog {
+            limit: 20,
+            window: Duration::from_secs(1),
+        })
+        .dialect(Dialect::None)
+        .refusal_status(StatusCode::TOO_MANY_REQUESTS)
+        .counts_refusals(true))
+    .await;
+    assert_goal(&figures);
+}
