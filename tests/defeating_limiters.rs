@@ -9,28 +9,20 @@
 //! refused, no failed logical request.
 #![cfg(feature = "testing")]
 
+mod zoo_support;
+
 use std::time::Duration;
 
 use reqwest::StatusCode;
-use reqwest_pace::testing::space::{RunFigures, Workload};
+use reqwest_pace::testing::space::RunFigures;
 use reqwest_pace::testing::{
     Algorithm, Dialect, RateLimitedServer, ResetFormat, RetryAfterPrecision, ServerBuilder,
 };
-use reqwest_pace::{PaceLayer, Rate, ThrottledClient};
-use tower_layer::Layer;
+use reqwest_pace::Rate;
 
 async fn run(builder: ServerBuilder) -> RunFigures {
-    let server = builder.start().await.expect("server starts");
-    let sustained = server.algorithm().sustained_per_second();
-    let client = ThrottledClient::builder(reqwest::Client::new())
-        .random(|| 0.5)
-        .build()
-        .expect("default client");
-    let paced = PaceLayer::new(client).layer(server.service());
-    let figures = Workload::new(16, Duration::from_secs(60))
-        .run(&server, sustained, paced)
-        .await
-        .expect("runs");
+    let figures =
+        zoo_support::space::default_client_in_process(builder, 16, Duration::from_secs(60)).await;
     println!("{figures:?}");
     figures
 }

@@ -124,25 +124,10 @@ async fn zoo_token_bucket_reporting_its_burst() {
 /// most 1 % refused with headers or without, no failed call.
 #[tokio::test(start_paused = true)]
 async fn every_zoo_server_over_sixty_seconds() {
-    use reqwest_pace::testing::space::Workload;
-    use reqwest_pace::PaceLayer;
-    use tower_layer::Layer;
-
     for (name, builder) in zoo::all() {
-        let server = builder.start().await.expect("zoo server starts");
-        let sustained = server.algorithm().sustained_per_second();
-        let client = ThrottledClient::builder(reqwest::Client::new())
-            .random(|| 0.5)
-            .build()
-            .expect("default client");
-        let figures = Workload::new(TASKS, Duration::from_secs(60))
-            .run(
-                &server,
-                sustained,
-                PaceLayer::new(client).layer(server.service()),
-            )
-            .await
-            .expect("runs");
+        let figures =
+            zoo_support::space::default_client_in_process(builder, TASKS, Duration::from_secs(60))
+                .await;
         println!("{name} (60 s): {figures:?}");
         assert!(figures.goodput >= 0.95, "{name}: {figures:?}");
         assert!(figures.refused <= 0.01, "{name}: {figures:?}");

@@ -7,23 +7,33 @@
 //! - **Slow start.** From [`Tuning::cold_start`] the rate doubles every
 //!   [`Tuning::slow_start_doubling`] of sending until the first refusal.
 //! - **Cut.** A refusal of a request sent after the last cut names the
-//!   rate that was too fast: what the key delivered, and no more than the
-//!   server was seen to admit in the last second (slow start overshoots,
-//!   and what the server let through is the better measure). The rate drops
-//!   by [`Tuning::first_decrease`] the first time and
-//!   [`Tuning::later_decrease`] after that; a refusal with no admission
-//!   since the previous cut is a lockout (some limiters count refusals, and
-//!   every request sent while locked out extends it), and halves the rate
-//!   ([`Tuning::lockout_decrease`]) until one is admitted.
+//!   rate that was too fast: what the key delivered, and, ending slow
+//!   start, no more than the server was seen to admit in the last second
+//!   (slow start overshoots). The rate drops by [`Tuning::first_decrease`]
+//!   from slow start or when refused at or below its target (which was then
+//!   too high), and by [`Tuning::later_decrease`] when a probe is refused.
+//! - **Lockout.** A refusal with no admission since the cut before is a
+//!   lockout: a spent window, or a limiter that counts refusals, which
+//!   every request sent meanwhile extends. The rate drops by
+//!   [`Tuning::lockout_decrease`] and the key holds its calls for a wait
+//!   that doubles from [`Tuning::first_lockout_wait`] to
+//!   [`Tuning::max_lockout_wait`], one probe per wait. When one is
+//!   admitted again, what the server let through since the last lockout
+//!   (up to the last refusal) is the rate that is too fast: the limit of a
+//!   window, measured whatever rate ran into it.
 //! - **Recovery.** The rate climbs back to [`Tuning::recover_to`] of the
 //!   rate that was too fast, linearly over [`Tuning::recovery`].
 //! - **Hold, then probe.** The target is held for [`Tuning::first_hold`],
 //!   then probed beyond, slowly at first and faster the longer no refusal
 //!   comes (the server's capacity may have grown). A probe refused near the
 //!   rate the previous one was refused at doubles the hold, up to
-//!   [`Tuning::max_hold`]: against a steady server the key settles into
+//!   [`Tuning::max_hold`], and raises the target by at most
+//!   [`Tuning::max_rise`]: against a steady server the key settles into
 //!   one refusal per `max_hold`. A refusal elsewhere (the server changed)
-//!   starts the holds over.
+//!   starts the holds over. A refusal that holds the key (`Retry-After`)
+//!   puts the next probe at least [`Tuning::blocked_hold`] times as far off.
+//! - **Failing, not limiting.** A server that has never admitted anything
+//!   is cut once and then left to the retry policy's backoff and budget.
 //!
 //! Pure arithmetic on `now`; the caller measures the send rate and applies
 //! the rate returned.

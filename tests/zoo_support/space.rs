@@ -61,3 +61,30 @@ pub fn threads() -> usize {
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
+
+/// The figures of the default client (nothing configured but fixed jitter
+/// draws) on the server `builder` makes, called in process by `tasks`
+/// closed loops for `run`.
+pub async fn default_client_in_process(
+    builder: reqwest_pace::testing::ServerBuilder,
+    tasks: usize,
+    run: std::time::Duration,
+) -> RunFigures {
+    use reqwest_pace::{PaceLayer, ThrottledClient};
+    use tower_layer::Layer;
+
+    let server = builder.start().await.expect("server starts");
+    let sustained = server.algorithm().sustained_per_second();
+    let client = ThrottledClient::builder(reqwest::Client::new())
+        .random(|| 0.5)
+        .build()
+        .expect("default client");
+    Workload::new(tasks, run)
+        .run(
+            &server,
+            sustained,
+            PaceLayer::new(client).layer(server.service()),
+        )
+        .await
+        .expect("runs")
+}
