@@ -544,10 +544,10 @@ impl Adaptive {
     }
 
     /// The header regime: each limit's series says how to pace; the
-    /// tightest wins. Returns whether the headers said how fast (or were
-    /// a late answer, which says nothing new). `ahead` is what [`ahead_of`](Self::ahead_of) says of
+    /// tightest wins. `ahead` is what [`ahead_of`](Self::ahead_of) says of
     /// the request, with where its grant fell in a shared count and what
-    /// it spent.
+    /// it spent. Returns whether the headers said how fast (or were a late
+    /// answer, which says nothing new).
     fn learn_from_headers(
         &mut self,
         now: Instant,
