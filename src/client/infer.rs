@@ -585,7 +585,6 @@ impl Series {
         } else {
             (left as f64 / spread_over.as_secs_f64()).min(2.0 * sustained)
         };
-        self.bucket.per_second = sustained;
         Some(Pace {
             shape: Shape::FixedWindow,
             per_second,
