@@ -283,6 +283,8 @@ impl Adaptive {
     pub(crate) fn resume(&mut self, learned: Learned) {
         self.applied = Some(learned.per_second);
         self.capacity = Some(learned.capacity);
+        // What it learned came from a server that admitted the key.
+        self.admitted_before = true;
         match learned.regime {
             Regime::Headers => self.header_driven = true,
             Regime::SlowStart => {
@@ -704,9 +706,12 @@ impl Adaptive {
     ) {
         let t = &Tuning::DEFAULT;
         let c = self.congestion;
-        if c.decreased_at.is_some_and(|at| seq <= at) || c.failing() {
-            // Part of the burst that caused the last cut, or a server that
-            // admits nothing.
+        // A server that has never admitted the key is failing, not
+        // limiting: cut once (from slow start), it is left to the retry
+        // policy's backoff and budget; cut on, the rate would go to nothing.
+        let failing = c.phase == Phase::Steady && !self.admitted_before;
+        if c.decreased_at.is_some_and(|at| seq <= at) || failing {
+            // Part of the burst that caused the last cut, or failing.
             return;
         }
         let measured = match granted_rate {

@@ -32,8 +32,9 @@
 //!   one refusal per `max_hold`. A refusal elsewhere (the server changed)
 //!   starts the holds over. A refusal that holds the key (`Retry-After`)
 //!   puts the next probe at least [`Tuning::blocked_hold`] times as far off.
-//! - **Failing, not limiting.** A server that has never admitted anything
-//!   is cut once and then left to the retry policy's backoff and budget.
+//! - **Failing, not limiting.** A server that has never admitted the key is
+//!   cut once and then left to the retry policy's backoff and budget: the
+//!   caller, which knows whether it ever did, cuts no more.
 //!
 //! Pure arithmetic on `now`; the caller measures the send rate and applies
 //! the rate returned.
@@ -162,8 +163,6 @@ pub(crate) struct Congestion {
     held_since: Option<Instant>,
     /// Whether a request was admitted since the last cut.
     admitted_since_cut: bool,
-    /// Whether a request was ever admitted.
-    ever_admitted: bool,
     /// Whether the key is locked out: refused again with nothing admitted
     /// since the cut before.
     locked: bool,
@@ -192,7 +191,6 @@ impl Congestion {
             hold: Tuning::DEFAULT.first_hold,
             held_since: None,
             admitted_since_cut: true,
-            ever_admitted: false,
             locked: false,
             lockouts: 0,
             last_refused: None,
@@ -224,20 +222,12 @@ impl Congestion {
         self.phase == Phase::Steady && rate < self.target * (1.0 - 1e-6)
     }
 
-    /// Whether the server refuses everything it was sent since the first
-    /// cut: failing rather than limiting, which the retry policy's backoff
-    /// and budget pace, not the rate (cut once, it would go to nothing).
-    pub(crate) fn failing(&self) -> bool {
-        self.phase == Phase::Steady && !self.ever_admitted
-    }
-
     /// A response was admitted at `now`. The first admission after a
     /// lockout ends the cycle: the rate the server let through over it is
     /// the rate that is too fast from now on, and the rate climbs back to
     /// just under it.
     pub(crate) fn admitted(&mut self, now: Instant, t: &Tuning) {
         self.admitted_since_cut = true;
-        self.ever_admitted = true;
         let (since, admitted) = self.cycle.unwrap_or((now, 0));
         if !self.locked {
             self.cycle = Some((since, admitted + 1));
@@ -290,10 +280,10 @@ impl Congestion {
                 measured * t.recover_to,
                 measured * t.first_decrease,
             ),
-            // Refused again before anything was admitted, by a server that
-            // admitted before (one that never did is failing, not
-            // limiting: the retry policy's budget is for that): a lockout.
-            Phase::Steady if !self.admitted_since_cut && self.ever_admitted => {
+            // Refused again before anything was admitted: a lockout. (The
+            // caller cuts no more for a server that never admitted the key:
+            // failing, not limiting.)
+            Phase::Steady if !self.admitted_since_cut => {
                 // What was too fast is measured when the lockout ends (see
                 // `admitted`); meanwhile only sending less ends it.
                 self.locked = true;
