@@ -3,7 +3,8 @@
 //! bucket-of-one reading: a GCRA whose headers give the burst and no reset
 //! and answer `retry-after: 0`, a sliding log that sends only
 //! `Retry-After` (rounded up to a second), and a header-less limiter that
-//! counts refusals. Each runs 16 closed-loop tasks for 60 s on the paused
+//! counts refusals; and a bucket of one whose whole-second reset reads as
+//! one request a second. Each runs 16 closed-loop tasks for 60 s on the paused
 //! clock, in process (`RateLimitedServer::service`), and asserts the goal:
 //! at least 95 % of the true sustained limit, at most 1 % of responses
 //! refused, no failed logical request.
@@ -85,4 +86,43 @@ async fn a_header_less_limiter_that_counts_refusals() {
         .counts_refusals(true))
     .await;
     assert_goal(&figures);
+}
+
+/// A token bucket of one at 20/s whose headers say `limit: 1`,
+/// `remaining: 0` and a reset in whole seconds (`1`) on every response:
+/// read literally, one request a second. Such a window of one says nothing
+/// of how fast the bucket refills, and the key is paced by what the server
+/// admits, as a server without headers is.
+#[tokio::test(start_paused = true)]
+#[ignore = "known gap: 0.77 of the limit, 0.2 % refused, over 60 s: the header-less regime \
+            holds below a bucket of one's rate after its slow start (before, 0.05 of the limit: \
+            one request a second)"]
+async fn a_bucket_of_one_whose_reset_names_the_next_second() {
+    let figures = run(RateLimitedServer::builder()
+        .algorithm(Algorithm::TokenBucket {
+            rate: twenty(),
+            burst: 1,
+        })
+        .dialect(Dialect::XRateLimit)
+        .limit_is_burst(true)
+        .reset_format(ResetFormat::DeltaSeconds))
+    .await;
+    assert_goal(&figures);
+}
+
+/// The same bucket of one: whatever the regime's cost, the key is not held
+/// to the one request a second its headers read literally would allow.
+#[tokio::test(start_paused = true)]
+async fn a_bucket_of_one_whose_reset_names_the_next_second_is_not_held_to_one_a_second() {
+    let figures = run(RateLimitedServer::builder()
+        .algorithm(Algorithm::TokenBucket {
+            rate: twenty(),
+            burst: 1,
+        })
+        .dialect(Dialect::XRateLimit)
+        .limit_is_burst(true)
+        .reset_format(ResetFormat::DeltaSeconds))
+    .await;
+    assert!(figures.goodput > 2.0 / 20.0, "{figures:?}");
+    assert_eq!(figures.failed, 0, "{figures:?}");
 }

@@ -53,7 +53,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::headerless::{Congestion, Phase, Tuning};
-use super::infer::{Reading, Series, Shape};
+use super::infer::{Reading, Series};
 use crate::headers::{Dimension, Limit, RateLimitSignal, MAX_WAIT};
 use crate::limiter::{Adjustment, Grant, Rate};
 
@@ -593,11 +593,11 @@ impl Adaptive {
                 stale = true;
                 continue;
             }
-            // A bucket that has never held more than one says only whether
-            // a request was admitted, which the header-less regime reads.
+            // A quota of one says only whether a request was admitted,
+            // which the header-less regime reads.
             let pace = series
                 .observe(reading)
-                .filter(|p| !(p.shape == Shape::Bucket && series.holds_at_most_one()));
+                .filter(|p| !series.says_nothing_of_pace(p));
             let here = remaining.saturating_sub(ahead);
             left = Some(left.map_or(here, |l| l.min(here)));
             if let Some(pace) = pace {
@@ -760,6 +760,11 @@ impl Adaptive {
         if let (None, Some(wait)) = (granted_rate, self.congestion.lockout_wait(t)) {
             out.push(Adjustment::BlockUntil(now + wait));
         }
+        // The rate sent at from here on is measured from the sends after
+        // this refusal: a span across the block it brings (a `Retry-After`,
+        // a lockout's wait) would read the block as sending slowly, and the
+        // next refusal would cut from that.
+        self.latest_sends.clear();
     }
 
     /// The rate this process sends at now: its latest sends over their
@@ -1018,6 +1023,44 @@ mod tests {
         let t = Tuning::DEFAULT;
         let most = t.cold_start * 2f64.powf(0.2 / t.slow_start_doubling.as_secs_f64());
         assert!((grown - most).abs() < 0.01, "{grown} vs {most}");
+    }
+
+    /// A refusal's `Retry-After` holds the key for a second; the next
+    /// refusal, soon after the block, is cut from the rate sent since the
+    /// block, not from an average across it (which reads the block as
+    /// sending slowly and cuts a 40/s key to a few a second).
+    #[test]
+    fn the_rate_refused_after_a_block_is_measured_after_it() {
+        let mut a = fresh();
+        let t0 = Instant::now();
+        let mut refused = signal(429, vec![]);
+        refused.retry_after = Some(Duration::from_secs(1));
+        // Forty a second for a second, then a refusal that blocks for 1 s.
+        let mut at = t0;
+        for _ in 0..40 {
+            let seq = a.on_send(at, Grant::default(), 1);
+            a.on_response(at, seq, &signal(200, vec![]), true);
+            at += Duration::from_millis(25);
+        }
+        let seq = a.on_send(at, Grant::default(), 1);
+        let first = rate_in(&a.on_response(at, seq, &refused, false)).unwrap();
+        // After the block, five sends at the rate it was cut to (the
+        // applied rate recovers; these go no faster), then a refusal: what
+        // they were sent at was too fast.
+        at += Duration::from_secs(1);
+        let interval = Duration::from_secs_f64(1.0 / first);
+        for _ in 0..5 {
+            let seq = a.on_send(at, Grant::default(), 1);
+            a.on_response(at, seq, &signal(200, vec![]), true);
+            at += interval;
+        }
+        let seq = a.on_send(at, Grant::default(), 1);
+        let second = rate_in(&a.on_response(at, seq, &refused, false)).unwrap();
+        let t = Tuning::DEFAULT;
+        assert!(
+            second >= 0.9 * first * t.first_decrease,
+            "cut to {second} from {first}"
+        );
     }
 
     #[test]

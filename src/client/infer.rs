@@ -65,6 +65,11 @@ const REFILL_EVIDENCE: i64 = 3;
 const MOVING_EVIDENCE: u32 = 8;
 /// Whole-second resets are up to this much late.
 const RESET_RESOLUTION: Duration = Duration::from_secs(1);
+/// A quota of one whose resets never named more than this (a whole-second
+/// reset's resolution, twice: once for the reset, once for the `Date` an
+/// epoch is read against) says nothing of how soon the next request may
+/// go.
+const QUOTA_OF_ONE_RESOLUTION: Duration = Duration::from_secs(2);
 /// A bucket's pace doubles this often while the bucket stays full.
 const BUCKET_DOUBLING: Duration = Duration::from_millis(250);
 /// The most a bucket's pace keeps in reserve (a tenth of what it holds, at
@@ -158,6 +163,8 @@ pub(crate) struct Series {
     /// apart (one for a key no other process spends).
     grants_between: u64,
     refilling: bool,
+    /// The longest reset any reading named.
+    longest_reset: Duration,
     window: WindowTrack,
     moving: MovingTrack,
     bucket: BucketTrack,
@@ -263,6 +270,9 @@ impl Series {
             self.stated = Some(w);
         }
         let fresh = reading.limit == Some(reading.remaining.saturating_add(1));
+        if let Some(reset) = reading.reset {
+            self.longest_reset = self.longest_reset.max(reset);
+        }
         self.top = self.top.max(reading.remaining.saturating_add(1));
         let position = match reading.counted {
             // A refused request was not counted by the server: the reading
@@ -294,11 +304,17 @@ impl Series {
         self.pace(now, &reading)
     }
 
-    /// Whether the server never said more than nothing remains: a bucket
-    /// of one, empty after every admission, whose refill its readings
-    /// cannot show.
-    pub(crate) fn holds_at_most_one(&self) -> bool {
-        self.top <= 1
+    /// Whether `pace` is all this series can say, or says nothing of how
+    /// fast: the server never said more than nothing remains (a quota of
+    /// one, empty after every admission) and either refills (a bucket of
+    /// one, whose refill its readings cannot show) or named no reset
+    /// beyond a whole-second reset's resolution (a window of one whose end
+    /// is "within a second or two" is a bucket of one refilling at any
+    /// rate up to a thousand a second, rounded up). Such a key is paced by
+    /// what is admitted, as a server without headers is.
+    pub(crate) fn says_nothing_of_pace(&self, pace: &Pace) -> bool {
+        let window_of_one = self.quota <= 1 && self.longest_reset <= QUOTA_OF_ONE_RESOLUTION;
+        self.top <= 1 && (pace.shape == Shape::Bucket || window_of_one)
     }
 
     /// Keep an admission at `position`, in the order of the count (a
