@@ -126,3 +126,27 @@ async fn a_bucket_of_one_whose_reset_names_the_next_second_is_not_held_to_one_a_
     assert!(figures.goodput > 2.0 / 20.0, "{figures:?}");
     assert_eq!(figures.failed, 0, "{figures:?}");
 }
+
+/// A token bucket of one at 50/s whose `x-ratelimit-reset` is the epoch
+/// millisecond it is full again (20 ms away), read against a `Date` in
+/// whole seconds: taken alone, the `Date` places the server's "now"
+/// anywhere in a second, and the reset reads as up to a second away. The
+/// responses' `Date`s, at different phases of the server's second, place
+/// its clock to within about the time between two responses.
+#[tokio::test(start_paused = true)]
+#[ignore = "known gap: 0.62 of the limit, 0.1 % refused, over 60 s: a bucket of one paced 50 \
+            times a second places the server's clock only to within its own 20 ms, as coarse \
+            as the reset, and the header-less regime paces it (see the whole-second case)"]
+async fn a_bucket_of_one_with_an_epoch_millisecond_reset() {
+    let figures = run(RateLimitedServer::builder()
+        .algorithm(Algorithm::TokenBucket {
+            rate: Rate::per_second(50).expect("a rate"),
+            burst: 1,
+        })
+        .dialect(Dialect::XRateLimit)
+        .limit_is_burst(true)
+        .reset_format(ResetFormat::EpochMillis)
+        .wall_clock(std::time::UNIX_EPOCH + Duration::from_millis(1_800_000_000_730)))
+    .await;
+    assert_goal(&figures);
+}

@@ -43,6 +43,19 @@ fn date(secs: u64) -> String {
     httpdate::fmt_http_date(at(secs))
 }
 
+/// The limits' values without how finely each reset is known, which
+/// `a_reset_says_how_finely_it_is_known` checks.
+fn values(limits: &[Limit]) -> Vec<Limit> {
+    limits
+        .iter()
+        .map(|limit| {
+            let mut limit = limit.clone();
+            limit.reset_precision = None;
+            limit
+        })
+        .collect()
+}
+
 fn notes(signal: &RateLimitSignal) -> Vec<String> {
     signal.ignored.iter().map(ToString::to_string).collect()
 }
@@ -206,7 +219,7 @@ fn github_primary_rate_limit() {
         ],
     );
     assert_eq!(
-        signal.limits,
+        values(&signal.limits),
         [Limit::new("search", Dimension::Requests)
             .with_limit(30)
             .with_remaining(14)
@@ -230,7 +243,7 @@ fn github_exhausted_primary_limit_is_a_throttling_403() {
         ],
     );
     assert_eq!(
-        signal.limits,
+        values(&signal.limits),
         [Limit::new("core", Dimension::Requests)
             .with_limit(60)
             .with_remaining(0)
@@ -274,7 +287,7 @@ fn openai_requests_and_tokens_limits() {
         ],
     );
     assert_eq!(
-        signal.limits,
+        values(&signal.limits),
         [
             Limit::new("requests", Dimension::Requests)
                 .with_limit(60)
@@ -333,7 +346,7 @@ fn openai_usage_based_tokens_become_an_other_dimension() {
         ],
     );
     assert_eq!(
-        signal.limits,
+        values(&signal.limits),
         [Limit::new(
             "tokens_usage_based",
             Dimension::Other("tokens_usage_based".into())
@@ -378,7 +391,7 @@ fn anthropic_families_with_rfc3339_resets() {
     );
     assert_eq!(signal.retry_after, Some(secs(20)));
     assert_eq!(
-        signal.limits,
+        values(&signal.limits),
         [
             Limit::new("input_tokens", Dimension::InputTokens)
                 .with_limit(80_000)
@@ -411,7 +424,7 @@ fn anthropic_bad_timestamp_is_noted() {
         ],
     );
     assert_eq!(
-        signal.limits,
+        values(&signal.limits),
         [Limit::new("requests", Dimension::Requests).with_remaining(3)]
     );
     assert_eq!(
@@ -441,7 +454,7 @@ fn discord_bucket_with_fractional_reset_after() {
     assert!(!signal.global);
     assert_eq!(signal.scope.as_deref(), Some("user"));
     assert_eq!(
-        signal.limits,
+        values(&signal.limits),
         [Limit::new("abcd1234", Dimension::Requests)
             .with_limit(10)
             .with_remaining(0)
@@ -505,7 +518,7 @@ fn reddit_fractional_remaining_and_delay_reset() {
         ],
     );
     assert_eq!(
-        signal.limits,
+        values(&signal.limits),
         [Limit::new("requests", Dimension::Requests)
             .with_limit(600)
             .with_remaining(598)
@@ -521,7 +534,7 @@ fn reddit_fractional_remaining_and_delay_reset() {
 fn shopify_call_limit() {
     let signal = parse(200, &[("x-shopify-shop-api-call-limit", "32/40")]);
     assert_eq!(
-        signal.limits,
+        values(&signal.limits),
         [Limit::new("requests", Dimension::Requests)
             .with_limit(40)
             .with_remaining(8)]
@@ -564,7 +577,7 @@ fn twitter_rate_limit_headers() {
         ],
     );
     assert_eq!(
-        signal.limits,
+        values(&signal.limits),
         [Limit::new("requests", Dimension::Requests)
             .with_limit(900)
             .with_remaining(899)
@@ -592,7 +605,7 @@ fn gitlab_ratelimit_headers() {
     );
     assert_eq!(signal.retry_after, Some(secs(30)));
     assert_eq!(
-        signal.limits,
+        values(&signal.limits),
         [
             Limit::new("throttle_authenticated_web", Dimension::Requests)
                 .with_limit(60)
@@ -615,7 +628,7 @@ fn gitlab_reset_time_is_the_fallback() {
         ],
     );
     assert_eq!(
-        signal.limits,
+        values(&signal.limits),
         [Limit::new("requests", Dimension::Requests)
             .with_limit(600)
             .with_remaining(594)
@@ -636,7 +649,7 @@ fn ietf_old_fields() {
         ],
     );
     assert_eq!(
-        signal.limits,
+        values(&signal.limits),
         [Limit::new("requests", Dimension::Requests)
             .with_limit(100)
             .with_remaining(50)
@@ -655,7 +668,7 @@ fn ietf_old_fields_with_quota_policies() {
         ],
     );
     assert_eq!(
-        signal.limits,
+        values(&signal.limits),
         [Limit::new("requests", Dimension::Requests)
             .with_limit(10)
             .with_remaining(9)
@@ -673,7 +686,7 @@ fn ietf_old_fields_with_quota_policies() {
         ],
     );
     assert_eq!(
-        signal.limits,
+        values(&signal.limits),
         [Limit::new("requests", Dimension::Requests)
             .with_limit(100)
             .with_remaining(0)
@@ -692,7 +705,7 @@ fn ietf_draft7_dictionary_with_its_policy() {
         ],
     );
     assert_eq!(
-        signal.limits,
+        values(&signal.limits),
         [Limit::new("requests", Dimension::Requests)
             .with_limit(20)
             .with_remaining(19)
@@ -704,7 +717,7 @@ fn ietf_draft7_dictionary_with_its_policy() {
     // Without a policy, and with bad members noted, not dropped silently.
     let signal = parse(429, &[("ratelimit", "limit=20, remaining=-1, reset=1.5")]);
     assert_eq!(
-        signal.limits,
+        values(&signal.limits),
         [Limit::new("requests", Dimension::Requests).with_limit(20)]
     );
     assert_eq!(
@@ -718,7 +731,7 @@ fn ietf_draft7_dictionary_with_its_policy() {
     // A structured List is still read as one, not as a dictionary.
     let signal = parse(200, &[("ratelimit", "default;r=50;t=5")]);
     assert_eq!(
-        signal.limits,
+        values(&signal.limits),
         [Limit::new("default", Dimension::Requests)
             .with_remaining(50)
             .with_reset(secs(5))]
@@ -762,7 +775,7 @@ fn ietf_structured_fields_with_several_policies() {
         ],
     );
     assert_eq!(
-        signal.limits,
+        values(&signal.limits),
         [
             Limit::new("burst", Dimension::Requests)
                 .with_limit(100)
@@ -796,7 +809,7 @@ fn ietf_structured_fields_split_over_lines_with_partition_and_unit() {
         ],
     );
     assert_eq!(
-        signal.limits,
+        values(&signal.limits),
         [
             Limit::new("peruser", Dimension::Requests)
                 .with_limit(100)
@@ -815,7 +828,7 @@ fn ietf_structured_fields_split_over_lines_with_partition_and_unit() {
 fn ietf_structured_counters_without_policies_and_draft7_tokens() {
     let signal = parse(200, &[("ratelimit", r#""default";r=50;t=30"#)]);
     assert_eq!(
-        signal.limits,
+        values(&signal.limits),
         [Limit::new("default", Dimension::Requests)
             .with_remaining(50)
             .with_reset(secs(30))]
@@ -828,7 +841,7 @@ fn ietf_structured_counters_without_policies_and_draft7_tokens() {
         ],
     );
     assert_eq!(
-        signal.limits,
+        values(&signal.limits),
         [Limit::new("default", Dimension::Requests)
             .with_limit(100)
             .with_remaining(50)
@@ -850,7 +863,7 @@ fn ietf_structured_fields_report_bad_values() {
         ],
     );
     assert_eq!(
-        signal.limits,
+        values(&signal.limits),
         [
             Limit::new("a", Dimension::Requests)
                 .with_remaining(0)
@@ -946,7 +959,7 @@ fn reset_that_is_not_a_number_is_ignored() {
         ],
     );
     assert_eq!(
-        signal.limits,
+        values(&signal.limits),
         [Limit::new("requests", Dimension::Requests)
             .with_limit(60)
             .with_remaining(0)]
@@ -967,7 +980,7 @@ fn conflicting_counts_keep_the_smallest() {
         ],
     );
     assert_eq!(
-        signal.limits,
+        values(&signal.limits),
         [Limit::new("requests", Dimension::Requests)
             .with_limit(60)
             .with_remaining(5)]
@@ -1016,7 +1029,7 @@ fn identical_limits_from_two_dialects_are_kept_once() {
         ],
     );
     assert_eq!(
-        signal.limits,
+        values(&signal.limits),
         [Limit::new("requests", Dimension::Requests)
             .with_limit(60)
             .with_remaining(10)]
@@ -1037,7 +1050,7 @@ fn from_response_reads_a_reqwest_response() {
     assert_eq!(signal.status, 429);
     assert_eq!(signal.retry_after, Some(secs(7)));
     assert_eq!(
-        signal.limits,
+        values(&signal.limits),
         [Limit::new("requests", Dimension::Requests).with_remaining(0)]
     );
 }
@@ -1093,7 +1106,7 @@ fn raw_head_round_trip() {
     let signal = RateLimitSignal::parse(status, &map, at(LOCAL));
     assert_eq!(signal.retry_after, Some(secs(30)));
     assert_eq!(
-        signal.limits,
+        values(&signal.limits),
         [Limit::new("requests", Dimension::Requests)
             .with_limit(60)
             .with_remaining(0)
@@ -1181,7 +1194,7 @@ fn a_field_over_the_size_cap_is_ignored_with_a_note() {
         ],
     );
     assert_eq!(
-        signal.limits,
+        values(&signal.limits),
         [Limit::new("requests", Dimension::Requests).with_remaining(7)]
     );
     assert_eq!(
@@ -1215,4 +1228,49 @@ fn a_list_is_read_to_its_first_members() {
             .any(|n| n
                 == &format!("x-ratelimit-remaining: more than {max} members; the rest ignored"))
     );
+}
+
+/// How finely a reset is known: the unit it was written in, and for an
+/// epoch, the second a `Date` leaves the server's clock within.
+#[test]
+fn a_reset_says_how_finely_it_is_known() {
+    let precision = |pairs: &[(&str, &str)]| parse(200, pairs).limits[0].reset_precision;
+    let now = 1_700_000_000;
+    let d = date(now);
+    // Whole seconds: to within a second.
+    assert_eq!(
+        precision(&[("x-ratelimit-remaining", "3"), ("x-ratelimit-reset", "7")]),
+        Some(secs(1))
+    );
+    // A fraction: to within a millisecond.
+    assert_eq!(
+        precision(&[
+            ("x-ratelimit-remaining", "3"),
+            ("x-ratelimit-reset", "0.25")
+        ]),
+        Some(ms(1))
+    );
+    // Epoch milliseconds against a `Date`: the millisecond, and the second
+    // the `Date` leaves open.
+    let epoch_ms = format!("{}250", now + 2);
+    assert_eq!(
+        precision(&[
+            ("date", &d),
+            ("x-ratelimit-remaining", "3"),
+            ("x-ratelimit-reset", &epoch_ms)
+        ]),
+        Some(secs(1) + ms(1))
+    );
+    // Epoch seconds against a `Date`: two seconds.
+    let epoch = (now + 2).to_string();
+    assert_eq!(
+        precision(&[
+            ("date", &d),
+            ("x-ratelimit-remaining", "3"),
+            ("x-ratelimit-reset", &epoch)
+        ]),
+        Some(secs(2))
+    );
+    // No reset, no precision.
+    assert_eq!(precision(&[("x-ratelimit-remaining", "3")]), None);
 }

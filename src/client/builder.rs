@@ -175,6 +175,7 @@ impl<S> PaceBuilder<S> {
             deadline: self.deadline,
             jitter: self.jitter,
             random: self.random.unwrap_or_else(|| Arc::new(fastrand::f64)),
+            clocks: Default::default(),
         };
         let pacer = Pacer {
             inner: Arc::new(inner),

@@ -11,7 +11,7 @@
 
 use std::future::Future;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use reqwest::{Method, Request, Response, StatusCode};
@@ -20,6 +20,7 @@ use tracing::Instrument;
 
 use super::events::{emit, Hook};
 use super::scope::BuiltScope;
+use super::server_clock::ServerClocks;
 use super::wait::{status_or_429, time_limit, Member, Sent};
 use super::{scope, Cost, Event, KeyStatus, SendFailure};
 use crate::error::LastResponse;
@@ -63,6 +64,8 @@ pub(crate) struct Inner {
     pub(crate) deadline: Option<Duration>,
     pub(crate) jitter: ReleaseJitter,
     pub(crate) random: Random,
+    /// Each server's clock, as its `Date` headers place it.
+    pub(crate) clocks: Mutex<ServerClocks>,
 }
 
 /// One call's progress through its attempts.
@@ -232,6 +235,7 @@ impl Pacer {
             call.attempt += 1;
             let replay = self.replay(&call, &current);
             let sent = self.wait(&members, &mut call).await?;
+            let sent_at = Instant::now();
             let result = match self.send_one(&mut send, current, &call).await {
                 Ok(result) => result,
                 Err(source) => {
@@ -239,7 +243,7 @@ impl Pacer {
                     return Err(other_failure(call.attempt, source));
                 }
             };
-            let read = self.read(&call, &result);
+            let read = self.read(&call, &result, sent_at);
             let paced = self
                 .learn(&members, &sent, read.signal.as_ref(), read.outcome)
                 .await;
@@ -339,8 +343,14 @@ impl Pacer {
         }
     }
 
-    /// Read an attempt's result: its outcome and the server's signal.
-    fn read(&self, call: &Call, result: &Result<Response, reqwest::Error>) -> Read {
+    /// Read an attempt's result, sent at `sent_at`: its outcome and the
+    /// server's signal.
+    fn read(
+        &self,
+        call: &Call,
+        result: &Result<Response, reqwest::Error>,
+        sent_at: Instant,
+    ) -> Read {
         if let Ok(response) = result {
             self.emit(Event::Received {
                 attempt: call.attempt,
@@ -349,8 +359,36 @@ impl Pacer {
         }
         Read {
             outcome: self.inner.policy.classify(result.as_ref()),
-            signal: result.as_ref().ok().map(RateLimitSignal::from_response),
+            signal: result
+                .as_ref()
+                .ok()
+                .map(|response| self.signal(response, sent_at)),
         }
+    }
+
+    /// The rate-limit signal of a response to a request sent at `sent_at`,
+    /// its absolute times read against the server's clock as its `Date`
+    /// headers so far place it (see [`server_clock`](super::server_clock)).
+    fn signal(&self, response: &Response, sent_at: Instant) -> RateLimitSignal {
+        let status = response.status().as_u16();
+        let headers = response.headers();
+        let Some(date) = crate::headers::date(headers) else {
+            return RateLimitSignal::from_response(response);
+        };
+        let url = response.url();
+        let origin = format!(
+            "{}://{}:{}",
+            url.scheme(),
+            url.host_str().unwrap_or(""),
+            url.port_or_known_default().unwrap_or(0)
+        );
+        let server_now = self
+            .inner
+            .clocks
+            .lock()
+            .map(|mut clocks| clocks.observe(&origin, date, sent_at, Instant::now()))
+            .unwrap_or((date, Duration::from_secs(1)));
+        RateLimitSignal::parse_at(status, headers, server_now)
     }
 
     /// Charge the retry budget for this attempt and ask the policy. A

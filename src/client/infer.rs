@@ -65,11 +65,7 @@ const REFILL_EVIDENCE: i64 = 3;
 const MOVING_EVIDENCE: u32 = 8;
 /// Whole-second resets are up to this much late.
 const RESET_RESOLUTION: Duration = Duration::from_secs(1);
-/// A quota of one whose resets never named more than this (a whole-second
-/// reset's resolution, twice: once for the reset, once for the `Date` an
-/// epoch is read against) says nothing of how soon the next request may
-/// go.
-const QUOTA_OF_ONE_RESOLUTION: Duration = Duration::from_secs(2);
+
 /// A bucket's pace doubles this often while the bucket stays full.
 const BUCKET_DOUBLING: Duration = Duration::from_millis(250);
 /// The most a bucket's pace keeps in reserve (a tenth of what it holds, at
@@ -99,6 +95,9 @@ pub(crate) struct Reading {
     pub(crate) ahead: u64,
     /// The stated time until the reset.
     pub(crate) reset: Option<Duration>,
+    /// How finely the reset is known (the true one lies within this much
+    /// before it); `None`: a reset's usual second.
+    pub(crate) reset_precision: Option<Duration>,
     /// The stated window (IETF `w`).
     pub(crate) window: Option<Duration>,
     /// Whether the request was admitted (took a unit).
@@ -163,8 +162,10 @@ pub(crate) struct Series {
     /// apart (one for a key no other process spends).
     grants_between: u64,
     refilling: bool,
-    /// The longest reset any reading named.
-    longest_reset: Duration,
+    /// Whether a reading's reset was known finer than its own length: it
+    /// says a next request must wait (see
+    /// [`says_nothing_of_pace`](Self::says_nothing_of_pace)).
+    informative_reset: bool,
     window: WindowTrack,
     moving: MovingTrack,
     bucket: BucketTrack,
@@ -271,7 +272,8 @@ impl Series {
         }
         let fresh = reading.limit == Some(reading.remaining.saturating_add(1));
         if let Some(reset) = reading.reset {
-            self.longest_reset = self.longest_reset.max(reset);
+            let precision = reading.reset_precision.unwrap_or(RESET_RESOLUTION);
+            self.informative_reset |= reset > precision;
         }
         self.top = self.top.max(reading.remaining.saturating_add(1));
         let position = match reading.counted {
@@ -307,13 +309,14 @@ impl Series {
     /// Whether `pace` is all this series can say, or says nothing of how
     /// fast: the server never said more than nothing remains (a quota of
     /// one, empty after every admission) and either refills (a bucket of
-    /// one, whose refill its readings cannot show) or named no reset
-    /// beyond a whole-second reset's resolution (a window of one whose end
-    /// is "within a second or two" is a bucket of one refilling at any
-    /// rate up to a thousand a second, rounded up). Such a key is paced by
-    /// what is admitted, as a server without headers is.
+    /// one, whose refill its readings cannot show) or never named a reset
+    /// known finer than its own length (a window of one whose end is "in
+    /// a second", a whole second rounded up, or an epoch read against a
+    /// `Date` in whole seconds, may be a bucket of one refilling a hundred
+    /// times a second). Such a key is paced by what is admitted, as a
+    /// server without headers is.
     pub(crate) fn says_nothing_of_pace(&self, pace: &Pace) -> bool {
-        let window_of_one = self.quota <= 1 && self.longest_reset <= QUOTA_OF_ONE_RESOLUTION;
+        let window_of_one = self.quota <= 1 && !self.informative_reset;
         self.top <= 1 && (pace.shape == Shape::Bucket || window_of_one)
     }
 
@@ -821,6 +824,7 @@ mod tests {
             remaining,
             ahead: 0,
             reset: Some(Duration::from_secs(reset.max(0.0).ceil() as u64)),
+            reset_precision: Some(Duration::from_secs(1)),
             window: None,
             admitted,
             counted,
@@ -1048,6 +1052,7 @@ mod tests {
                 remaining,
                 ahead: u64::MAX,
                 reset: Some(Duration::ZERO),
+                reset_precision: None,
                 window: Some(Duration::ZERO),
                 admitted: true,
                 counted: None,

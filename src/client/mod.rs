@@ -20,6 +20,7 @@ mod memory;
 mod metrics;
 mod request;
 mod scope;
+mod server_clock;
 mod wait;
 
 use std::time::Duration;

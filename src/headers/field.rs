@@ -1,6 +1,7 @@
 //! Reading header fields safely: the notes sink, the reference clock, and the
 //! "one field, maybe several copies" rule shared by every dialect.
 
+use std::cell::Cell;
 use std::fmt::Debug;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -27,10 +28,36 @@ impl Notes {
 }
 
 /// The instant absolute times are measured against.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Clock {
     /// The response's `Date` when valid, else the local receive time.
     reference: SystemTime,
+    /// How far the server's time may be past `reference`: a second for a
+    /// `Date` (whole seconds) or the local clock; less where the client
+    /// has learned the server's clock.
+    uncertainty: Duration,
+    /// The coarsest precision of the resets read through this clock (see
+    /// [`Limit::reset_precision`](super::Limit::reset_precision)).
+    coarsest_reset: Cell<Option<Duration>>,
+}
+
+/// The resolution of whole seconds.
+const SECOND: Duration = Duration::from_secs(1);
+/// The resolution of a number written with a fraction, or in milliseconds.
+const MILLISECOND: Duration = Duration::from_millis(1);
+
+/// The response's `Date`, when it has exactly one valid value.
+pub(crate) fn date(headers: &HeaderMap) -> Option<SystemTime> {
+    let mut notes = Notes::default();
+    let mut dates = texts(headers, "date", &mut notes)
+        .iter()
+        .map(|text| httpdate::parse_http_date(text).ok())
+        .collect::<Option<Vec<_>>>()?;
+    dates.dedup();
+    match dates.as_slice() {
+        [date] => Some(*date),
+        _ => None,
+    }
 }
 
 impl Clock {
@@ -65,7 +92,38 @@ impl Clock {
                 received_at
             }
         };
-        Clock { reference }
+        Clock::with(reference, SECOND)
+    }
+
+    fn with(reference: SystemTime, uncertainty: Duration) -> Clock {
+        Clock {
+            reference,
+            uncertainty,
+            coarsest_reset: Cell::new(None),
+        }
+    }
+
+    /// The coarsest precision of the resets read so far.
+    pub(crate) fn reset_precision(&self) -> Option<Duration> {
+        self.coarsest_reset.get()
+    }
+
+    /// A reset was read to within `precision`.
+    fn reset_read(&self, precision: Duration) {
+        let coarsest = self
+            .coarsest_reset
+            .get()
+            .map_or(precision, |p| p.max(precision));
+        self.coarsest_reset.set(Some(coarsest));
+    }
+
+    /// Absolute times measured against `server_now`, the server's time
+    /// when the response arrived as the client has learned it (see
+    /// `client::server_clock`), finer than its `Date`.
+    /// `uncertainty` is how far past `server_now` the server's time may
+    /// be.
+    pub(crate) fn at(server_now: SystemTime, uncertainty: Duration) -> Clock {
+        Clock::with(server_now, uncertainty.min(SECOND))
     }
 
     /// Time from the reference until `target`, capped at [`MAX_WAIT`]; zero
@@ -97,11 +155,15 @@ impl Clock {
     ) -> Option<Duration> {
         const EPOCH_MILLIS: u64 = 1_000_000_000_000;
         const EPOCH_SECS: u64 = 1_000_000_000;
+        let written_in = if n.nanos != 0 { MILLISECOND } else { SECOND };
         if n.int >= EPOCH_MILLIS {
+            self.reset_read(MILLISECOND + self.uncertainty);
             self.until_epoch(header, n.as_millis(), notes)
         } else if n.int >= EPOCH_SECS {
+            self.reset_read(written_in + self.uncertainty);
             self.until_epoch(header, n.as_secs(), notes)
         } else {
+            self.reset_read(written_in);
             Some(clamp_wait(header, n.as_secs(), notes))
         }
     }
@@ -125,6 +187,12 @@ impl Clock {
         notes: &mut Notes,
     ) -> Option<Duration> {
         if let Some(at) = parse_rfc3339(text) {
+            let written_in = if text.contains('.') {
+                MILLISECOND
+            } else {
+                SECOND
+            };
+            self.reset_read(written_in + self.uncertainty);
             return Some(self.until(header, at, notes));
         }
         let b = text.as_bytes();
@@ -135,7 +203,11 @@ impl Clock {
         let starts_with_digit = text.bytes().next().is_some_and(|b| b.is_ascii_digit());
         if starts_with_digit && text.bytes().any(|b| b.is_ascii_alphabetic()) {
             return match parse_go_duration(text) {
-                Ok(wait) => Some(clamp_wait(header, wait, notes)),
+                Ok(wait) => {
+                    let fine = text.contains('.') || text.contains("ms") || text.contains("us");
+                    self.reset_read(if fine { MILLISECOND } else { SECOND });
+                    Some(clamp_wait(header, wait, notes))
+                }
                 Err(reason) => {
                     notes.push(header, reason);
                     None

@@ -96,6 +96,7 @@ pub use field::{MAX_FIELD_BYTES, MAX_MEMBERS};
 pub use head::{parse_response_head, HeadError};
 pub use value::parse_rfc3339;
 
+pub(crate) use field::date;
 use field::{Clock, Notes};
 
 /// The cap on any wait or reset the parser yields: 86 400 s (one day).
@@ -143,7 +144,10 @@ pub const MAX_WINDOW: Duration = Duration::from_secs(366 * 86_400);
 ///     vec![Limit::new("requests", Dimension::Requests)
 ///         .with_limit(60)
 ///         .with_remaining(0)
-///         .with_reset(Duration::from_secs(90))],
+///         .with_reset(Duration::from_secs(90))
+///         // Written in whole seconds: the true reset is within a second
+///         // before it.
+///         .with_reset_precision(Duration::from_secs(1))],
 /// );
 /// assert!(signal.ignored.is_empty());
 /// ```
@@ -198,6 +202,13 @@ pub struct Limit {
     /// Time until the window resets, relative like
     /// [`RateLimitSignal::retry_after`]; at most [`MAX_WAIT`].
     pub reset: Option<Duration>,
+    /// How finely [`reset`](Limit::reset) is known: the true reset lies
+    /// within this much before it. The unit it was written in (a second
+    /// for whole seconds, a millisecond for epoch milliseconds or a
+    /// fraction), plus, for an absolute time, how finely the server's
+    /// clock is known (its `Date` alone: to a second). The coarsest of the
+    /// response's resets; `None` when unknown (read as a second).
+    pub reset_precision: Option<Duration>,
     /// The window length, only when the server states it (the IETF `w`
     /// parameter); at most [`MAX_WINDOW`].
     pub window: Option<Duration>,
@@ -245,7 +256,29 @@ impl RateLimitSignal {
     pub fn parse(status: u16, headers: &HeaderMap, received_at: SystemTime) -> RateLimitSignal {
         let mut notes = Notes::default();
         let clock = Clock::from_headers(headers, received_at, &mut notes);
+        Self::parse_with(status, headers, clock, notes)
+    }
 
+    /// Reads the rate-limit signal of a response head whose server's time
+    /// on arrival is known to be `server_now` (finer than its `Date`: see
+    /// `client::server_clock`).
+    /// `uncertainty` is how far past `server_now` the server's time may
+    /// be.
+    pub(crate) fn parse_at(
+        status: u16,
+        headers: &HeaderMap,
+        (server_now, uncertainty): (SystemTime, Duration),
+    ) -> RateLimitSignal {
+        let clock = Clock::at(server_now, uncertainty);
+        Self::parse_with(status, headers, clock, Notes::default())
+    }
+
+    fn parse_with(
+        status: u16,
+        headers: &HeaderMap,
+        clock: Clock,
+        mut notes: Notes,
+    ) -> RateLimitSignal {
         let retry_after = retry_after::parse(headers, &clock, &mut notes);
 
         let mut limits = Vec::new();
@@ -255,8 +288,12 @@ impl RateLimitSignal {
 
         // Servers that send two dialects with the same numbers (old and new
         // IETF fields, say) describe one limit, not two.
+        let precision = clock.reset_precision();
         let mut unique: Vec<Limit> = Vec::with_capacity(limits.len());
-        for limit in limits {
+        for mut limit in limits {
+            if limit.reset.is_some() {
+                limit.reset_precision = precision;
+            }
             if !unique.contains(&limit) {
                 unique.push(limit);
             }
@@ -355,6 +392,7 @@ impl Limit {
             limit: None,
             remaining: None,
             reset: None,
+            reset_precision: None,
             window: None,
             partition: None,
         }
@@ -375,6 +413,12 @@ impl Limit {
     /// Sets the time until reset.
     pub fn with_reset(mut self, reset: Duration) -> Limit {
         self.reset = Some(reset);
+        self
+    }
+
+    /// Sets how finely the reset is known.
+    pub fn with_reset_precision(mut self, precision: Duration) -> Limit {
+        self.reset_precision = Some(precision);
         self
     }
 
