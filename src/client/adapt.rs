@@ -583,7 +583,6 @@ impl Adaptive {
                 // A reset a day or more away (clamped by the parser) is not
                 // believed, like a `Retry-After` that long.
                 reset: limit.reset.filter(|r| *r < MAX_WAIT),
-                reset_precision: limit.reset_precision,
                 window: limit.window,
                 admitted,
                 counted,

@@ -65,6 +65,11 @@ const REFILL_EVIDENCE: i64 = 3;
 const MOVING_EVIDENCE: u32 = 8;
 /// Whole-second resets are up to this much late.
 const RESET_RESOLUTION: Duration = Duration::from_secs(1);
+/// A quota of one whose resets never named more than this (a whole-second
+/// reset's resolution, twice: once for the reset, once for the `Date` an
+/// epoch is read against) says nothing of how soon the next request may
+/// go.
+const QUOTA_OF_ONE_RESOLUTION: Duration = Duration::from_secs(2);
 
 /// A bucket's pace doubles this often while the bucket stays full.
 const BUCKET_DOUBLING: Duration = Duration::from_millis(250);
@@ -95,9 +100,6 @@ pub(crate) struct Reading {
     pub(crate) ahead: u64,
     /// The stated time until the reset.
     pub(crate) reset: Option<Duration>,
-    /// How finely the reset is known (the true one lies within this much
-    /// before it); `None`: a reset's usual second.
-    pub(crate) reset_precision: Option<Duration>,
     /// The stated window (IETF `w`).
     pub(crate) window: Option<Duration>,
     /// Whether the request was admitted (took a unit).
@@ -162,10 +164,8 @@ pub(crate) struct Series {
     /// apart (one for a key no other process spends).
     grants_between: u64,
     refilling: bool,
-    /// Whether a reading's reset was known finer than its own length: it
-    /// says a next request must wait (see
-    /// [`says_nothing_of_pace`](Self::says_nothing_of_pace)).
-    informative_reset: bool,
+    /// The longest reset any reading named.
+    longest_reset: Duration,
     window: WindowTrack,
     moving: MovingTrack,
     bucket: BucketTrack,
@@ -272,8 +272,7 @@ impl Series {
         }
         let fresh = reading.limit == Some(reading.remaining.saturating_add(1));
         if let Some(reset) = reading.reset {
-            let precision = reading.reset_precision.unwrap_or(RESET_RESOLUTION);
-            self.informative_reset |= reset > precision;
+            self.longest_reset = self.longest_reset.max(reset);
         }
         self.top = self.top.max(reading.remaining.saturating_add(1));
         let position = match reading.counted {
@@ -310,13 +309,13 @@ impl Series {
     /// fast: the server never said more than nothing remains (a quota of
     /// one, empty after every admission) and either refills (a bucket of
     /// one, whose refill its readings cannot show) or never named a reset
-    /// known finer than its own length (a window of one whose end is "in
+    /// known to within half its own length (a window of one whose end is "in
     /// a second", a whole second rounded up, or an epoch read against a
     /// `Date` in whole seconds, may be a bucket of one refilling a hundred
     /// times a second). Such a key is paced by what is admitted, as a
     /// server without headers is.
     pub(crate) fn says_nothing_of_pace(&self, pace: &Pace) -> bool {
-        let window_of_one = self.quota <= 1 && !self.informative_reset;
+        let window_of_one = self.quota <= 1 && self.longest_reset <= QUOTA_OF_ONE_RESOLUTION;
         self.top <= 1 && (pace.shape == Shape::Bucket || window_of_one)
     }
 
@@ -530,13 +529,15 @@ impl Series {
     }
 
     /// The moving window's length (its upper bound), once the readings show
-    /// one: enough of them agree, across several fillings, and it is longer
-    /// than a reset's resolution of one second (a shorter window cannot be
-    /// told from a bucket by whole-second resets, and is paced as one).
+    /// one: enough of them agree, across several fillings, and it is at
+    /// least half a second long (a shorter one is paced as a bucket, which
+    /// its readings barely tell it from). A one-second sliding log is a
+    /// moving window: read as a bucket, its `remaining`, steady at any
+    /// steady pace, measured the pace as the refill and held it there.
     fn moving_window(&self) -> Option<Duration> {
         let m = &self.moving;
         let enough = m.agreeing >= MOVING_EVIDENCE && m.most >= m.fewest + 3 && self.quota > 0;
-        m.hi.filter(|_| enough && m.lo >= Duration::from_secs(1))
+        m.hi.filter(|_| enough && m.lo >= Duration::from_millis(500))
     }
 
     /// A fixed window's length: the one measured between starts, or else
@@ -824,7 +825,6 @@ mod tests {
             remaining,
             ahead: 0,
             reset: Some(Duration::from_secs(reset.max(0.0).ceil() as u64)),
-            reset_precision: Some(Duration::from_secs(1)),
             window: None,
             admitted,
             counted,
@@ -1052,7 +1052,6 @@ mod tests {
                 remaining,
                 ahead: u64::MAX,
                 reset: Some(Duration::ZERO),
-                reset_precision: None,
                 window: Some(Duration::ZERO),
                 admitted: true,
                 counted: None,
