@@ -52,7 +52,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::headerless::{Congestion, Phase, Tuning};
+use super::headerless::{Admitted, Congestion, Phase, Tuning};
 use super::infer::{Reading, Series};
 use crate::headers::{Dimension, Limit, RateLimitSignal, MAX_WAIT};
 use crate::limiter::{Adjustment, Grant, Rate};
@@ -197,6 +197,16 @@ impl SendRate {
     fn recent(&mut self, now: Instant) -> u64 {
         self.roll(now);
         self.previous + self.current
+    }
+
+    /// How long [`per_second`](Self::per_second) averages over: a second,
+    /// or less since the counter began.
+    fn span(&mut self, now: Instant) -> Duration {
+        self.roll(now);
+        let counted = self
+            .counting_since
+            .map_or(SLOT, |since| now.saturating_duration_since(since));
+        counted.clamp(SLOT / 4, SLOT)
     }
 
     /// Sends per second over the last second (sliding-counter estimate).
@@ -734,8 +744,19 @@ impl Adaptive {
         };
         // What the server let through: this process's admissions, where
         // they are all it spends.
-        let admitted = Some(self.oks.per_second(now)).filter(|_| {
-            c.phase != Phase::Steady
+        // In slow start that is an average over a ramp: the rate it ended
+        // at is that average over the ramp's share.
+        let average = self.oks.per_second(now);
+        let ramp = match c.phase {
+            Phase::Open | Phase::SlowStart => t.ramp_share(self.oks.span(now)),
+            Phase::Steady => 1.0,
+        };
+        let admitted = Some(Admitted {
+            average,
+            at_end: average / ramp,
+        })
+        .filter(|_| {
+            (c.phase != Phase::Steady || c.climbing())
                 && granted_rate.is_none()
                 && self.oks.recent(now) as f64 >= t.min_sample
         });

@@ -8,8 +8,13 @@
 //!   [`Tuning::slow_start_doubling`] of sending until the first refusal.
 //! - **Cut.** A refusal of a request sent after the last cut names the
 //!   rate that was too fast: what the key delivered, and, ending slow
-//!   start, no more than the server was seen to admit in the last second
-//!   (slow start overshoots). The rate drops by [`Tuning::first_decrease`]
+//!   start, no more than the rate the server's admissions had reached (a
+//!   second's average of a ramp that doubles every half second reads about
+//!   half of it: see [`Tuning::ramp_share`]). Slow start's cut recovers to
+//!   what the server was seen to admit and then climbs to that rate over
+//!   [`Tuning::guess_climb`]: the limit lies between (a window that let a
+//!   whole quota through before refusing reads the same as a bucket
+//!   refusing the ramp as it crossed its rate). The rate drops by [`Tuning::first_decrease`]
 //!   from slow start or when refused at or below its target (which was then
 //!   too high), and by [`Tuning::later_decrease`] when a probe is refused.
 //! - **Lockout.** A refusal with no admission since the cut before is a
@@ -73,6 +78,14 @@ pub(crate) struct Tuning {
     pub(crate) recover_to: f64,
     /// ... within about this long.
     pub(crate) recovery: Duration,
+    /// After slow start's cut the rate climbs from the rate the server
+    /// was seen to admit to the rate slow start was refused at over this
+    /// long (the limit lies between: a second's average of a ramp that
+    /// doubles every half second reads about half of where it ended, and a
+    /// window that let a full quota through before refusing reads that
+    /// quota). Shorter finds a bucket's rate sooner; longer reads the rate
+    /// refused on the way more exactly.
+    pub(crate) guess_climb: Duration,
     /// The target is held this long before the first probe beyond it.
     pub(crate) first_hold: Duration,
     /// The longest hold: one refusal per this long against a steady
@@ -105,6 +118,17 @@ pub(crate) struct Tuning {
 }
 
 impl Tuning {
+    /// The share of slow start's rate at its end that an average of its
+    /// ramp over the last `span` reads: a second's average of a rate that
+    /// doubles every half second is about 0.54 of where it ended.
+    pub(crate) fn ramp_share(&self, span: Duration) -> f64 {
+        let (s, t) = (span.as_secs_f64(), self.slow_start_doubling.as_secs_f64());
+        if s <= 0.0 || t <= 0.0 {
+            return 1.0;
+        }
+        t / (s * std::f64::consts::LN_2) * (1.0 - 2f64.powf(-s / t))
+    }
+
     /// The tuning every key uses.
     pub(crate) const DEFAULT: Tuning = Tuning {
         cold_start: 10.0,
@@ -116,6 +140,7 @@ impl Tuning {
         max_lockout_wait: Duration::from_secs(8),
         recover_to: 0.97,
         recovery: Duration::from_millis(1_000),
+        guess_climb: Duration::from_secs(2),
         first_hold: Duration::from_secs(8),
         max_hold: Duration::from_secs(64),
         same_ceiling: 0.1,
@@ -126,6 +151,17 @@ impl Tuning {
         min_sample: 4.0,
         min_rate: 0.1,
     };
+}
+
+/// What the server was seen to admit over the last second, per second.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Admitted {
+    /// The average.
+    pub(crate) average: f64,
+    /// The rate that average ended at: over slow start's ramp, the average
+    /// over its share (see [`Tuning::ramp_share`]); the average itself
+    /// elsewhere.
+    pub(crate) at_end: f64,
 }
 
 /// Where the header-less regime stands.
@@ -157,6 +193,10 @@ pub(crate) struct Congestion {
     target: f64,
     /// The rate the last cut went down to: recovery closes the gap from it.
     cut_to: f64,
+    /// After slow start's cut, the rate it was refused at, where that is
+    /// well above what the server was seen to admit: recovered, the rate
+    /// climbs to it (see [`Tuning::guess_climb`]).
+    guess: Option<f64>,
     /// How long the target is held before a probe.
     hold: Duration,
     /// When the rate reached its target, if it has since the last cut.
@@ -188,6 +228,7 @@ impl Congestion {
             grown_at: None,
             target: 0.0,
             cut_to: 0.0,
+            guess: None,
             hold: Tuning::DEFAULT.first_hold,
             held_since: None,
             admitted_since_cut: true,
@@ -209,6 +250,12 @@ impl Congestion {
             cut_to: rate,
             ..Congestion::open()
         }
+    }
+
+    /// Whether the rate is climbing to slow start's guess (see
+    /// [`Tuning::guess_climb`]).
+    pub(crate) fn climbing(&self) -> bool {
+        self.guess.is_some()
     }
 
     /// The rate the regime climbs back to after a cut, and holds.
@@ -256,14 +303,14 @@ impl Congestion {
     }
 
     /// A refusal of a request sent after the last cut, while `delivered`
-    /// was being sent and the server was seen to admit `admitted` (per
-    /// second, over the last second, where measured); `sent` is the key's
-    /// send count now. Returns the rate to go down to.
+    /// was being sent and the server was seen to admit `admitted` (where
+    /// measured); `sent` is the key's send count now. Returns the rate to
+    /// go down to.
     pub(crate) fn cut(
         &mut self,
         now: Instant,
         sent: u64,
-        (delivered, admitted): (f64, Option<f64>),
+        (delivered, admitted): (f64, Option<Admitted>),
         t: &Tuning,
     ) -> f64 {
         let delivered = delivered.max(t.min_rate);
@@ -271,15 +318,24 @@ impl Congestion {
         // overshoot, a rate found too high): what it let through is the
         // better measure of the rate that is too fast. Not for a probe,
         // whose climb a second's average lags.
-        let measured = admitted.map_or(delivered, |a| delivered.min(a.max(t.min_rate)));
+        let at_most = |a: f64| delivered.min(a.max(t.min_rate));
+        let measured = admitted.map_or(delivered, |a| at_most(a.average));
         let probing = self.phase == Phase::Steady && self.rate > self.target;
         let held = self.target;
+        let mut guess = None;
         let (too_fast, target, rate) = match self.phase {
-            Phase::Open | Phase::SlowStart => (
-                measured,
-                measured * t.recover_to,
-                measured * t.first_decrease,
-            ),
+            Phase::Open | Phase::SlowStart => {
+                // The limit lies between what was admitted and the rate
+                // the ramp was refused at: recover to the first, then
+                // climb to the second.
+                let refused_at = admitted.map_or(measured, |a| at_most(a.at_end));
+                guess = (refused_at > measured * (1.0 + t.same_ceiling)).then_some(refused_at);
+                (
+                    refused_at,
+                    measured * t.recover_to,
+                    measured * t.first_decrease,
+                )
+            }
             // Refused again before anything was admitted: a lockout. (The
             // caller cuts no more for a server that never admitted the key:
             // failing, not limiting.)
@@ -299,6 +355,14 @@ impl Congestion {
             // at most a step. Refused elsewhere, the server changed: the
             // target goes to just under the rate refused.
             Phase::Steady if probing => {
+                // Climbing to slow start's guess, fast enough for a
+                // window to let it run past its limit before refusing:
+                // what the server let through is the better measure.
+                let delivered = if self.guess.is_some() {
+                    measured
+                } else {
+                    delivered
+                };
                 let same = (delivered - self.too_fast).abs() <= self.too_fast * t.same_ceiling;
                 self.hold = if same {
                     (self.hold * 2).min(t.max_hold)
@@ -329,6 +393,7 @@ impl Congestion {
             grown_at: Some(now),
             target: target.max(t.min_rate),
             cut_to: rate,
+            guess,
             held_since: None,
             admitted_since_cut: false,
             ..*self
@@ -341,6 +406,12 @@ impl Congestion {
     pub(crate) fn blocked_for(&mut self, wait: Duration, t: &Tuning) {
         let hold = wait.mul_f64(t.blocked_hold).min(t.max_hold);
         self.hold = self.hold.max(hold);
+        if self.guess.take().is_some() {
+            // Climbing to slow start's guess is a probe, and a refused
+            // probe here costs the block: the rate the server was seen to
+            // admit stands, and the probes of the hold find the rest.
+            self.too_fast = self.target / t.recover_to;
+        }
     }
 
     /// While locked out, how long the key holds every call after a
@@ -378,6 +449,18 @@ impl Congestion {
             let gap = (target - self.cut_to).max(target * 0.05);
             return (current + gap * dt / t.recovery.as_secs_f64()).min(target);
         }
+        if let Some(guess) = self.guess {
+            let climbed =
+                current.max(target) + (guess - target).max(0.0) * dt / t.guess_climb.as_secs_f64();
+            if climbed < guess {
+                return climbed;
+            }
+            // Admitted all the way up: the server allows at least that.
+            self.guess = None;
+            self.target = guess;
+            self.held_since = None;
+            return guess;
+        }
         let since = *self.held_since.get_or_insert(now);
         let probing_for = now
             .saturating_duration_since(since)
@@ -397,6 +480,72 @@ mod tests {
     use super::*;
 
     const T: Tuning = Tuning::DEFAULT;
+
+    /// A rate that doubles every half second, averaged over its last
+    /// second, reads 3/(8 ln 2) of where it ended; over no time, all of it.
+    #[test]
+    fn a_ramp_averaged_reads_its_share_of_where_it_ended() {
+        let share = T.ramp_share(Duration::from_secs(1));
+        assert!(
+            (share - 3.0 / (8.0 * std::f64::consts::LN_2)).abs() < 1e-12,
+            "{share}"
+        );
+        // Summed in 1 ms steps, the same.
+        let steps = 1_000;
+        let mean = (0..steps)
+            .map(|k| 2f64.powf(-(k as f64 + 0.5) / 500.0))
+            .sum::<f64>()
+            / steps as f64;
+        assert!((share - mean).abs() < 1e-6, "{share} vs {mean}");
+        assert_eq!(T.ramp_share(Duration::ZERO), 1.0);
+    }
+
+    /// Ending slow start, the cut recovers to what the server was seen to
+    /// admit, then climbs to the rate its admissions had reached (no more
+    /// than was sent) over the climb's time, and holds there when no
+    /// refusal comes.
+    #[test]
+    fn slow_start_recovers_to_what_was_admitted_then_climbs_to_where_it_ended() {
+        let start = Instant::now();
+        let mut c = Congestion::resumed(Phase::SlowStart, 40.0, 0.0);
+        let at_end = 11.0 / T.ramp_share(Duration::from_secs(1));
+        let admitted = Admitted {
+            average: 11.0,
+            at_end,
+        };
+        let mut rate = c.cut(start, 1, (25.0, Some(admitted)), &T);
+        assert_eq!(rate, 11.0 * T.first_decrease);
+        assert_eq!(c.target(), 11.0 * T.recover_to);
+        assert!(c.climbing());
+        let step = 0.05;
+        let mut at = start;
+        for _ in 0..((T.recovery + T.guess_climb).as_secs_f64() / step) as usize + 10 {
+            at += Duration::from_secs_f64(step);
+            rate = c.grow(at, rate, step, &T);
+        }
+        assert!(!c.climbing());
+        assert!((rate - at_end).abs() < 1e-9, "{rate} vs {at_end}");
+        // Sent no faster than the ramp's end: no more than was sent.
+        let mut c = Congestion::resumed(Phase::SlowStart, 40.0, 0.0);
+        c.cut(start, 1, (18.0, Some(admitted)), &T);
+        assert_eq!(c.too_fast, 18.0);
+    }
+
+    /// A refusal that holds the key (a `Retry-After`) ends slow start
+    /// without the climb: that probe would cost the block again.
+    #[test]
+    fn a_refusal_that_holds_the_key_ends_slow_start_without_the_climb() {
+        let now = Instant::now();
+        let mut c = Congestion::resumed(Phase::SlowStart, 40.0, 0.0);
+        let admitted = Admitted {
+            average: 11.0,
+            at_end: 20.0,
+        };
+        c.cut(now, 1, (25.0, Some(admitted)), &T);
+        c.blocked_for(Duration::from_secs(1), &T);
+        assert!(!c.climbing());
+        assert_eq!(c.too_fast, c.target() / T.recover_to);
+    }
 
     #[test]
     fn a_probe_refused_at_the_same_ceiling_doubles_the_hold_up_to_the_most() {
