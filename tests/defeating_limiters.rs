@@ -150,3 +150,22 @@ async fn a_bucket_of_one_with_an_epoch_millisecond_reset() {
     .await;
     assert_goal(&figures);
 }
+
+/// A GCRA of 9,439 a minute with a burst of 3,204 whose GitHub headers
+/// state the minute's quota as `x-ratelimit-limit` and the burst's level as
+/// `remaining`, full again within the second: read as a window, 9,439 a
+/// second. Each refusal halves the pace the headers primed, down to what
+/// the server was seen to admit, instead of a storm of refusals (42 % of
+/// responses, 558 failed calls, before).
+#[tokio::test(start_paused = true)]
+async fn a_bucket_stating_a_minutes_quota_as_its_limit() {
+    let figures = run(RateLimitedServer::builder()
+        .algorithm(Algorithm::Gcra {
+            rate: Rate::per_minute(9_439).expect("a rate"),
+            burst: 3_204,
+        })
+        .dialect(Dialect::GitHub)
+        .retry_after_precision(RetryAfterPrecision::Fractional))
+    .await;
+    assert_goal(&figures);
+}
