@@ -28,7 +28,9 @@
 //!   window, measured whatever rate ran into it.
 //! - **Recovery.** The rate climbs back to [`Tuning::recover_to`] of the
 //!   rate that was too fast, linearly over [`Tuning::recovery`].
-//! - **Hold, then probe.** The target is held for [`Tuning::first_hold`],
+//! - **Hold, then probe.** The target is held for [`Tuning::first_hold`]
+//!   (after a lockout's cycle that measured a new limit, no longer than
+//!   that cycle: a window shows within one whether a rate holds),
 //!   then probed beyond, slowly at first and faster the longer no refusal
 //!   comes (the server's capacity may have grown). A probe refused near the
 //!   rate the previous one was refused at doubles the hold, up to
@@ -293,7 +295,9 @@ impl Congestion {
             self.hold = if same {
                 (self.hold * 2).min(t.max_hold)
             } else {
-                t.first_hold
+                // A window shows within one cycle whether a rate holds:
+                // holding longer than the cycle measured only wastes it.
+                Duration::from_secs_f64(span).min(t.first_hold)
             };
             self.too_fast = limit;
             self.target = limit * t.recover_to;
