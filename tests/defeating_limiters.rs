@@ -169,3 +169,35 @@ async fn a_bucket_stating_a_minutes_quota_as_its_limit() {
     .await;
     assert_goal(&figures);
 }
+
+/// A sliding counter of 9 a second (Cloudflare's weighted estimate, which
+/// sustains 2 in 3 of that) whose IETF draft-6 policy states `q=9;w=1`,
+/// refusing with 503 and counting its refusals: the stated pace is refused
+/// every few requests. Two refusals at the stated pace disprove the claim
+/// and the shape is inferred from the readings instead: no storm of
+/// refusals (80 % of responses and 69 failed calls before).
+fn a_counter_stating_more_than_it_sustains() -> ServerBuilder {
+    RateLimitedServer::builder()
+        .algorithm(Algorithm::SlidingCounter {
+            limit: 9,
+            window: Duration::from_secs(1),
+        })
+        .dialect(Dialect::IetfDraft6)
+        .retry_after_precision(RetryAfterPrecision::Floor)
+        .refusal_status(StatusCode::SERVICE_UNAVAILABLE)
+        .counts_refusals(true)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stated_window_refusing_its_own_pace_is_not_followed_into_a_storm() {
+    let figures = run(a_counter_stating_more_than_it_sustains()).await;
+    assert!(figures.refused <= 0.01, "{figures:?}");
+    assert_eq!(figures.failed, 0, "{figures:?}");
+}
+
+#[tokio::test(start_paused = true)]
+#[ignore = "known gap: 0.80 of the limit, 0.5 % refused, over 60 s: the shape inferred once the \
+            stated window is disproved paces below the counter's weighted estimate"]
+async fn a_stated_window_refusing_its_own_pace() {
+    assert_goal(&run(a_counter_stating_more_than_it_sustains()).await);
+}

@@ -46,6 +46,11 @@
 //! window, are read off this process's own by interpolation (they are
 //! interleaved with them).
 //!
+//! A window the server states (the IETF `w`) is taken at its word, until
+//! the server refuses the pace it states twice (a sliding counter's policy
+//! names its quota and sustains less): the shape is then inferred as
+//! above.
+//!
 //! Everything is a pure function of the readings and their instants.
 
 use std::collections::VecDeque;
@@ -63,6 +68,8 @@ const MAX_ADMISSIONS: usize = 4_096;
 const REFILL_EVIDENCE: i64 = 3;
 /// Readings whose moving-window bounds agree before the window is trusted.
 const MOVING_EVIDENCE: u32 = 8;
+/// Refusals at a stated window's pace that disprove it.
+const STATED_REFUSALS: u32 = 2;
 /// Whole-second resets are up to this much late.
 const RESET_RESOLUTION: Duration = Duration::from_secs(1);
 /// A quota of one whose resets never named more than this (a whole-second
@@ -164,6 +171,8 @@ pub(crate) struct Series {
     /// apart (one for a key no other process spends).
     grants_between: u64,
     refilling: bool,
+    /// Refusals while the window was stated.
+    refused_while_stated: u32,
     /// The longest reset any reading named.
     longest_reset: Duration,
     window: WindowTrack,
@@ -500,7 +509,16 @@ impl Series {
 
     fn pace(&mut self, now: Instant, reading: &Reading) -> Option<Pace> {
         let left = reading.remaining.saturating_sub(reading.ahead);
-        if let (Some(w), true) = (self.stated, self.quota > 0) {
+        if !reading.admitted && self.stated.is_some() {
+            self.refused_while_stated = self.refused_while_stated.saturating_add(1);
+        }
+        // A stated window that refuses the pace it states (a sliding
+        // counter's policy names its quota, and allows less) is a claim
+        // its readings disproved: the shape is inferred instead.
+        let stated = self
+            .stated
+            .filter(|_| self.refused_while_stated < STATED_REFUSALS);
+        if let (Some(w), true) = (stated, self.quota > 0) {
             let per_second = self.quota as f64 / w.as_secs_f64();
             let exhausted_until = (left == 0)
                 .then(|| self.window.boundary.or(reading.reset.map(|r| now + r)))
