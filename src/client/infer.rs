@@ -62,36 +62,77 @@ use super::adapt::COUNT_RESTART;
 
 /// How many admissions a series remembers at most.
 const MAX_ADMISSIONS: usize = 4_096;
-/// Refill beyond the admissions, within one fixed window, that shows the
-/// server refills rather than counts a fixed window (out-of-order responses
-/// can show one unit of false refill).
-const REFILL_EVIDENCE: i64 = 3;
-/// Readings whose moving-window bounds agree before the window is trusted.
-const MOVING_EVIDENCE: u32 = 8;
-/// Refusals at a stated window's pace that disprove it.
-const STATED_REFUSALS: u32 = 2;
-/// Whole-second resets are up to this much late.
-const RESET_RESOLUTION: Duration = Duration::from_secs(1);
-/// A quota of one whose resets never named more than this (a whole-second
-/// reset's resolution, twice: once for the reset, once for the `Date` an
-/// epoch is read against) says nothing of how soon the next request may
-/// go.
-const QUOTA_OF_ONE_RESOLUTION: Duration = Duration::from_secs(2);
+/// The thresholds of reading headers, each a trade-off (the header-less
+/// regime's are in [`headerless::Tuning`](super::headerless::Tuning)).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Tuning {
+    /// Refill beyond the admissions, within one fixed window, that shows
+    /// the server refills rather than counts a fixed window. Lower tells a
+    /// bucket sooner; out-of-order responses can show one unit of false
+    /// refill.
+    pub(crate) refill_evidence: i64,
+    /// Readings whose moving-window bounds agree before the window is
+    /// trusted. Fewer read a moving window sooner; a bucket at a steady
+    /// pace agrees with some window for a while.
+    pub(crate) moving_evidence: u32,
+    /// The shortest moving window believed; shorter ones are paced as
+    /// buckets, which their readings barely tell them from.
+    pub(crate) shortest_moving_window: Duration,
+    /// Refusals at a stated window's pace that disprove it. One may be a
+    /// late answer at a window's end; more are the server sustaining less
+    /// than it states.
+    pub(crate) stated_refusals: u32,
+    /// Whole-second resets are up to this much late.
+    pub(crate) reset_resolution: Duration,
+    /// A quota of one whose resets never named more than this (a
+    /// whole-second reset's resolution, twice: once for the reset, once for
+    /// the `Date` an epoch is read against) says nothing of how soon the
+    /// next request may go.
+    pub(crate) quota_of_one_resolution: Duration,
+    /// A reset that leaps forward by more than this starts a new fixed
+    /// window (a bucket's "until full" only creeps with the clock).
+    pub(crate) window_leap: Duration,
+    /// How far past a guessed window end a reading without a new window
+    /// proves the guess wrong (requests sent before the end may answer
+    /// after it).
+    pub(crate) guess_margin: Duration,
+    /// A bucket's pace doubles this often while the bucket stays full.
+    /// Shorter finds a fast bucket sooner; longer overshoots less.
+    pub(crate) bucket_doubling: Duration,
+    /// The most a bucket's pace keeps in reserve (a tenth of what it
+    /// holds, at least one unit): enough for a response that comes back out
+    /// of order. Holding more costs nothing against a real bucket, whose
+    /// refill is the same at any level, but a window read as a bucket (a
+    /// sliding counter's `remaining` sits wherever the pace puts it) leaves
+    /// the reserve unused for good.
+    pub(crate) bucket_reserve: f64,
+    /// The shortest stretch a bucket's refill is measured over. Shorter
+    /// follows a change sooner; longer measures more exactly.
+    pub(crate) bucket_min_span: Duration,
+    /// A bucket's level is pulled back to its reserve over this long.
+    pub(crate) bucket_correction: Duration,
+}
 
-/// A bucket's pace doubles this often while the bucket stays full.
-const BUCKET_DOUBLING: Duration = Duration::from_millis(250);
-/// The most a bucket's pace keeps in reserve (a tenth of what it holds, at
-/// least one unit): enough for a response that comes back out of order.
-/// Holding more costs nothing against a real bucket, whose refill is the
-/// same at any level, but a window read as a bucket (a sliding counter's
-/// `remaining` sits wherever the pace puts it) leaves the reserve unused
-/// for good.
-const BUCKET_RESERVE: f64 = 2.0;
-/// The shortest stretch a bucket's refill is measured over.
-const BUCKET_MIN_SPAN: Duration = Duration::from_millis(500);
-/// A bucket's level is pulled back to its reserve (see [`BUCKET_RESERVE`])
-/// over this long.
-const BUCKET_CORRECTION: Duration = Duration::from_secs(1);
+impl Tuning {
+    /// The tuning every series uses.
+    pub(crate) const DEFAULT: Tuning = Tuning {
+        refill_evidence: 3,
+        moving_evidence: 8,
+        shortest_moving_window: Duration::from_millis(500),
+        stated_refusals: 2,
+        reset_resolution: Duration::from_secs(1),
+        quota_of_one_resolution: Duration::from_secs(2),
+        window_leap: Duration::from_millis(500),
+        guess_margin: Duration::from_millis(100),
+        bucket_doubling: Duration::from_millis(250),
+        bucket_reserve: 2.0,
+        bucket_min_span: Duration::from_millis(500),
+        bucket_correction: Duration::from_secs(1),
+    };
+}
+
+/// The tuning in force.
+const T: Tuning = Tuning::DEFAULT;
 
 /// One response's figures for one limit.
 #[derive(Clone, Copy, Debug)]
@@ -232,10 +273,6 @@ struct BucketTrack {
     grown_at: Option<Instant>,
 }
 
-/// How far past a guessed window end a reading without a new window proves
-/// the guess wrong (requests sent before the end may answer after it).
-const GUESS_MARGIN: Duration = Duration::from_millis(100);
-
 /// The window length, when exactly one whole number of seconds lies in
 /// `(outlived, at_most]`. Windows are configured in whole seconds almost
 /// always, and whole-second resets place a window's end only to within a
@@ -324,7 +361,7 @@ impl Series {
     /// times a second). Such a key is paced by what is admitted, as a
     /// server without headers is.
     pub(crate) fn says_nothing_of_pace(&self, pace: &Pace) -> bool {
-        let window_of_one = self.quota <= 1 && self.longest_reset <= QUOTA_OF_ONE_RESOLUTION;
+        let window_of_one = self.quota <= 1 && self.longest_reset <= T.quota_of_one_resolution;
         self.top <= 1 && (pace.shape == Shape::Bucket || window_of_one)
     }
 
@@ -382,7 +419,7 @@ impl Series {
         // A window also moves its end on: the reset instant leaps forward
         // (a bucket's "until full" only creeps along with the clock).
         let moved_on = match (reading.reset, w.boundary) {
-            (Some(reset), Some(end)) => now + reset > end + Duration::from_millis(500),
+            (Some(reset), Some(end)) => now + reset > end + T.window_leap,
             _ => true,
         };
         // A quota of one comes back one unit at a time; any other window
@@ -395,8 +432,9 @@ impl Series {
         let guess = whole_seconds(w.outlived, w.length).filter(|_| !w.guess_failed);
         // Past a predicted end and no new window (well past it, or refused
         // at it): the prediction was wrong.
-        let disproved =
-            |end: Instant| !jump && (now > end + GUESS_MARGIN || (!reading.admitted && now >= end));
+        let disproved = |end: Instant| {
+            !jump && (now > end + T.guess_margin || (!reading.admitted && now >= end))
+        };
         if let (Some(start), Some(guess)) = (w.start, guess) {
             // The whole-second guess is not made again.
             if disproved(start + guess) {
@@ -439,7 +477,7 @@ impl Series {
                     .disorder
                     .max(r.unsigned_abs().min(MAX_ADMISSIONS as u64) as i64);
             }
-            if w.refill >= REFILL_EVIDENCE + w.disorder && !self.refilling {
+            if w.refill >= T.refill_evidence + w.disorder && !self.refilling {
                 self.refilling = true;
                 // What came back since the window began is a floor on the
                 // refill rate (less, if the server was full meanwhile).
@@ -517,7 +555,7 @@ impl Series {
         // its readings disproved: the shape is inferred instead.
         let stated = self
             .stated
-            .filter(|_| self.refused_while_stated < STATED_REFUSALS);
+            .filter(|_| self.refused_while_stated < T.stated_refusals);
         if let (Some(w), true) = (stated, self.quota > 0) {
             let per_second = self.quota as f64 / w.as_secs_f64();
             let exhausted_until = (left == 0)
@@ -554,8 +592,8 @@ impl Series {
     /// steady pace, measured the pace as the refill and held it there.
     fn moving_window(&self) -> Option<Duration> {
         let m = &self.moving;
-        let enough = m.agreeing >= MOVING_EVIDENCE && m.most >= m.fewest + 3 && self.quota > 0;
-        m.hi.filter(|_| enough && m.lo >= Duration::from_millis(500))
+        let enough = m.agreeing >= T.moving_evidence && m.most >= m.fewest + 3 && self.quota > 0;
+        m.hi.filter(|_| enough && m.lo >= T.shortest_moving_window)
     }
 
     /// A fixed window's length: the one measured between starts, or else
@@ -599,7 +637,7 @@ impl Series {
             // own `Retry-After` blocks the key otherwise).
             let until = if until_end.is_zero() {
                 reset
-                    .filter(|r| *r <= RESET_RESOLUTION)
+                    .filter(|r| *r <= T.reset_resolution)
                     .map(|r| now + r)
                     .filter(|&at| at > now)
             } else {
@@ -617,7 +655,7 @@ impl Series {
         // exceeded; running out late would leave part of the window unused.
         // At most twice the sustained rate: what a window's end allows at
         // once is not worth a burst that a misread bucket would refuse.
-        let spread_over = until_end.saturating_sub(RESET_RESOLUTION.min(length / 2));
+        let spread_over = until_end.saturating_sub(T.reset_resolution.min(length / 2));
         let per_second = if spread_over.is_zero() {
             2.0 * sustained
         } else {
@@ -668,7 +706,7 @@ impl Series {
         if full {
             if let Some((since, r0, n0)) = b.stretch.take() {
                 let span = now.saturating_duration_since(since);
-                if span >= BUCKET_MIN_SPAN {
+                if span >= T.bucket_min_span {
                     let refill = self.position as f64 - n0 as f64 + level as f64 - r0 as f64;
                     b.measured = Some(refill / span.as_secs_f64());
                 }
@@ -680,9 +718,10 @@ impl Series {
                 .grown_at
                 .map_or(0.0, |g| now.saturating_duration_since(g).as_secs_f64())
                 .min(2.0 * interval)
-                .min(BUCKET_DOUBLING.as_secs_f64());
+                .min(T.bucket_doubling.as_secs_f64());
             let floor = b.measured.unwrap_or(0.0);
-            b.per_second = b.per_second.max(floor) * 2f64.powf(dt / BUCKET_DOUBLING.as_secs_f64());
+            b.per_second =
+                b.per_second.max(floor) * 2f64.powf(dt / T.bucket_doubling.as_secs_f64());
             b.grown_at = Some(now);
         } else {
             let stretch = *b.stretch.get_or_insert((now, level, self.position));
@@ -690,14 +729,14 @@ impl Series {
             // Emptied before a full measure: the pace outruns the refill, so
             // take the short measure rather than run into refusals.
             let emptied = level == 0 && b.measured.is_none() && !span.is_zero();
-            if span >= BUCKET_MIN_SPAN || emptied {
+            if span >= T.bucket_min_span || emptied {
                 let refill =
                     self.position as f64 - stretch.2 as f64 + level as f64 - stretch.1 as f64;
                 b.measured = Some((refill / span.as_secs_f64()).max(0.0));
             }
             if let Some(rate) = b.measured {
-                let reserve = (top as f64 / 10.0).clamp(1.0, BUCKET_RESERVE);
-                let correction = (left as f64 - reserve) / BUCKET_CORRECTION.as_secs_f64();
+                let reserve = (top as f64 / 10.0).clamp(1.0, T.bucket_reserve);
+                let correction = (left as f64 - reserve) / T.bucket_correction.as_secs_f64();
                 let corrected = (rate + correction).max(rate / 2.0);
                 // Empty yet admitting every request, the server takes what
                 // is sent at this pace: hold it rather than fall (a server
