@@ -14,7 +14,9 @@
 //!   what the server was seen to admit and then climbs to that rate over
 //!   [`Tuning::guess_climb`]: the limit lies between (a window that let a
 //!   whole quota through before refusing reads the same as a bucket
-//!   refusing the ramp as it crossed its rate). The rate drops by [`Tuning::first_decrease`]
+//!   refusing the ramp as it crossed its rate); after a refusal that holds
+//!   the key, the climb waits out the hold, as a probe does. The rate drops
+//!   by [`Tuning::first_decrease`]
 //!   from slow start or when refused at or below its target (which was then
 //!   too high), and by [`Tuning::later_decrease`] when a probe is refused.
 //! - **Lockout.** A refusal with no admission since the cut before is a
@@ -205,6 +207,9 @@ pub(crate) struct Congestion {
     held_since: Option<Instant>,
     /// Whether a request was admitted since the last cut.
     admitted_since_cut: bool,
+    /// Whether the climb to slow start's guess waits out the hold (the
+    /// refusal that ended slow start held the key).
+    climb_after_hold: bool,
     /// Whether the key is locked out: refused again with nothing admitted
     /// since the cut before.
     locked: bool,
@@ -234,6 +239,7 @@ impl Congestion {
             hold: Tuning::DEFAULT.first_hold,
             held_since: None,
             admitted_since_cut: true,
+            climb_after_hold: false,
             locked: false,
             lockouts: 0,
             last_refused: None,
@@ -400,6 +406,7 @@ impl Congestion {
             guess,
             held_since: None,
             admitted_since_cut: false,
+            climb_after_hold: false,
             ..*self
         };
         rate
@@ -410,12 +417,9 @@ impl Congestion {
     pub(crate) fn blocked_for(&mut self, wait: Duration, t: &Tuning) {
         let hold = wait.mul_f64(t.blocked_hold).min(t.max_hold);
         self.hold = self.hold.max(hold);
-        if self.guess.take().is_some() {
-            // Climbing to slow start's guess is a probe, and a refused
-            // probe here costs the block: the rate the server was seen to
-            // admit stands, and the probes of the hold find the rest.
-            self.too_fast = self.target / t.recover_to;
-        }
+        // Climbing to slow start's guess is a probe, and a refused probe
+        // here costs the block: it waits out the hold, as any probe does.
+        self.climb_after_hold = self.guess.is_some();
     }
 
     /// While locked out, how long the key holds every call after a
@@ -454,6 +458,10 @@ impl Congestion {
             return (current + gap * dt / t.recovery.as_secs_f64()).min(target);
         }
         if let Some(guess) = self.guess {
+            let since = *self.held_since.get_or_insert(now);
+            if self.climb_after_hold && now.saturating_duration_since(since) < self.hold {
+                return current.max(target);
+            }
             let climbed =
                 current.max(target) + (guess - target).max(0.0) * dt / t.guess_climb.as_secs_f64();
             if climbed < guess {
@@ -535,20 +543,39 @@ mod tests {
         assert_eq!(c.too_fast, 18.0);
     }
 
-    /// A refusal that holds the key (a `Retry-After`) ends slow start
-    /// without the climb: that probe would cost the block again.
+    /// A refusal that holds the key (a `Retry-After`) ends slow start with
+    /// the climb put off until the hold is over: a refused climb costs the
+    /// block, as any probe does.
     #[test]
-    fn a_refusal_that_holds_the_key_ends_slow_start_without_the_climb() {
-        let now = Instant::now();
+    fn a_refusal_that_holds_the_key_puts_the_climb_off_until_the_hold() {
+        let start = Instant::now();
         let mut c = Congestion::resumed(Phase::SlowStart, 40.0, 0.0);
         let admitted = Admitted {
             average: 11.0,
             at_end: 20.0,
         };
-        c.cut(now, 1, (25.0, Some(admitted)), &T);
+        let mut rate = c.cut(start, 1, (25.0, Some(admitted)), &T);
         c.blocked_for(Duration::from_secs(1), &T);
-        assert!(!c.climbing());
-        assert_eq!(c.too_fast, c.target() / T.recover_to);
+        let hold = Duration::from_secs(1).mul_f64(T.blocked_hold);
+        let step = 0.05;
+        let mut at = start;
+        let mut rate_at = |until: Duration, rate: &mut f64, at: &mut Instant| {
+            while *at < start + until {
+                *at += Duration::from_secs_f64(step);
+                *rate = c.grow(*at, *rate, step, &T);
+            }
+            *rate
+        };
+        // Recovered to what was admitted, and held there through the hold.
+        let held = rate_at(
+            T.recovery + hold - Duration::from_secs(1),
+            &mut rate,
+            &mut at,
+        );
+        assert_eq!(held, 11.0 * T.recover_to);
+        // Then the climb.
+        let climbed = rate_at(T.recovery + hold + T.guess_climb * 2, &mut rate, &mut at);
+        assert_eq!(climbed, 20.0);
     }
 
     #[test]
