@@ -195,3 +195,37 @@ async fn a_stated_window_refusing_its_own_pace_is_not_followed_into_a_storm() {
 async fn a_stated_window_refusing_its_own_pace() {
     assert_goal(&run(a_counter_stating_more_than_it_sustains()).await);
 }
+
+/// A sliding counter of 556 per 8 s with IETF draft-7 headers, behind an
+/// nginx-like leaky bucket of 52/s (burst 1) that refuses with a bare 503:
+/// the front refuses the headers' pace (67/s) within the first requests.
+/// Too few sends have been made to measure a rate, and the rate the key
+/// was paced at is the one refused (before, the cut took a rate of two
+/// sends and held the key at 23/s for fifteen seconds: 0.83 of the limit).
+#[tokio::test(start_paused = true)]
+async fn a_front_limiter_refusing_the_headers_pace_at_once() {
+    let builder = RateLimitedServer::builder()
+        .algorithm(Algorithm::SlidingCounter {
+            limit: 556,
+            window: Duration::from_secs(8),
+        })
+        .dialect(Dialect::IetfDraft7)
+        .retry_after_precision(RetryAfterPrecision::Floor)
+        .front_limiter(
+            Algorithm::LeakyBucket {
+                rate: Rate::per_second(52).expect("a rate"),
+                burst: 1,
+            },
+            StatusCode::SERVICE_UNAVAILABLE,
+        );
+    // The front's 52/s binds, not the counter's 69.5/s.
+    let figures = zoo_support::space::default_client_in_process_against(
+        builder,
+        16,
+        Duration::from_secs(60),
+        Some(52.0),
+    )
+    .await;
+    println!("{figures:?}");
+    assert_goal(&figures);
+}

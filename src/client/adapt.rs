@@ -736,8 +736,9 @@ impl Adaptive {
         let granted_at = granted_rate.or(self.applied);
         let delivered = match (sampled && measured >= t.min_sample, granted_at) {
             (true, at) => at.map_or(measured, |a| a.min(measured)),
-            // Too few sends to measure (a slow key): the rate applied.
-            (false, Some(at)) if c.phase != Phase::Open => at,
+            // Too few sends to measure (a slow key, or a limiter in front
+            // refusing the headers' pace at once): the rate applied.
+            (false, Some(at)) if c.phase != Phase::Open || self.front => at,
             // A key's first requests, or one request's retries: the retry's
             // backoff paces those.
             (false, _) => return,

@@ -70,11 +70,22 @@ pub async fn default_client_in_process(
     tasks: usize,
     run: std::time::Duration,
 ) -> RunFigures {
+    default_client_in_process_against(builder, tasks, run, None).await
+}
+
+/// The same, measured against `sustained` per second where a limiter in
+/// front is slower than the server's own (else the server's own limit).
+pub async fn default_client_in_process_against(
+    builder: reqwest_pace::testing::ServerBuilder,
+    tasks: usize,
+    run: std::time::Duration,
+    sustained: Option<f64>,
+) -> RunFigures {
     use reqwest_pace::{PaceLayer, ThrottledClient};
     use tower_layer::Layer;
 
     let server = builder.start().await.expect("server starts");
-    let sustained = server.algorithm().sustained_per_second();
+    let sustained = sustained.unwrap_or_else(|| server.algorithm().sustained_per_second());
     let client = ThrottledClient::builder(reqwest::Client::new())
         .random(|| 0.5)
         .build()
