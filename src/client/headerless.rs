@@ -90,6 +90,11 @@ pub(crate) struct Tuning {
     /// quota). Shorter finds a bucket's rate sooner; longer reads the rate
     /// refused on the way more exactly.
     pub(crate) guess_climb: Duration,
+    /// A cycle this long measures what the server lets through: a
+    /// refusal at or below the target cuts no lower than that. Shorter
+    /// reads a bucket's first burst as its rate; longer leaves a refusal
+    /// after a block to cut from the few sends since.
+    pub(crate) min_cycle: Duration,
     /// The target is held this long before the first probe beyond it.
     pub(crate) first_hold: Duration,
     /// The longest hold: one refusal per this long against a steady
@@ -145,6 +150,7 @@ impl Tuning {
         recover_to: 0.97,
         recovery: Duration::from_millis(1_000),
         guess_climb: Duration::from_secs(2),
+        min_cycle: Duration::from_secs(8),
         first_hold: Duration::from_secs(8),
         max_hold: Duration::from_secs(64),
         same_ceiling: 0.1,
@@ -389,8 +395,11 @@ impl Congestion {
             }
             // Refused at or below the target: it was too high (the server
             // tightened, or the rate refused was overestimated).
+            // Not below what the server let through over the cycle so far,
+            // though: a refusal soon after a block (a window not yet
+            // reopened) is not a rate a few sends measured.
             Phase::Steady => {
-                let from = self.rate.min(measured);
+                let from = self.rate.min(measured).max(self.cycle_rate(now, t));
                 (from, from * t.recover_to, from * t.first_decrease)
             }
         };
@@ -410,6 +419,19 @@ impl Congestion {
             ..*self
         };
         rate
+    }
+
+    /// What the server let through since the cycle began, per second,
+    /// once the cycle has run a while ([`Tuning::min_cycle`]); 0 before.
+    fn cycle_rate(&self, now: Instant, t: &Tuning) -> f64 {
+        let Some((since, admitted)) = self.cycle else {
+            return 0.0;
+        };
+        let span = now.saturating_duration_since(since);
+        if span < t.min_cycle {
+            return 0.0;
+        }
+        admitted as f64 / span.as_secs_f64()
     }
 
     /// The last refusal held the key for `wait` (its `Retry-After`): the
@@ -576,6 +598,33 @@ mod tests {
         // Then the climb.
         let climbed = rate_at(T.recovery + hold + T.guess_climb * 2, &mut rate, &mut at);
         assert_eq!(climbed, 20.0);
+    }
+
+    /// A window of 100 spent in the first second of a ten-second cycle,
+    /// then a refusal soon after a block, a few sends measuring 3 a
+    /// second: what the server let through over the cycle stands for the
+    /// rate refused.
+    #[test]
+    fn a_refusal_below_target_cuts_no_lower_than_the_cycle_let_through() {
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        let mut c = Congestion::resumed(Phase::Steady, 10.0, 20.0);
+        for k in 0..100 {
+            c.admitted(at(10 * k), &T);
+        }
+        assert!(
+            c.cycle_rate(at(5_000), &T) == 0.0,
+            "a short cycle measures nothing"
+        );
+        c.cut(at(10_000), 100, (3.0, None), &T);
+        assert_eq!(c.too_fast, 10.0, "100 over 10 s, not the 3 a second sent");
+        // The same refusal four seconds into the cycle: the few sends.
+        let mut c = Congestion::resumed(Phase::Steady, 10.0, 20.0);
+        for k in 0..100 {
+            c.admitted(at(10 * k), &T);
+        }
+        c.cut(at(4_000), 100, (5.0, None), &T);
+        assert_eq!(c.too_fast, 5.0);
     }
 
     #[test]
