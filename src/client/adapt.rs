@@ -743,24 +743,7 @@ impl Adaptive {
             // backoff paces those.
             (false, _) => return,
         };
-        // What the server let through: this process's admissions, where
-        // they are all it spends.
-        // In slow start that is an average over a ramp: the rate it ended
-        // at is that average over the ramp's share.
-        let average = self.oks.per_second(now);
-        let ramp = match c.phase {
-            Phase::Open | Phase::SlowStart => t.ramp_share(self.oks.span(now)),
-            Phase::Steady => 1.0,
-        };
-        let admitted = Some(Admitted {
-            average,
-            at_end: average / ramp,
-        })
-        .filter(|_| {
-            (c.phase != Phase::Steady || c.climbing())
-                && granted_rate.is_none()
-                && self.oks.recent(now) as f64 >= t.min_sample
-        });
+        let admitted = self.admitted(now, &c, granted_rate);
         let rate = self
             .congestion
             .cut(now, self.sent, (delivered, admitted), t);
@@ -787,6 +770,36 @@ impl Adaptive {
         // a lockout's wait) would read the block as sending slowly, and the
         // next refusal would cut from that.
         self.latest_sends.clear();
+    }
+
+    /// What the server let through lately, as a cut of `c` reads it: this
+    /// process's admissions, where they are all it spends (not a fleet's,
+    /// `granted_rate`), and enough of them to measure. In slow start that
+    /// is an average over a ramp, and the rate it ended at is that average
+    /// over the ramp's share. Steady, only while climbing to slow start's
+    /// guess.
+    fn admitted(
+        &mut self,
+        now: Instant,
+        c: &Congestion,
+        granted_rate: Option<f64>,
+    ) -> Option<Admitted> {
+        let t = &Tuning::DEFAULT;
+        let measures = (c.phase != Phase::Steady || c.climbing())
+            && granted_rate.is_none()
+            && self.oks.recent(now) as f64 >= t.min_sample;
+        if !measures {
+            return None;
+        }
+        let average = self.oks.per_second(now);
+        let ramp = match c.phase {
+            Phase::Open | Phase::SlowStart => t.ramp_share(self.oks.span(now)),
+            Phase::Steady => 1.0,
+        };
+        Some(Admitted {
+            average,
+            at_end: average / ramp,
+        })
     }
 
     /// The rate this process sends at now: its latest sends over their
