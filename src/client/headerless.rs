@@ -16,9 +16,10 @@
 //!   whole quota through before refusing reads the same as a bucket
 //!   refusing the ramp as it crossed its rate); after a refusal that holds
 //!   the key, the climb waits out the hold, as a probe does. The rate drops
-//!   by [`Tuning::first_decrease`]
-//!   from slow start or when refused at or below its target (which was then
-//!   too high), and by [`Tuning::later_decrease`] when a probe is refused.
+//!   by [`Tuning::first_decrease`] from slow start or when refused at or
+//!   below its target (which was then too high; no lower than what the
+//!   server let through over a cycle of [`Tuning::min_cycle`] or more), and
+//!   by [`Tuning::later_decrease`] when a probe is refused.
 //! - **Lockout.** A refusal with no admission since the cut before is a
 //!   lockout: a spent window, or a limiter that counts refusals, which
 //!   every request sent meanwhile extends. The rate drops by
