@@ -372,16 +372,11 @@ impl Pacer {
     fn signal(&self, response: &Response, sent_at: Instant) -> RateLimitSignal {
         let status = response.status().as_u16();
         let headers = response.headers();
-        let Some(date) = crate::headers::date(headers) else {
+        let (Some(date), Some(origin)) =
+            (crate::headers::date(headers), scope::origin(response.url()))
+        else {
             return RateLimitSignal::from_response(response);
         };
-        let url = response.url();
-        let origin = format!(
-            "{}://{}:{}",
-            url.scheme(),
-            url.host_str().unwrap_or(""),
-            url.port_or_known_default().unwrap_or(0)
-        );
         let server_now = self
             .inner
             .clocks

@@ -85,7 +85,11 @@ pub(crate) enum Breadth {
 
 /// The default key: scheme, host and port of the URL.
 pub fn host_key(request: &Request) -> Option<String> {
-    let url = request.url();
+    origin(request.url())
+}
+
+/// Scheme, host and port of `url`; `None` without a host.
+pub(crate) fn origin(url: &reqwest::Url) -> Option<String> {
     let host = url.host_str()?;
     let port = url.port_or_known_default().unwrap_or(0);
     Some(format!("{}://{}:{}", url.scheme(), host, port))

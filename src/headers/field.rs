@@ -46,17 +46,38 @@ const SECOND: Duration = Duration::from_secs(1);
 /// The resolution of a number written with a fraction, or in milliseconds.
 const MILLISECOND: Duration = Duration::from_millis(1);
 
-/// The response's `Date`, when it has exactly one valid value.
+/// The response's `Date`, when it has exactly one valid value (several
+/// copies that agree count as one), for the engine's server clock; the
+/// same rule as [`Clock::from_headers`], whose notes it leaves out.
 pub(crate) fn date(headers: &HeaderMap) -> Option<SystemTime> {
-    let mut notes = Notes::default();
-    let mut dates = texts(headers, "date", &mut notes)
-        .iter()
-        .map(|text| httpdate::parse_http_date(text).ok())
-        .collect::<Option<Vec<_>>>()?;
+    the_date(headers, &mut Notes::default())
+}
+
+/// The response's `Date` when it has exactly one valid value; what makes
+/// it unusable goes to `notes`.
+fn the_date(headers: &HeaderMap, notes: &mut Notes) -> Option<SystemTime> {
+    let texts = texts(headers, "date", notes);
+    let mut dates = Vec::new();
+    for text in &texts {
+        match httpdate::parse_http_date(text) {
+            Ok(date) => dates.push(date),
+            Err(_) => notes.push(
+                "date",
+                "not an HTTP-date; measuring absolute times from the local receive time",
+            ),
+        }
+    }
     dates.dedup();
     match dates.as_slice() {
         [date] => Some(*date),
-        _ => None,
+        [] => None,
+        _ => {
+            notes.push(
+                "date",
+                "conflicting values; measuring absolute times from the local receive time",
+            );
+            None
+        }
     }
 }
 
@@ -69,29 +90,7 @@ impl Clock {
         received_at: SystemTime,
         notes: &mut Notes,
     ) -> Clock {
-        let texts = texts(headers, "date", notes);
-        let mut dates = Vec::new();
-        for text in &texts {
-            match httpdate::parse_http_date(text) {
-                Ok(date) => dates.push(date),
-                Err(_) => notes.push(
-                    "date",
-                    "not an HTTP-date; measuring absolute times from the local receive time",
-                ),
-            }
-        }
-        dates.dedup();
-        let reference = match dates.as_slice() {
-            [date] => *date,
-            [] => received_at,
-            _ => {
-                notes.push(
-                    "date",
-                    "conflicting values; measuring absolute times from the local receive time",
-                );
-                received_at
-            }
-        };
+        let reference = the_date(headers, notes).unwrap_or(received_at);
         Clock::with(reference, SECOND)
     }
 
