@@ -677,13 +677,6 @@ impl Series {
         // Nothing left is never "full", whatever the capacity (a bucket of
         // one is empty after every admission).
         let full = level > 0 && level.saturating_add(1) >= top;
-        // What the server admitted of this key in the last second.
-        let admitted_lately = self
-            .admissions
-            .iter()
-            .rev()
-            .take_while(|&&(_, at)| now.saturating_duration_since(at) < Duration::from_secs(1))
-            .count() as f64;
         let b = &mut self.bucket;
         if b.per_second <= 0.0 {
             b.per_second = 1.0;
@@ -694,6 +687,13 @@ impl Series {
             // primes the pace far above it). Halve it, down to what the
             // server was seen to refill or admit, and grow again only from
             // here.
+            // What the server admitted of this key in the last second.
+            let admitted_lately = self
+                .admissions
+                .iter()
+                .rev()
+                .take_while(|&&(_, at)| now.saturating_duration_since(at) < Duration::from_secs(1))
+                .count() as f64;
             let floor = b.measured.unwrap_or(0.0).max(admitted_lately);
             b.per_second = (b.per_second / 2.0).max(floor);
             b.grown_at = Some(now);

@@ -117,15 +117,20 @@ impl ServerClocks {
         received: Instant,
     ) -> (SystemTime, Duration) {
         let this = Bracket::of(date, sent, received);
-        let bracket = match self.by_origin.get(origin).and_then(|b| b.meet(&this)) {
-            Some(narrowed) => narrowed,
-            // New, or no longer agreeing: this response alone.
-            None => this,
+        let bracket = match self.by_origin.get_mut(origin) {
+            Some(held) => {
+                // No longer agreeing: this response alone.
+                *held = held.meet(&this).unwrap_or(this);
+                *held
+            }
+            None => {
+                if self.by_origin.len() >= MAX_SERVERS {
+                    self.by_origin.clear();
+                }
+                self.by_origin.insert(origin.to_owned(), this);
+                this
+            }
         };
-        if self.by_origin.len() >= MAX_SERVERS && !self.by_origin.contains_key(origin) {
-            self.by_origin.clear();
-        }
-        self.by_origin.insert(origin.to_owned(), bracket);
         (bracket.earliest_at(received), bracket.width())
     }
 }
