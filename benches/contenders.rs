@@ -7,8 +7,8 @@
 //!   header conventions, nginx's leaky bucket answering bare 429s or 503s,
 //!   a moving window, a token bucket whose `limit` is its burst);
 //! - the three limiters that defeated the client before its one
-//!   header-less regime, built as `tests/defeating_limiters.rs` builds
-//!   them: `gcra-burst-no-reset` (a GCRA of 20/s, burst 5, whose
+//!   header-less regime, `zoo::defeating` (the presets
+//!   `tests/defeating_limiters.rs` runs too): `gcra-burst-no-reset` (a GCRA of 20/s, burst 5, whose
 //!   `x-ratelimit-limit` is the burst, with no reset and `Retry-After`
 //!   rounded down to whole seconds), `log-retry-after-only` (a sliding log
 //!   of 20 per 1 s that sends only `Retry-After`, rounded up, on a 429) and
@@ -77,14 +77,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use governor::{DefaultDirectRateLimiter, Quota};
-use reqwest::StatusCode;
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, Middleware, Next};
 use reqwest_pace::testing::space::ServerSpec;
-use reqwest_pace::testing::{
-    zoo, Algorithm, Dialect, Outcome, RateLimitedServer, RequestRecord, ResetFormat,
-    RetryAfterPrecision, ServerBuilder,
-};
-use reqwest_pace::{Rate, ThrottledClient};
+use reqwest_pace::testing::{zoo, Algorithm, Outcome, RequestRecord, ServerBuilder};
+use reqwest_pace::ThrottledClient;
 use reqwest_retry::policies::ExponentialBackoff;
 use reqwest_retry::RetryTransientMiddleware;
 use tokio::task::JoinSet;
@@ -380,57 +376,13 @@ struct Server {
     spec: Option<ServerSpec>,
 }
 
-/// The three limiters that defeated `ThrottledClient` with nothing
-/// configured before its one header-less regime and the bucket-of-one
-/// reading. These mirror the builders of `tests/defeating_limiters.rs`
-/// (which pins the goal on them on the paused clock, in process); keep
-/// the two in step.
-fn defeating() -> Result<Vec<(&'static str, ServerBuilder)>, BoxError> {
-    let twenty = Rate::per_second(20)?;
-    Ok(vec![
-        (
-            "gcra-burst-no-reset",
-            RateLimitedServer::builder()
-                .algorithm(Algorithm::Gcra {
-                    rate: twenty,
-                    burst: 5,
-                })
-                .dialect(Dialect::XRateLimit)
-                .limit_is_burst(true)
-                .reset_format(ResetFormat::Omitted)
-                .retry_after_precision(RetryAfterPrecision::Floor),
-        ),
-        (
-            "log-retry-after-only",
-            RateLimitedServer::builder()
-                .algorithm(Algorithm::SlidingLog {
-                    limit: 20,
-                    window: Duration::from_secs(1),
-                })
-                .dialect(Dialect::None)
-                .retry_after(true)
-                .retry_after_precision(RetryAfterPrecision::Ceil),
-        ),
-        (
-            "counts-refusals",
-            RateLimitedServer::builder()
-                .algorithm(Algorithm::SlidingLog {
-                    limit: 20,
-                    window: Duration::from_secs(1),
-                })
-                .dialect(Dialect::None)
-                .refusal_status(StatusCode::TOO_MANY_REQUESTS)
-                .counts_refusals(true),
-        ),
-    ])
-}
-
-/// The zoo, the three limiters above, then the generated servers asked
-/// for.
+/// The zoo, the three limiters that defeated a client tuned to it
+/// (`zoo::defeating`, which `tests/defeating_limiters.rs` pins at the goal
+/// on the paused clock), then the generated servers asked for.
 fn servers(args: &Args) -> Result<Vec<Server>, BoxError> {
     let mut servers: Vec<Server> = zoo::all()
         .into_iter()
-        .chain(defeating()?)
+        .chain(zoo::defeating())
         .map(|(name, builder)| Server {
             name: name.to_owned(),
             builder,

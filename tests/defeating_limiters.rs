@@ -17,7 +17,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use reqwest_pace::testing::space::RunFigures;
 use reqwest_pace::testing::{
-    Algorithm, Dialect, RateLimitedServer, ResetFormat, RetryAfterPrecision, ServerBuilder,
+    zoo, Algorithm, Dialect, RateLimitedServer, ResetFormat, RetryAfterPrecision, ServerBuilder,
 };
 use reqwest_pace::Rate;
 
@@ -43,16 +43,7 @@ fn twenty() -> Rate {
 /// `retry-after: 0` (whole seconds, rounded down).
 #[tokio::test(start_paused = true)]
 async fn a_gcra_stating_its_burst_without_a_reset() {
-    let figures = run(RateLimitedServer::builder()
-        .algorithm(Algorithm::Gcra {
-            rate: twenty(),
-            burst: 5,
-        })
-        .dialect(Dialect::XRateLimit)
-        .limit_is_burst(true)
-        .reset_format(ResetFormat::Omitted)
-        .retry_after_precision(RetryAfterPrecision::Floor))
-    .await;
+    let figures = run(zoo::gcra_burst_no_reset().expect("a preset")).await;
     assert_goal(&figures);
 }
 
@@ -60,15 +51,7 @@ async fn a_gcra_stating_its_burst_without_a_reset() {
 /// only `Retry-After`, a wait of a few milliseconds rounded up to 1.
 #[tokio::test(start_paused = true)]
 async fn a_sliding_log_that_sends_only_retry_after() {
-    let figures = run(RateLimitedServer::builder()
-        .algorithm(Algorithm::SlidingLog {
-            limit: 20,
-            window: Duration::from_secs(1),
-        })
-        .dialect(Dialect::None)
-        .retry_after(true)
-        .retry_after_precision(RetryAfterPrecision::Ceil))
-    .await;
+    let figures = run(zoo::log_retry_after_only()).await;
     assert_goal(&figures);
 }
 
@@ -76,15 +59,7 @@ async fn a_sliding_log_that_sends_only_retry_after() {
 /// refusals keeps the client locked out longer.
 #[tokio::test(start_paused = true)]
 async fn a_header_less_limiter_that_counts_refusals() {
-    let figures = run(RateLimitedServer::builder()
-        .algorithm(Algorithm::SlidingLog {
-            limit: 20,
-            window: Duration::from_secs(1),
-        })
-        .dialect(Dialect::None)
-        .refusal_status(StatusCode::TOO_MANY_REQUESTS)
-        .counts_refusals(true))
-    .await;
+    let figures = run(zoo::counts_refusals()).await;
     assert_goal(&figures);
 }
 

@@ -13,6 +13,10 @@
 //! | `moving-window` | Python `limits`' moving window, 100 per 5 s, `X-RateLimit-*` with a fractional epoch reset and `Retry-After` |
 //! | `token-bucket-github` | a token bucket, 20/s burst 5, GitHub's headers with `limit` = the burst and the reset the epoch second it is full |
 //!
+//! [`defeating`] holds three more, not in [`all`]: widely used limiters that
+//! defeated a client tuned to the ones above (`gcra-burst-no-reset`,
+//! `log-retry-after-only`, `counts-refusals`).
+//!
 //! ```
 //! use reqwest_pace::testing::zoo;
 //!
@@ -25,7 +29,9 @@ use std::time::Duration;
 
 use http::StatusCode;
 
-use super::{Algorithm, Dialect, RateLimitedServer, ResetFormat, ServerBuilder};
+use super::{
+    Algorithm, Dialect, RateLimitedServer, ResetFormat, RetryAfterPrecision, ServerBuilder,
+};
 use crate::Rate;
 
 const FIXED: Algorithm = Algorithm::FixedWindow {
@@ -114,4 +120,58 @@ pub fn all() -> Vec<(&'static str, ServerBuilder)> {
         }
     }
     zoo
+}
+
+/// A GCRA of 20/s, burst 5, whose `x-ratelimit-limit` is the burst, with
+/// `x-ratelimit-remaining` on every response, no reset, and on a refusal a
+/// `retry-after` floored to whole seconds (so `0`).
+pub fn gcra_burst_no_reset() -> Result<ServerBuilder, crate::Error> {
+    Ok(RateLimitedServer::builder()
+        .algorithm(Algorithm::Gcra {
+            rate: Rate::per_second(20)?,
+            burst: 5,
+        })
+        .dialect(Dialect::XRateLimit)
+        .limit_is_burst(true)
+        .reset_format(ResetFormat::Omitted)
+        .retry_after_precision(RetryAfterPrecision::Floor))
+}
+
+/// A sliding log of 20 per second with no header on a 200; a 429 carries
+/// only `Retry-After`, a wait of a few milliseconds rounded up to 1.
+pub fn log_retry_after_only() -> ServerBuilder {
+    RateLimitedServer::builder()
+        .algorithm(Algorithm::SlidingLog {
+            limit: 20,
+            window: Duration::from_secs(1),
+        })
+        .dialect(Dialect::None)
+        .retry_after(true)
+        .retry_after_precision(RetryAfterPrecision::Ceil)
+}
+
+/// A sliding log of 20 per second with no headers at all, counting the
+/// requests it refuses: a burst of refusals keeps a client locked out
+/// longer.
+pub fn counts_refusals() -> ServerBuilder {
+    RateLimitedServer::builder()
+        .algorithm(Algorithm::SlidingLog {
+            limit: 20,
+            window: Duration::from_secs(1),
+        })
+        .dialect(Dialect::None)
+        .refusal_status(StatusCode::TOO_MANY_REQUESTS)
+        .counts_refusals(true)
+}
+
+/// The three limiters that defeated a client tuned to [`all`], by name.
+pub fn defeating() -> Vec<(&'static str, ServerBuilder)> {
+    let mut limiters = Vec::new();
+    // The rate is a constant in range: this never fails.
+    if let Ok(builder) = gcra_burst_no_reset() {
+        limiters.push(("gcra-burst-no-reset", builder));
+    }
+    limiters.push(("log-retry-after-only", log_retry_after_only()));
+    limiters.push(("counts-refusals", counts_refusals()));
+    limiters
 }
