@@ -111,6 +111,17 @@ pub(crate) struct Tuning {
     pub(crate) bucket_min_span: Duration,
     /// A bucket's level is pulled back to its reserve over this long.
     pub(crate) bucket_correction: Duration,
+    /// How far back the lower bound on a refill looks. Longer bounds it
+    /// more tightly; shorter follows a server whose rate falls sooner.
+    pub(crate) refill_horizon: Duration,
+    /// The shortest stretch a lower bound on the refill is read from: over
+    /// a shorter one, the unit's error is most of the reading.
+    pub(crate) refill_min_span: Duration,
+    /// Units of error allowed over a stretch: one for the fractions of a
+    /// unit the server held at its ends, one more for a response answered
+    /// out of order. Lower bounds tighter; a bound above the refill waits
+    /// too little for the next unit and is refused.
+    pub(crate) refill_slack: f64,
 }
 
 impl Tuning {
@@ -128,6 +139,9 @@ impl Tuning {
         bucket_reserve: 2.0,
         bucket_min_span: Duration::from_millis(500),
         bucket_correction: Duration::from_secs(1),
+        refill_horizon: Duration::from_secs(10),
+        refill_min_span: Duration::from_millis(500),
+        refill_slack: 2.0,
     };
 }
 
@@ -219,6 +233,7 @@ pub(crate) struct Series {
     window: WindowTrack,
     moving: MovingTrack,
     bucket: BucketTrack,
+    refill: RefillBounds,
 }
 
 /// A fixed window's state.
@@ -272,6 +287,69 @@ struct BucketTrack {
     stretch: Option<(Instant, u64, u64)>,
     grown_at: Option<Instant>,
 }
+
+/// A lower bound on a refilling limiter's rate, from how `remaining`
+/// moved between this key's own readings.
+///
+/// Between two readings the server gave back `k = admitted + remaining_now
+/// − remaining_before` units, give or take the fractions of a unit it held
+/// at either end, and more if it was full meanwhile (a full bucket wastes
+/// its refill): the refill over the interval is more than `k − 1`. Over a
+/// long stretch the error of a unit shrinks with the length, so the bound
+/// tightens as the key runs, from readings alone: a bucket that never says
+/// its refill (a `limit` that is the burst, a `reset` that is missing or
+/// in whole seconds) is bounded by its own `remaining`. A measure over a
+/// single stretch (`BucketTrack::measured`) is only as fresh as the last
+/// time the bucket was below full for long enough, which a pace that
+/// keeps it full may never give again.
+#[derive(Debug, Default)]
+struct RefillBounds {
+    /// The recent readings, oldest first: instant, remaining, and position
+    /// in the count of admissions.
+    recent: VecDeque<(Instant, u64, u64)>,
+    /// The refill is above this many units a second.
+    lo: f64,
+}
+
+impl RefillBounds {
+    /// Take a reading at `at` of `remaining` after position `position`.
+    fn observe(&mut self, at: Instant, remaining: u64, position: u64) {
+        while self
+            .recent
+            .front()
+            .is_some_and(|&(t, ..)| at.saturating_duration_since(t) > T.refill_horizon)
+            || self.recent.len() >= REFILL_READINGS
+        {
+            self.recent.pop_front();
+        }
+        // One reading kept per stretch of the horizon's share, so that the
+        // readings kept span the whole horizon at any pace.
+        let spacing = T.refill_horizon / REFILL_READINGS as u32;
+        if self
+            .recent
+            .back()
+            .is_none_or(|&(t, ..)| at.saturating_duration_since(t) >= spacing)
+        {
+            self.recent.push_back((at, remaining, position));
+        }
+        self.lo = self
+            .recent
+            .iter()
+            .map(|&(t, r, p)| {
+                let span = at.saturating_duration_since(t).as_secs_f64();
+                let k = position as f64 - p as f64 + remaining as f64 - r as f64;
+                if span >= T.refill_min_span.as_secs_f64() {
+                    (k - T.refill_slack) / span
+                } else {
+                    0.0
+                }
+            })
+            .fold(0.0, f64::max);
+    }
+}
+
+/// How many readings [`RefillBounds`] keeps at most.
+const REFILL_READINGS: usize = 64;
 
 /// The window length, when exactly one whole number of seconds lies in
 /// `(outlived, at_most]`. Windows are configured in whole seconds almost
@@ -344,6 +422,7 @@ impl Series {
             .map_or(1, |(.., at)| position.saturating_sub(at).max(1));
         self.position = position;
         self.last = Some((now, reading.remaining, position));
+        self.refill.observe(now, reading.remaining, position);
         self.track_window(now, &reading, refill, fresh);
         if self.refilling {
             self.track_moving(now, &reading);
@@ -678,23 +757,28 @@ impl Series {
         // one is empty after every admission).
         let full = level > 0 && level.saturating_add(1) >= top;
         let b = &mut self.bucket;
+        // What the readings prove the refill is at least: a measure over a
+        // stretch, or the bounds of every stretch.
+        let proven = b.measured.unwrap_or(0.0).max(self.refill.lo);
         if b.per_second <= 0.0 {
             b.per_second = 1.0;
         }
-        if !admitted {
-            // Refused: the pace outruns the refill, whatever a measure or
-            // a full reading said (a stated limit that is not the rate
-            // primes the pace far above it). Halve it, down to what the
-            // server was seen to refill or admit, and grow again only from
-            // here.
-            // What the server admitted of this key in the last second.
+        // Refused: the pace outruns the refill, whatever a measure or a
+        // full reading said (a stated limit that is not the rate primes the
+        // pace far above it). Halve it, down to what the server was seen to
+        // refill or admit of this key in the last second (a floor the
+        // correction to the reserve below does not go under either), and
+        // grow again only from here.
+        let refused_floor = (!admitted).then(|| {
             let admitted_lately = self
                 .admissions
                 .iter()
                 .rev()
                 .take_while(|&&(_, at)| now.saturating_duration_since(at) < Duration::from_secs(1))
                 .count() as f64;
-            let floor = b.measured.unwrap_or(0.0).max(admitted_lately);
+            proven.max(admitted_lately)
+        });
+        if let Some(floor) = refused_floor {
             b.per_second = (b.per_second / 2.0).max(floor);
             b.grown_at = Some(now);
         }
@@ -719,9 +803,8 @@ impl Series {
                 .map_or(0.0, |g| now.saturating_duration_since(g).as_secs_f64())
                 .min(2.0 * interval)
                 .min(T.bucket_doubling.as_secs_f64());
-            let floor = b.measured.unwrap_or(0.0);
             b.per_second =
-                b.per_second.max(floor) * 2f64.powf(dt / T.bucket_doubling.as_secs_f64());
+                b.per_second.max(proven) * 2f64.powf(dt / T.bucket_doubling.as_secs_f64());
             b.grown_at = Some(now);
         } else {
             let stretch = *b.stretch.get_or_insert((now, level, self.position));
@@ -734,7 +817,7 @@ impl Series {
                     self.position as f64 - stretch.2 as f64 + level as f64 - stretch.1 as f64;
                 b.measured = Some((refill / span.as_secs_f64()).max(0.0));
             }
-            if let Some(rate) = b.measured {
+            if let Some(rate) = b.measured.map(|m| m.max(self.refill.lo)) {
                 let reserve = (top as f64 / 10.0).clamp(1.0, T.bucket_reserve);
                 let correction = (left as f64 - reserve) / T.bucket_correction.as_secs_f64();
                 let corrected = (rate + correction).max(rate / 2.0);
@@ -750,12 +833,19 @@ impl Series {
             }
             b.grown_at = Some(now);
         }
+        if let Some(floor) = refused_floor {
+            b.per_second = b.per_second.max(floor);
+        }
         // Nothing left: wait for one unit of refill, but no longer than the
         // server's reset says (the bucket is full again by then, or a
         // window thought to refill ends): a refill measured near zero
         // must not hold the key for long.
         let exhausted_until = (left == 0).then(|| {
-            let rate = b.measured.unwrap_or(b.per_second).max(f64::MIN_POSITIVE);
+            let rate = b
+                .measured
+                .unwrap_or(b.per_second)
+                .max(self.refill.lo)
+                .max(f64::MIN_POSITIVE);
             let unit = Duration::from_secs_f64((1.0 / rate).min(60.0));
             now + reading
                 .reset
@@ -1011,6 +1101,43 @@ mod tests {
         };
         let (goodput, refused) = drive_fleet(&mut log, 30.0, 4);
         assert!(goodput >= 0.95 * 20.0, "{goodput}");
+        assert!(refused <= 0.01, "{refused}");
+    }
+
+    /// A bucket of two refilling at 17.6 a second whose `limit` states its
+    /// quota over ten seconds (a GCRA that names its policy, not its burst),
+    /// with whole-second resets: nothing in the headers says the refill,
+    /// and the bucket is full or empty at every reading, never below full
+    /// long enough for a measure. The lower bound of its refill, from how
+    /// its `remaining` moved, is what it is paced at.
+    #[test]
+    fn a_small_bucket_stating_a_window_quota_is_paced_at_its_refill() {
+        struct StatesQuota {
+            bucket: Bucket,
+            admitted: u64,
+        }
+        impl Model for StatesQuota {
+            fn decide(&mut self, t: f64) -> (u64, bool, f64) {
+                let decided = self.bucket.decide(t);
+                self.admitted += u64::from(decided.1);
+                decided
+            }
+            fn limit(&self) -> u64 {
+                176
+            }
+        }
+        let mut model = StatesQuota {
+            bucket: Bucket {
+                capacity: 2.0,
+                rate: 17.6,
+                tokens: 2.0,
+                at: 0.0,
+            },
+            admitted: 0,
+        };
+        let (_, refused) = drive(&mut model, 60.0);
+        let goodput = model.admitted as f64 / (17.6 * 60.0);
+        assert!(goodput >= 0.95, "{goodput}");
         assert!(refused <= 0.01, "{refused}");
     }
 
