@@ -796,9 +796,11 @@ impl Adaptive {
             Phase::Open | Phase::SlowStart => t.ramp_share(self.oks.span(now)),
             Phase::Steady => 1.0,
         };
+        // A ramp ends no higher than the rate the key's limiter applied.
+        let applied = self.applied.unwrap_or(f64::INFINITY);
         Some(Admitted {
             average,
-            at_end: average / ramp,
+            at_end: (average / ramp).min(applied.max(average)),
         })
     }
 

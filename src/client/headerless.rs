@@ -170,8 +170,8 @@ pub(crate) struct Admitted {
     /// The average.
     pub(crate) average: f64,
     /// The rate that average ended at: over slow start's ramp, the average
-    /// over its share (see [`Tuning::ramp_share`]); the average itself
-    /// elsewhere.
+    /// over its share (see [`Tuning::ramp_share`]), and no more than the
+    /// rate the key's limiter applied; the average itself elsewhere.
     pub(crate) at_end: f64,
 }
 
@@ -335,8 +335,7 @@ impl Congestion {
         // overshoot, a rate found too high): what it let through is the
         // better measure of the rate that is too fast. Not for a probe,
         // whose climb a second's average lags.
-        let at_most = |a: f64| delivered.min(a.max(t.min_rate));
-        let measured = admitted.map_or(delivered, |a| at_most(a.average));
+        let measured = admitted.map_or(delivered, |a| delivered.min(a.average.max(t.min_rate)));
         let probing = self.phase == Phase::Steady && self.rate > self.target;
         let held = self.target;
         let mut guess = None;
@@ -344,8 +343,10 @@ impl Congestion {
             Phase::Open | Phase::SlowStart => {
                 // The limit lies between what was admitted and the rate
                 // the ramp was refused at: recover to the first, then
-                // climb to the second.
-                let refused_at = admitted.map_or(measured, |a| at_most(a.at_end));
+                // climb to the second. The rate delivered, measured over
+                // the ramp's last sends, lags where it ended and does not
+                // bound it.
+                let refused_at = admitted.map_or(measured, |a| a.at_end.max(measured));
                 guess = (refused_at > measured * (1.0 + t.same_ceiling)).then_some(refused_at);
                 (
                     refused_at,
@@ -560,10 +561,12 @@ mod tests {
         }
         assert!(!c.climbing());
         assert!((rate - at_end).abs() < 1e-9, "{rate} vs {at_end}");
-        // Sent no faster than the ramp's end: no more than was sent.
+        // A delivered rate measured over the ramp's last sends lags its
+        // end: the ramp's end (no higher than the rate applied, which the
+        // caller's `Admitted` is capped by) is what the climb goes to.
         let mut c = Congestion::resumed(Phase::SlowStart, 40.0, 0.0);
         c.cut(start, 1, (18.0, Some(admitted)), &T);
-        assert_eq!(c.too_fast, 18.0);
+        assert_eq!(c.too_fast, at_end);
     }
 
     /// A refusal that holds the key (a `Retry-After`) ends slow start with
