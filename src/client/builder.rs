@@ -71,6 +71,18 @@ impl<S> PaceBuilder<S> {
         self
     }
 
+    /// At most `max` requests in flight per host (default: no cap); see
+    /// [`Scope::max_in_flight`] for what a permit covers. Set after
+    /// [`without_host_scope`](Self::without_host_scope), it applies to
+    /// nothing, and `build` fails.
+    pub fn max_in_flight(mut self, max: usize) -> Self {
+        match self.host_scope.take() {
+            Some(scope) => self.host_scope = Some(scope.max_in_flight(max)),
+            None => self.ignored = Some("max_in_flight"),
+        }
+        self
+    }
+
     /// Replace the default per-host scope.
     pub fn host_scope(mut self, scope: Scope) -> Self {
         self.host_scope = Some(scope);

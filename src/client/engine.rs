@@ -144,6 +144,8 @@ impl Pacer {
             rate,
             closed_for: closed.map(|b| b.until - now),
             closed_by: closed.map(|b| status_or_429(b.status)),
+            max_in_flight: state.in_flight.as_ref().map(|(_, max)| *max),
+            in_flight: state.in_flight(),
         })
     }
 

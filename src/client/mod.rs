@@ -104,6 +104,12 @@ pub struct KeyStatus {
     pub closed_for: Option<Duration>,
     /// The status of the response that closed it.
     pub closed_by: Option<StatusCode>,
+    /// The key's cap on requests in flight
+    /// ([`Scope::max_in_flight`]); `None` without one.
+    pub max_in_flight: Option<usize>,
+    /// How many requests hold one of the key's in-flight permits now
+    /// (always 0 without a cap).
+    pub in_flight: usize,
 }
 
 /// Something that can become a [`reqwest::Request`]: a `Request` or a

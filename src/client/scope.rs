@@ -66,6 +66,8 @@ pub struct Scope {
     max_keys: usize,
     idle_timeout: Duration,
     remember_for: Duration,
+    /// The most requests of one key in flight at once (`None`: no cap).
+    max_in_flight: Option<usize>,
     /// Why the scope cannot be built, found while it was set up.
     invalid: Option<String>,
 }
@@ -124,6 +126,7 @@ impl Scope {
             max_keys: 100_000,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             remember_for: DEFAULT_REMEMBER_FOR,
+            max_in_flight: None,
             invalid: None,
         }
     }
@@ -283,6 +286,49 @@ impl Scope {
         self
     }
 
+    /// At most `max` requests of one key in flight at once (default: no
+    /// cap): a per-host rate of 2/s still lets 16 tasks hold 16
+    /// connections open to one slow host; with `max_in_flight(2)` two do,
+    /// and the others queue.
+    ///
+    /// **What it covers.** A request takes one of its key's `max` permits
+    /// before anything else on the key (before the wait for the key's first
+    /// response and for its bucket) and gives it back as soon as its
+    /// response headers are in and learned from, or its attempt fails, or
+    /// its call is dropped (cancelled) or fails before it is sent. The
+    /// permit does not cover reading the response body, which the caller
+    /// does after the call returns, nor a retry's sleep: each retry takes a
+    /// permit again, behind the requests already queued.
+    ///
+    /// **Guarantees.** The queue is fair: permits go in the order requests
+    /// asked for them (a tokio [`Semaphore`](tokio::sync::Semaphore)), and
+    /// a call dropped while it waits leaves the queue without taking a
+    /// permit. A request in several scopes with caps takes them in the
+    /// order the scopes were added (the host scope first). A call's
+    /// [`deadline`](crate::PaceBuilder::deadline) bounds the wait for a
+    /// permit, as it bounds every wait. A key with a request in flight is
+    /// never dropped as idle, so the cap holds however many keys come and
+    /// go.
+    ///
+    /// The cap is generic: a crawler's politeness per host (Scrapy's
+    /// `CONCURRENT_REQUESTS_PER_DOMAIN` is 8; 1 to 4 is kinder to small
+    /// sites), or an SDK's limit on concurrent requests per credential.
+    /// [`key_status`](crate::Pacer::key_status) reports a key's cap and
+    /// how many requests hold a permit. Zero fails the build.
+    ///
+    /// ```
+    /// use reqwest_pace::{Pacer, Scope};
+    ///
+    /// let pacer = Pacer::builder()
+    ///     .host_scope(Scope::per_host().max_in_flight(2))
+    ///     .build()?;
+    /// # Ok::<(), reqwest_pace::Error>(())
+    /// ```
+    pub fn max_in_flight(mut self, max: usize) -> Self {
+        self.max_in_flight = Some(max);
+        self
+    }
+
     pub(crate) fn dimension_ref(&self) -> &Dimension {
         &self.dimension
     }
@@ -297,6 +343,15 @@ impl Scope {
                 "scope {:?}: headroom must be in (0, 1], not {}",
                 self.name, self.headroom
             )));
+        }
+        if let Some(max) = self.max_in_flight {
+            if max == 0 || max > tokio::sync::Semaphore::MAX_PERMITS {
+                return Err(Error::config(format!(
+                    "scope {:?}: max_in_flight must be from 1 to {}, not {max}",
+                    self.name,
+                    tokio::sync::Semaphore::MAX_PERMITS
+                )));
+            }
         }
         let capacity = match (self.rate, self.burst) {
             (_, Some(b)) => b,
@@ -345,6 +400,7 @@ impl fmt::Debug for Scope {
             .field("adaptive", &self.adaptive)
             .field("probe", &self.probe)
             .field("custom_limiter", &self.factory.is_some())
+            .field("max_in_flight", &self.max_in_flight)
             .finish_non_exhaustive()
     }
 }
@@ -461,6 +517,8 @@ pub(crate) struct KeyState {
     /// what the next response says still reaches them (a turn booked in a
     /// shared bucket is granted, whatever the server says meanwhile).
     pub(crate) booking: Option<tokio::sync::Semaphore>,
+    /// The permits of [`Scope::max_in_flight`], with their number.
+    pub(crate) in_flight: Option<(Arc<tokio::sync::Semaphore>, usize)>,
     /// The rate and capacity the key's bucket was made with.
     made_with: (Rate, u64),
 }
@@ -506,6 +564,9 @@ impl KeyState {
             server_block: Mutex::new(None),
             block_changed: tokio::sync::Notify::new(),
             booking,
+            in_flight: config
+                .max_in_flight
+                .map(|max| (Arc::new(tokio::sync::Semaphore::new(max)), max)),
             made_with,
         }
     }
@@ -558,6 +619,13 @@ impl KeyState {
     pub(crate) fn has_seen_response(&self) -> bool {
         self.seen_response.load(Ordering::Acquire)
     }
+
+    /// How many requests hold one of the key's in-flight permits.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.in_flight
+            .as_ref()
+            .map_or(0, |(permits, max)| max - permits.available_permits())
+    }
 }
 
 impl Evictable for KeyState {
@@ -568,7 +636,7 @@ impl Evictable for KeyState {
         // that comes back probes and learns again.
         let bucket_idle = self.local.as_ref().is_some_and(|b| b.is_idle());
         let blocked = self.server_block(tokio::time::Instant::now()).is_some();
-        bucket_idle && !blocked
+        bucket_idle && !blocked && self.in_flight() == 0
     }
 }
 

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::StatusCode;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::engine::{Call, Pacer};
@@ -30,11 +31,12 @@ pub(crate) struct Member {
     pub(crate) bucket: Option<String>,
 }
 
-/// An attempt counted as sent on each of its members: the probe locks it
-/// holds until its response is learned from, and each member's send
-/// number.
+/// An attempt counted as sent on each of its members: the probe locks and
+/// in-flight permits it holds until its response is learned from (or it is
+/// dropped: an error, a cancelled call), and each member's send number.
 pub(crate) struct Sent<'m> {
     _probes: Vec<ProbeGuard<'m>>,
+    _permits: Vec<OwnedSemaphorePermit>,
     pub(crate) seqs: Vec<u64>,
 }
 
@@ -123,8 +125,20 @@ impl Pacer {
         until: Option<(Instant, Duration)>,
     ) -> Result<Sent<'m>, WaitError> {
         let mut probes = Vec::new();
+        let mut permits = Vec::new();
         let mut seqs = Vec::with_capacity(members.len());
         for m in members {
+            if let Some((in_flight, _)) = &m.state.in_flight {
+                match take_permit(in_flight, until).await {
+                    Ok(permit) => permits.push(permit),
+                    Err(e) => {
+                        for (m, &seq) in members.iter().zip(&seqs) {
+                            m.state.adapt().on_no_response(seq);
+                        }
+                        return Err(e);
+                    }
+                }
+            }
             let grant = match self.wait_for_member(m, until, &mut probes).await {
                 Ok(grant) => grant,
                 Err(e) => {
@@ -138,6 +152,7 @@ impl Pacer {
         }
         Ok(Sent {
             _probes: probes,
+            _permits: permits,
             seqs,
         })
     }
@@ -261,6 +276,25 @@ async fn book(
     };
     // Never closed: the semaphore lives as long as the key's state.
     permit.map_err(|_| WaitError::Failed(Error::config("the key's booking queue closed")))
+}
+
+/// One of a key's in-flight permits ([`Scope::max_in_flight`]), by
+/// `until`: fair (first asked, first served) and cancel-safe (a call
+/// dropped while it waits leaves the queue).
+///
+/// [`Scope::max_in_flight`]: crate::Scope::max_in_flight
+async fn take_permit(
+    permits: &Arc<Semaphore>,
+    until: Option<(Instant, Duration)>,
+) -> Result<OwnedSemaphorePermit, WaitError> {
+    let permit = match until {
+        None => Arc::clone(permits).acquire_owned().await,
+        Some((at, limit)) => tokio::time::timeout_at(at, Arc::clone(permits).acquire_owned())
+            .await
+            .map_err(|_| WaitError::Deadline { wait: None, limit })?,
+    };
+    // Never closed: the semaphore lives as long as the key's state.
+    permit.map_err(|_| WaitError::Failed(Error::config("the key's in-flight permits closed")))
 }
 
 /// Wait for the key's first response, but not forever: a probe that hangs

@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
@@ -134,6 +135,27 @@ struct App {
     hops: usize,
     latency: Duration,
     state: Mutex<State>,
+    /// Requests being served now (from when their body is read to when
+    /// their answer is written), and the most there ever were at once.
+    in_flight: AtomicUsize,
+    peak_in_flight: AtomicUsize,
+}
+
+/// One request counted as in flight at the server while it lives.
+struct Serving<'a>(&'a App);
+
+impl<'a> Serving<'a> {
+    fn start(app: &'a App) -> Self {
+        let now = app.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        app.peak_in_flight.fetch_max(now, Ordering::SeqCst);
+        Serving(app)
+    }
+}
+
+impl Drop for Serving<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl App {
@@ -272,6 +294,21 @@ impl RateLimitedServer {
     /// without bound: meant for tests, not for long soaks.
     pub fn requests(&self) -> Vec<RequestRecord> {
         self.inner.app.state().records()
+    }
+
+    /// The most requests the server was serving at once so far: from when
+    /// a request's head arrived (or an in-process call began) to when its
+    /// answer was decided, its [`latency`](ServerBuilder::latency)
+    /// included. A client's cap on requests in flight per host is checked
+    /// against it.
+    pub fn peak_in_flight(&self) -> usize {
+        self.inner.app.peak_in_flight.load(Ordering::SeqCst)
+    }
+
+    /// How many requests the server is serving now (see
+    /// [`peak_in_flight`](Self::peak_in_flight)).
+    pub fn in_flight(&self) -> usize {
+        self.inner.app.in_flight.load(Ordering::SeqCst)
     }
 
     /// A [`tower_service::Service`] that answers `reqwest::Request`s in
@@ -567,6 +604,8 @@ impl ServerBuilder {
             hops: self.hops,
             latency: self.latency,
             state: Mutex::new(state),
+            in_flight: AtomicUsize::new(0),
+            peak_in_flight: AtomicUsize::new(0),
         });
         let stop = CancellationToken::new();
         let stopped = CancellationToken::new();
@@ -680,6 +719,7 @@ async fn handle(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     request: Request,
 ) -> Response {
+    let _serving = Serving::start(&app);
     let (parts, body) = request.into_parts();
     let key = client_key(&parts.headers, peer.ip(), &app.api_key, app.hops);
     // Read the body to the end so the connection can be reused; a broken
@@ -763,6 +803,7 @@ impl tower_service::Service<reqwest::Request> for ServerService {
     fn call(&mut self, request: reqwest::Request) -> Self::Future {
         let app = Arc::clone(&self.app);
         Box::pin(async move {
+            let _serving = Serving::start(&app);
             let key = client_key(request.headers(), LOOPBACK, &app.api_key, app.hops);
             if !app.latency.is_zero() {
                 tokio::time::sleep(app.latency).await;
