@@ -73,8 +73,8 @@ pub use crate::tower::{PaceLayer, PaceService};
 pub use client::describe_metrics;
 #[cfg(feature = "client")]
 pub use client::{
-    host_key, Cost, Deadline, Event, IntoRequest, KeyStatus, PaceBuilder, PacedRequestBuilder,
-    Pacer, Scope, ThrottledClient, ThrottledClientBuilder,
+    host_key, CircuitBreaker, CircuitState, Cost, Deadline, Event, IntoRequest, KeyStatus,
+    PaceBuilder, PacedRequestBuilder, Pacer, Scope, ThrottledClient, ThrottledClientBuilder,
 };
 pub use error::Error;
 #[cfg(feature = "client")]

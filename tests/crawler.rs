@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use reqwest_pace::retry::{Backoff, Jitter, ReleaseJitter, RetryPolicy};
 use reqwest_pace::testing::{Dialect, Fault, RateLimitedServer};
-use reqwest_pace::{Error, Event, Rate, Scope, ThrottledClient};
+use reqwest_pace::{CircuitBreaker, CircuitState, Error, Event, Rate, Scope, ThrottledClient};
 use tokio::time::Instant;
 
 fn ms(v: &[u64]) -> Vec<Duration> {
@@ -221,8 +221,260 @@ fn a_cap_of_zero_fails_the_build() {
     assert!(matches!(&built, Err(Error::InvalidConfig(m)) if m.contains("max_in_flight")));
 }
 
-#[allow(dead_code)]
 fn events_into(log: &Arc<Mutex<Vec<Event>>>) -> impl Fn(&Event) + Send + Sync + 'static {
     let log = Arc::clone(log);
     move |e| log.lock().unwrap().push(e.clone())
+}
+
+/// Opens after 3 failures, for 1 s first, doubling up to 8 s.
+fn breaker() -> CircuitBreaker {
+    CircuitBreaker::default()
+        .failures(3)
+        .cool_down(Duration::from_secs(1))
+        .max_cool_down(Duration::from_secs(8))
+}
+
+fn breaking_client(log: &Arc<Mutex<Vec<Event>>>) -> ThrottledClient {
+    ThrottledClient::builder(reqwest::Client::new())
+        .host_scope(fast_host().circuit_breaker(breaker()))
+        .retry(no_jitter())
+        .release_jitter(ReleaseJitter::none())
+        .on_event(events_into(log))
+        .build()
+        .unwrap()
+}
+
+/// `tasks` workers, each calling `url` every 100 ms for `duration` (the
+/// first at once); returns each call's result, as a status or an error.
+async fn crawl_for(
+    client: &ThrottledClient,
+    url: &str,
+    tasks: usize,
+    duration: Duration,
+) -> Vec<Result<u16, Error>> {
+    let start = Instant::now();
+    let handles: Vec<_> = (0..tasks)
+        .map(|_| {
+            let (client, url) = (client.clone(), url.to_owned());
+            tokio::spawn(async move {
+                let mut results = Vec::new();
+                let mut tick = tokio::time::interval_at(start, Duration::from_millis(100));
+                while start.elapsed() < duration {
+                    tick.tick().await;
+                    let result = client.get(&url).send().await;
+                    results.push(result.map(|r| r.status().as_u16()));
+                }
+                results
+            })
+        })
+        .collect();
+    let mut results = Vec::new();
+    for handle in handles {
+        results.extend(handle.await.unwrap());
+    }
+    results
+}
+
+/// The circuit changes reported, as (state left, state entered) labels.
+fn circuit_changes(log: &Arc<Mutex<Vec<Event>>>) -> Vec<(&'static str, &'static str)> {
+    log.lock()
+        .unwrap()
+        .iter()
+        .filter_map(|e| match e {
+            Event::Circuit { from, to, .. } => Some((from.label(), to.label())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Eight workers crawl a host answering 500s: once its breaker is open the
+/// host receives exactly one probe per cool-down (1, 2, 4, 8, 8 s) however
+/// many calls are made; the probe after the failures stop closes it, and
+/// calls go again.
+#[tokio::test(start_paused = true)]
+async fn a_failing_host_receives_one_probe_per_cool_down() {
+    let server = slow_server(Duration::ZERO).await;
+    // The first 8 calls (at once) and four probes fail.
+    server.inject(Fault::internal_server_error().times(8 + 4));
+    let log = Arc::default();
+    let client = breaking_client(&log);
+    let results = crawl_for(&client, &server.url(), 8, Duration::from_millis(15_050)).await;
+    let at = times(&server);
+    // 8 at once at 0 (all sent while closed), then one probe at 1 s, 3 s,
+    // 7 s and 15 s; the last is answered 200 and the workers go again.
+    assert_eq!(&at[..8], ms(&[0; 8]).as_slice());
+    assert_eq!(&at[8..12], ms(&[1_000, 3_000, 7_000, 15_000]).as_slice());
+    assert_eq!(at.len(), 12, "{at:?}");
+    let statuses: Vec<u16> = server
+        .requests()
+        .iter()
+        .map(|r| r.status.as_u16())
+        .collect();
+    assert_eq!(statuses[11], 500);
+    let refused = results
+        .iter()
+        .filter(|r| matches!(r, Err(Error::CircuitOpen { attempts: 0, .. })))
+        .count();
+    assert_eq!(refused + 12, results.len());
+    assert_eq!(
+        circuit_changes(&log),
+        [
+            ("closed", "open"),
+            ("open", "half_open"),
+            ("half_open", "open"),
+            ("open", "half_open"),
+            ("half_open", "open"),
+            ("open", "half_open"),
+            ("half_open", "open"),
+            ("open", "half_open"),
+            ("half_open", "open"),
+        ]
+    );
+    let key = host_key(&server);
+    let status = client.key_status("host", &key).unwrap();
+    assert_eq!(
+        status.circuit,
+        Some(CircuitState::Open {
+            // The workers' last tick was at 15.1 s.
+            retry_in: Duration::from_millis(8_000 - 100)
+        })
+    );
+    // The failures stop; the probe at 23 s succeeds and closes it.
+    tokio::time::sleep(Duration::from_millis(7_900)).await;
+    assert_eq!(client.get(server.url()).send().await.unwrap().status(), 200);
+    assert_eq!(
+        client.key_status("host", &key).unwrap().circuit,
+        Some(CircuitState::Closed { failures: 0 })
+    );
+    assert_eq!(circuit_changes(&log).last(), Some(&("half_open", "closed")));
+    assert_eq!(client.get(server.url()).send().await.unwrap().status(), 200);
+}
+
+/// A retryable 5xx is retried as before while the breaker stays closed;
+/// the attempt that opens it ends the call at once, with the breaker's
+/// error and the last status.
+#[tokio::test(start_paused = true)]
+async fn retries_go_on_until_the_breaker_opens() {
+    let server = slow_server(Duration::ZERO).await;
+    server.inject(Fault::new(reqwest::StatusCode::BAD_GATEWAY).times(100));
+    let log = Arc::default();
+    let client = breaking_client(&log);
+    let start = Instant::now();
+    match client.get(server.url()).send().await {
+        Err(Error::CircuitOpen {
+            attempts: 3,
+            last_status: Some(status),
+            retry_in: Some(retry_in),
+            ..
+        }) => {
+            assert_eq!(status, 502);
+            assert_eq!(retry_in, Duration::from_secs(1));
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    // 100 and 200 ms of backoff, then no sleep: the breaker opened.
+    assert_eq!(times(&server), ms(&[0, 100, 300]));
+    assert_eq!(start.elapsed(), Duration::from_millis(300));
+    // Without a breaker, the same host gets the policy's four attempts.
+    let plain = ThrottledClient::builder(reqwest::Client::new())
+        .host_scope(fast_host())
+        .retry(no_jitter())
+        .build()
+        .unwrap();
+    let error = plain.get(server.url()).send().await.unwrap_err();
+    assert!(
+        matches!(error, Error::RetriesExhausted { attempts: 4, .. }),
+        "{error:?}"
+    );
+}
+
+/// 429s and 503s are the pacing's business: however many, they never open
+/// the breaker, and they set the count of failures back to zero.
+#[tokio::test(start_paused = true)]
+async fn throttling_never_opens_the_breaker() {
+    let server = slow_server(Duration::ZERO).await;
+    for _ in 0..5 {
+        server.inject(Fault::internal_server_error().times(2));
+        server.inject(Fault::service_unavailable());
+        server.inject(Fault::too_many_requests());
+    }
+    let log = Arc::default();
+    let client = ThrottledClient::builder(reqwest::Client::new())
+        .host_scope(fast_host().circuit_breaker(breaker()))
+        .retry(no_jitter().with_max_attempts(1))
+        .on_event(events_into(&log))
+        .build()
+        .unwrap();
+    for _ in 0..20 {
+        let result = client.get(server.url()).send().await;
+        assert!(
+            !matches!(result, Err(Error::CircuitOpen { .. })),
+            "{result:?}"
+        );
+    }
+    assert_eq!(server.requests().len(), 20);
+    assert!(circuit_changes(&log).is_empty());
+}
+
+/// A host that refuses connections: each call is retried until the
+/// breaker opens, then calls fail at once; the host gets one connection
+/// attempt per cool-down.
+#[tokio::test(start_paused = true)]
+async fn a_dead_host_gets_one_connection_attempt_per_cool_down() {
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let url = format!("http://127.0.0.1:{port}/");
+    let start = Instant::now();
+    let sends: Arc<Mutex<Vec<Duration>>> = Arc::default();
+    let sink = Arc::clone(&sends);
+    let client = ThrottledClient::builder(reqwest::Client::new())
+        .host_scope(fast_host().circuit_breaker(breaker()))
+        .retry(no_jitter())
+        .without_retry_budget()
+        .on_event(move |e| {
+            if matches!(e, Event::Sent { .. }) {
+                sink.lock().unwrap().push(start.elapsed());
+            }
+        })
+        .build()
+        .unwrap();
+    let results = crawl_for(&client, &url, 4, Duration::from_millis(7_050)).await;
+    // 4 at once at 0 (the third failure opens the breaker), then one probe
+    // at 1 s, 3 s and 7 s; nothing else reaches the host.
+    assert_eq!(
+        *sends.lock().unwrap(),
+        ms(&[0, 0, 0, 0, 1_000, 3_000, 7_000])
+    );
+    // Every call ends in the breaker's error: the first ones when their
+    // retry finds it open, the probes as soon as they fail.
+    let other: Vec<_> = results
+        .iter()
+        .filter(|r| !matches!(r, Err(Error::CircuitOpen { .. })))
+        .collect();
+    assert!(other.is_empty(), "{other:#?}");
+}
+
+/// `clear_key` closes an open breaker.
+#[tokio::test(start_paused = true)]
+async fn clearing_a_key_closes_its_breaker() {
+    let server = slow_server(Duration::ZERO).await;
+    server.inject(Fault::internal_server_error().times(3));
+    let log = Arc::default();
+    let client = breaking_client(&log);
+    for _ in 0..3 {
+        assert_eq!(client.get(server.url()).send().await.unwrap().status(), 500);
+    }
+    let key = host_key(&server);
+    assert!(matches!(
+        client.key_status("host", &key).unwrap().circuit,
+        Some(CircuitState::Open { .. })
+    ));
+    assert!(client.clear_key("host", &key).await);
+    assert_eq!(client.get(server.url()).send().await.unwrap().status(), 200);
+    assert_eq!(
+        circuit_changes(&log),
+        [("closed", "open"), ("open", "closed")]
+    );
 }

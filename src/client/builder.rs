@@ -83,6 +83,18 @@ impl<S> PaceBuilder<S> {
         self
     }
 
+    /// A circuit breaker per host (default: none); see
+    /// [`Scope::circuit_breaker`] for what opens and closes it. Set after
+    /// [`without_host_scope`](Self::without_host_scope), it applies to
+    /// nothing, and `build` fails.
+    pub fn circuit_breaker(mut self, breaker: super::CircuitBreaker) -> Self {
+        match self.host_scope.take() {
+            Some(scope) => self.host_scope = Some(scope.circuit_breaker(breaker)),
+            None => self.ignored = Some("circuit_breaker"),
+        }
+        self
+    }
+
     /// Replace the default per-host scope.
     pub fn host_scope(mut self, scope: Scope) -> Self {
         self.host_scope = Some(scope);

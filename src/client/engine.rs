@@ -18,16 +18,26 @@ use reqwest::{Method, Request, Response, StatusCode};
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use super::breaker::Health;
 use super::events::{emit, Hook};
 use super::scope::BuiltScope;
 use super::server_clock::ServerClocks;
 use super::wait::{status_or_429, time_limit, Member, Sent};
-use super::{scope, Cost, Event, KeyStatus, SendFailure};
+use super::{scope, CircuitState, Cost, Event, KeyStatus, SendFailure};
 use crate::error::LastResponse;
 use crate::headers::RateLimitSignal;
 use crate::limiter::Adjustment;
 use crate::retry::{Attempted, Decision, GiveUp, Outcome, ReleaseJitter, RetryBudget, RetryPolicy};
 use crate::Error;
+
+/// What an attempt's result says of its server's health, for the circuit
+/// breakers.
+fn health(result: &Result<Response, reqwest::Error>) -> Health {
+    match result {
+        Ok(response) => Health::of_status(response.status().as_u16()),
+        Err(e) => Health::of_error(e),
+    }
+}
 
 /// A source of uniform draws in `[0, 1)`.
 pub(crate) type Random = Arc<dyn Fn() -> f64 + Send + Sync>;
@@ -146,6 +156,7 @@ impl Pacer {
             closed_by: closed.map(|b| status_or_429(b.status)),
             max_in_flight: state.in_flight.as_ref().map(|(_, max)| *max),
             in_flight: state.in_flight(),
+            circuit: state.circuit(now),
         })
     }
 
@@ -165,7 +176,16 @@ impl Pacer {
         let Some(state) = built.keyed.peek(&key.to_owned()) else {
             return false;
         };
+        let circuit = state.circuit(Instant::now());
         state.reset(&built.config);
+        if let Some(from) = circuit.filter(|c| !matches!(c, CircuitState::Closed { .. })) {
+            self.emit(Event::Circuit {
+                scope: scope.to_owned(),
+                key: key.to_owned(),
+                from,
+                to: CircuitState::Closed { failures: 0 },
+            });
+        }
         if let Ok(limiter) = &state.limiter {
             if let Err(e) = limiter.adjust(Adjustment::Unblock).await {
                 tracing::warn!(target: "reqwest_pace", key, error = %e, "could not lift the limiter's block");
@@ -246,6 +266,8 @@ impl Pacer {
                 }
             };
             let read = self.read(&call, &result, sent_at);
+            let mut sent = sent;
+            self.judge(&members, &mut sent, health(&result));
             let paced = self
                 .learn(&members, &sent, read.signal.as_ref(), read.outcome)
                 .await;
@@ -259,6 +281,12 @@ impl Pacer {
                 Decision::Return => return self.finish(&call, result),
                 Decision::GiveUp(reason) => return Err(self.give_up(&call, reason, result).await),
                 Decision::Retry { delay, from_server } => {
+                    // A breaker this attempt opened fails the call now,
+                    // not after the delay.
+                    let made = (call.attempt, call.last_status);
+                    if let Some(open) = self.open_circuit(&members, made, None) {
+                        return Err(open);
+                    }
                     self.emit(Event::Retrying {
                         attempt: call.attempt,
                         delay,

@@ -9,6 +9,7 @@
 //! an attempt; [`ThrottledClient`] is a `Pacer` with a `reqwest::Client`.
 
 mod adapt;
+mod breaker;
 mod builder;
 mod engine;
 mod events;
@@ -29,6 +30,7 @@ use reqwest::{Request, RequestBuilder, Response, StatusCode};
 
 #[cfg(feature = "metrics")]
 pub use self::metrics::describe_metrics;
+pub use breaker::{CircuitBreaker, CircuitState};
 pub use builder::{PaceBuilder, ThrottledClientBuilder};
 pub use engine::Pacer;
 pub use events::Event;
@@ -110,6 +112,9 @@ pub struct KeyStatus {
     /// How many requests hold one of the key's in-flight permits now
     /// (always 0 without a cap).
     pub in_flight: usize,
+    /// The key's circuit breaker ([`Scope::circuit_breaker`]); `None`
+    /// without one.
+    pub circuit: Option<CircuitState>,
 }
 
 /// Something that can become a [`reqwest::Request`]: a `Request` or a

@@ -10,6 +10,7 @@ use http::HeaderName;
 use reqwest::Request;
 
 use super::adapt::{Adaptive, Learned};
+use super::breaker::{Breaker, CircuitBreaker, CircuitState};
 use super::memory::Memory;
 use crate::headers::Dimension;
 use crate::limiter::{Evictable, KeyedLimiter, Limiter, Rate, ServerBlock, TokenBucket};
@@ -68,6 +69,8 @@ pub struct Scope {
     remember_for: Duration,
     /// The most requests of one key in flight at once (`None`: no cap).
     max_in_flight: Option<usize>,
+    /// Each key's circuit breaker (`None`: none).
+    breaker: Option<CircuitBreaker>,
     /// Why the scope cannot be built, found while it was set up.
     invalid: Option<String>,
 }
@@ -127,6 +130,7 @@ impl Scope {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             remember_for: DEFAULT_REMEMBER_FOR,
             max_in_flight: None,
+            breaker: None,
             invalid: None,
         }
     }
@@ -329,6 +333,46 @@ impl Scope {
         self
     }
 
+    /// A circuit breaker per key (default: none): after
+    /// [`failures`](CircuitBreaker::failures) consecutive failures of a
+    /// key's sends (no connection, a timeout, a 5xx other than 503), its
+    /// calls fail at once with [`Error::CircuitOpen`] for a cool-down;
+    /// then exactly one call goes as a probe, and its success closes the
+    /// breaker while its failure opens it again for twice as long (up to
+    /// [`max_cool_down`](CircuitBreaker::max_cool_down)). A 429 or a 503 is
+    /// a server asking to slow down, which the key's pacing already does:
+    /// it is no failure, and like any answer it sets the count back to
+    /// zero. A retry is a send like any other: it goes while the breaker
+    /// is closed and fails the call once it is open.
+    ///
+    /// **Why it is off by default.** A breaker fails calls a caller may
+    /// want answered, and how many failures mean "down" depends on how
+    /// the caller's traffic spreads over keys; the retry budget already
+    /// keeps a failing host's load to a share of the regular traffic. A
+    /// crawler, which has other hosts to visit meanwhile, turns it on:
+    /// [`CircuitBreaker::default`] is tuned for that (5 failures, a 5 s
+    /// cool-down doubling up to 5 minutes). Put it on a scope whose key is
+    /// what fails together, a host ([`per_host`](Self::per_host)); on a
+    /// [`global`](Self::global) scope one dead host would stop every call.
+    ///
+    /// The state is in [`key_status`](crate::Pacer::key_status), each
+    /// change is an [`Event::Circuit`](crate::Event::Circuit) (and with
+    /// feature `metrics`, counted), and [`clear_key`](crate::Pacer::clear_key)
+    /// closes it.
+    ///
+    /// ```
+    /// use reqwest_pace::{CircuitBreaker, Pacer, Scope};
+    ///
+    /// let pacer = Pacer::builder()
+    ///     .host_scope(Scope::per_host().circuit_breaker(CircuitBreaker::default()))
+    ///     .build()?;
+    /// # Ok::<(), reqwest_pace::Error>(())
+    /// ```
+    pub fn circuit_breaker(mut self, breaker: CircuitBreaker) -> Self {
+        self.breaker = Some(breaker);
+        self
+    }
+
     pub(crate) fn dimension_ref(&self) -> &Dimension {
         &self.dimension
     }
@@ -401,6 +445,7 @@ impl fmt::Debug for Scope {
             .field("probe", &self.probe)
             .field("custom_limiter", &self.factory.is_some())
             .field("max_in_flight", &self.max_in_flight)
+            .field("circuit_breaker", &self.breaker)
             .finish_non_exhaustive()
     }
 }
@@ -519,6 +564,8 @@ pub(crate) struct KeyState {
     pub(crate) booking: Option<tokio::sync::Semaphore>,
     /// The permits of [`Scope::max_in_flight`], with their number.
     pub(crate) in_flight: Option<(Arc<tokio::sync::Semaphore>, usize)>,
+    /// The key's circuit breaker, when its scope has one.
+    pub(crate) breaker: Option<Mutex<Breaker>>,
     /// The rate and capacity the key's bucket was made with.
     made_with: (Rate, u64),
 }
@@ -567,6 +614,7 @@ impl KeyState {
             in_flight: config
                 .max_in_flight
                 .map(|max| (Arc::new(tokio::sync::Semaphore::new(max)), max)),
+            breaker: config.breaker.map(|b| Mutex::new(Breaker::new(b))),
             made_with,
         }
     }
@@ -576,6 +624,9 @@ impl KeyState {
     /// (it may take a round trip).
     pub(crate) fn reset(&self, config: &Scope) {
         self.set_server_block(None);
+        if let (Some(breaker), Some(tuning)) = (&self.breaker, config.breaker) {
+            *crate::sync::lock(breaker) = Breaker::new(tuning);
+        }
         *self.adapt() = Adaptive::new(
             config.dimension.clone(),
             config.rate,
@@ -620,6 +671,16 @@ impl KeyState {
         self.seen_response.load(Ordering::Acquire)
     }
 
+    /// The key's breaker, when its scope has one.
+    pub(crate) fn breaker(&self) -> Option<std::sync::MutexGuard<'_, Breaker>> {
+        self.breaker.as_ref().map(crate::sync::lock)
+    }
+
+    /// The state of the key's breaker at `now`, when its scope has one.
+    pub(crate) fn circuit(&self, now: tokio::time::Instant) -> Option<CircuitState> {
+        self.breaker().map(|b| b.state(now))
+    }
+
     /// How many requests hold one of the key's in-flight permits.
     pub(crate) fn in_flight(&self) -> usize {
         self.in_flight
@@ -636,7 +697,8 @@ impl Evictable for KeyState {
         // that comes back probes and learns again.
         let bucket_idle = self.local.as_ref().is_some_and(|b| b.is_idle());
         let blocked = self.server_block(tokio::time::Instant::now()).is_some();
-        bucket_idle && !blocked && self.in_flight() == 0
+        let breaker_fresh = self.breaker().is_none_or(|b| b.is_fresh());
+        bucket_idle && !blocked && self.in_flight() == 0 && breaker_fresh
     }
 }
 

@@ -8,6 +8,7 @@ use reqwest::StatusCode;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
+use super::breaker::{Admission, Health, Transition};
 use super::engine::{Call, Pacer};
 use super::scope::KeyState;
 use super::Event;
@@ -38,6 +39,38 @@ pub(crate) struct Sent<'m> {
     _probes: Vec<ProbeGuard<'m>>,
     _permits: Vec<OwnedSemaphorePermit>,
     pub(crate) seqs: Vec<u64>,
+    /// What each member's circuit breaker admitted the attempt as, for the
+    /// members whose scope has one.
+    pub(crate) tickets: Vec<Ticket>,
+}
+
+/// A send a key's circuit breaker admitted, until its verdict is recorded
+/// ([`Ticket::settle`]); a probe dropped before that (its call cancelled,
+/// failed before an answer) leaves the next call to probe.
+pub(crate) struct Ticket {
+    pub(crate) member: usize,
+    state: Arc<KeyState>,
+    admission: Admission,
+    settled: bool,
+}
+
+impl Ticket {
+    /// Record how the send went; returns the breaker's change, if any.
+    pub(crate) fn settle(&mut self, health: Health) -> Option<Transition> {
+        self.settled = true;
+        let mut breaker = self.state.breaker()?;
+        breaker.record(Instant::now(), self.admission, health)
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if !self.settled {
+            if let Some(mut breaker) = self.state.breaker() {
+                breaker.abandon(Instant::now(), self.admission);
+            }
+        }
+    }
 }
 
 /// A key's probe lock, held until its first response is learned from.
@@ -67,6 +100,10 @@ impl Pacer {
     ) -> Result<Sent<'m>, Error> {
         self.check_blocked(members)
             .map_err(|e| self.fail(call, e))?;
+        let made = (call.attempt - 1, call.last_status);
+        if let Some(open) = self.open_circuit(members, made, None) {
+            return Err(open);
+        }
         let until = call.limit(self.inner.policy.max_elapsed());
         let sent = match self.wait_for_members(members, until).await {
             Ok(sent) => sent,
@@ -87,7 +124,77 @@ impl Pacer {
             sent.abandon(members, false);
             return Err(self.fail(call, blocked));
         }
+        let mut sent = sent;
+        if let Some(open) = self.open_circuit(members, made, Some(&mut sent.tickets)) {
+            sent.abandon(members, false);
+            return Err(open);
+        }
         Ok(sent)
+    }
+
+    /// The error of a call on a key whose circuit breaker is open (or
+    /// half-open with its probe out). Without `tickets`, only a look before
+    /// the waits; with them, the admission itself, just before the send:
+    /// each member's breaker admits the attempt (the first after a
+    /// cool-down as the probe), and its ticket goes in `tickets`. The error
+    /// counts `attempts` made by the call.
+    pub(crate) fn open_circuit(
+        &self,
+        members: &[Member],
+        (attempts, last_status): (u32, Option<StatusCode>),
+        mut tickets: Option<&mut Vec<Ticket>>,
+    ) -> Option<Error> {
+        let now = Instant::now();
+        for (i, m) in members.iter().enumerate() {
+            let Some(mut breaker) = m.state.breaker() else {
+                continue;
+            };
+            let (admission, transition) = match tickets.as_deref_mut() {
+                None => (breaker.peek(now), None),
+                Some(_) => breaker.admit(now),
+            };
+            drop(breaker);
+            if let Some(transition) = transition {
+                self.circuit_changed(m, transition);
+            }
+            match (admission, tickets.as_deref_mut()) {
+                (Admission::Refuse { retry_in }, _) => {
+                    return Some(Error::CircuitOpen {
+                        key: m.state.key.clone(),
+                        retry_in,
+                        attempts,
+                        last_status,
+                    })
+                }
+                (_, Some(tickets)) => tickets.push(Ticket {
+                    member: i,
+                    state: Arc::clone(&m.state),
+                    admission,
+                    settled: false,
+                }),
+                (_, None) => {}
+            }
+        }
+        None
+    }
+
+    /// Tell each breaker of the attempt's members how it went: `health`.
+    pub(crate) fn judge(&self, members: &[Member], sent: &mut Sent<'_>, health: Health) {
+        for ticket in &mut sent.tickets {
+            if let Some(transition) = ticket.settle(health) {
+                self.circuit_changed(&members[ticket.member], transition);
+            }
+        }
+    }
+
+    /// Report a change of a member's breaker.
+    fn circuit_changed(&self, m: &Member, (from, to): Transition) {
+        self.emit(Event::Circuit {
+            scope: self.inner.scopes[m.scope].config.name.clone(),
+            key: m.state.key.clone(),
+            from,
+            to,
+        });
     }
 
     /// Report a call's give-up when `error` is one.
@@ -154,6 +261,7 @@ impl Pacer {
             _probes: probes,
             _permits: permits,
             seqs,
+            tickets: Vec::new(),
         })
     }
 
