@@ -139,6 +139,20 @@ pub enum Error {
         last_status: Option<reqwest::StatusCode>,
     },
 
+    /// The host's robots.txt disallows the URL for the client's
+    /// user-agent, or could not be read (a 429 or 5xx, no answer) and
+    /// disallows every path for a while (feature `robots`; see
+    /// [`Robots`](crate::Robots)). Nothing was sent.
+    #[cfg(feature = "robots")]
+    #[error("{url} is disallowed by its host's robots.txt{}", if *.unavailable { " (which could not be read)" } else { "" })]
+    RobotsDisallowed {
+        /// The URL refused.
+        url: String,
+        /// Whether the robots.txt could not be read (then every path is
+        /// disallowed until it is fetched again).
+        unavailable: bool,
+    },
+
     /// Every allowed attempt failed, or the time limit for retries was
     /// reached.
     #[cfg(feature = "client")]

@@ -71,6 +71,8 @@ pub mod testing;
 pub use crate::tower::{PaceLayer, PaceService};
 #[cfg(feature = "metrics")]
 pub use client::describe_metrics;
+#[cfg(feature = "robots")]
+pub use client::Robots;
 #[cfg(feature = "client")]
 pub use client::{
     host_key, CircuitBreaker, CircuitState, Cost, Deadline, Event, IntoRequest, KeyStatus,

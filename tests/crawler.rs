@@ -478,3 +478,199 @@ async fn clearing_a_key_closes_its_breaker() {
         [("closed", "open"), ("open", "closed")]
     );
 }
+
+#[cfg(feature = "robots")]
+mod robots {
+    use super::*;
+    use reqwest_pace::Robots;
+
+    async fn site(robots_txt: &str) -> RateLimitedServer {
+        RateLimitedServer::builder()
+            .limit(Rate::per_second(100_000).unwrap())
+            .burst(100_000)
+            .dialect(Dialect::None)
+            .robots_txt(robots_txt)
+            .start()
+            .await
+            .unwrap()
+    }
+
+    fn polite_client(robots: Robots) -> ThrottledClient {
+        ThrottledClient::builder(reqwest::Client::new())
+            .host_scope(fast_host())
+            .retry(no_jitter())
+            .release_jitter(ReleaseJitter::none())
+            .robots(robots)
+            .build()
+            .unwrap()
+    }
+
+    fn paths(server: &RateLimitedServer) -> Vec<String> {
+        server.requests().into_iter().map(|r| r.path).collect()
+    }
+
+    /// A disallowed path fails at once and never reaches the host; the
+    /// robots.txt is fetched once for every call.
+    #[tokio::test(start_paused = true)]
+    async fn a_disallowed_path_is_never_sent() {
+        let server = site("User-agent: *\nDisallow: /private\nAllow: /private/open\n").await;
+        let client = polite_client(Robots::new("pacebot"));
+        for path in ["/a", "/private/x", "/b", "/private", "/private/open?q=1"] {
+            let result = client.get(format!("{}{path}", server.url())).send().await;
+            match (path, result) {
+                ("/private/x" | "/private", Err(Error::RobotsDisallowed { url, unavailable })) => {
+                    assert!(url.ends_with(path), "{url}");
+                    assert!(!unavailable);
+                }
+                (_, Ok(response)) => assert_eq!(response.status(), 200, "{path}"),
+                (_, other) => panic!("{path}: unexpected {other:?}"),
+            }
+        }
+        assert_eq!(paths(&server), ["/robots.txt", "/a", "/b", "/private/open"]);
+    }
+
+    /// Sixteen calls at once to a host whose robots.txt asks a Crawl-delay
+    /// of 2 s: one fetch of the robots.txt, then one page every 2 s exactly
+    /// (the fetch counts as a request), whatever the host scope allows.
+    #[tokio::test(start_paused = true)]
+    async fn crawl_delay_spaces_every_send_exactly() {
+        let server = site("User-agent: *\nCrawl-delay: 2\n").await;
+        let client = ThrottledClient::builder(reqwest::Client::new())
+            .robots(Robots::new("pacebot"))
+            .build()
+            .unwrap();
+        let calls: Vec<_> = (0..16)
+            .map(|i| spawn_get(&client, &format!("{}/page/{i}", server.url())))
+            .collect();
+        for call in calls {
+            assert_eq!(call.await.unwrap().unwrap().status(), 200);
+        }
+        let at = times(&server);
+        let expected: Vec<Duration> = (0..17).map(|i| Duration::from_secs(2 * i)).collect();
+        assert_eq!(at, expected);
+        assert_eq!(paths(&server)[0], "/robots.txt");
+        let status = client.key_status("host", &host_key(&server)).unwrap();
+        assert_eq!(status.crawl_delay, Some(Duration::from_secs(2)));
+    }
+
+    /// Our group's Request-rate applies to us (the longer of it and
+    /// Crawl-delay); another agent falls to the `*` group, which shuts it
+    /// out.
+    #[tokio::test(start_paused = true)]
+    async fn rules_apply_per_user_agent() {
+        let server = site(
+            "User-agent: PaceBot\nRequest-rate: 1/3s\nCrawl-delay: 1\n\n\
+             User-agent: *\nDisallow: /\n",
+        )
+        .await;
+        let ours = polite_client(Robots::new("pacebot"));
+        for i in 0..3 {
+            ours.get(format!("{}/p{i}", server.url()))
+                .send()
+                .await
+                .unwrap();
+        }
+        assert_eq!(times(&server), ms(&[0, 3_000, 6_000, 9_000]));
+        let other = polite_client(Robots::new("otherbot"));
+        let refused = other.get(format!("{}/p0", server.url())).send().await;
+        assert!(
+            matches!(
+                refused,
+                Err(Error::RobotsDisallowed {
+                    unavailable: false,
+                    ..
+                })
+            ),
+            "{refused:?}"
+        );
+        // The other client fetched its own copy, and sent nothing else.
+        assert_eq!(server.requests().len(), 4 + 1);
+    }
+
+    /// A robots.txt that is missing (404) allows everything, with no delay.
+    #[tokio::test(start_paused = true)]
+    async fn a_missing_robots_txt_allows_everything() {
+        let server = site("User-agent: *\nDisallow: /\n").await;
+        server.inject(Fault::new(reqwest::StatusCode::NOT_FOUND));
+        let client = polite_client(Robots::new("pacebot"));
+        for _ in 0..3 {
+            client
+                .get(format!("{}/x", server.url()))
+                .send()
+                .await
+                .unwrap();
+        }
+        assert_eq!(paths(&server), ["/robots.txt", "/x", "/x", "/x"]);
+        assert_eq!(times(&server), ms(&[0, 0, 0, 0]));
+    }
+
+    /// A robots.txt answered 500 disallows every path for `unavailable_for`
+    /// (nothing sent, not even a new fetch), then it is fetched again.
+    #[tokio::test(start_paused = true)]
+    async fn an_unavailable_robots_txt_disallows_for_a_while() {
+        let server = site("User-agent: *\nDisallow: /private\n").await;
+        server.inject(Fault::internal_server_error());
+        let client = polite_client(Robots::new("pacebot").unavailable_for(Duration::from_secs(30)));
+        let url = format!("{}/page", server.url());
+        for _ in 0..3 {
+            let refused = client.get(&url).send().await;
+            assert!(
+                matches!(
+                    refused,
+                    Err(Error::RobotsDisallowed {
+                        unavailable: true,
+                        ..
+                    })
+                ),
+                "{refused:?}"
+            );
+            tokio::time::sleep(Duration::from_secs(10)).await;
+        }
+        // 30 s after the 500: fetched again, and allowed.
+        assert_eq!(client.get(&url).send().await.unwrap().status(), 200);
+        assert_eq!(paths(&server), ["/robots.txt", "/robots.txt", "/page"]);
+        assert_eq!(times(&server), ms(&[0, 30_000, 30_000]));
+    }
+
+    /// A host that does not answer its robots.txt within the fetch timeout
+    /// is unavailable: the call fails at the timeout, not later.
+    #[tokio::test(start_paused = true)]
+    async fn the_fetch_is_bounded_in_time() {
+        let server = RateLimitedServer::builder()
+            .limit(Rate::per_second(1_000).unwrap())
+            .latency(Duration::from_secs(60))
+            .robots_txt("User-agent: *\nAllow: /\n")
+            .start()
+            .await
+            .unwrap();
+        let client = polite_client(Robots::new("pacebot").fetch_timeout(Duration::from_secs(5)));
+        let start = Instant::now();
+        let refused = client.get(format!("{}/page", server.url())).send().await;
+        assert!(
+            matches!(
+                refused,
+                Err(Error::RobotsDisallowed {
+                    unavailable: true,
+                    ..
+                })
+            ),
+            "{refused:?}"
+        );
+        assert_eq!(start.elapsed(), Duration::from_secs(5));
+    }
+
+    /// What lies past `max_size` is not read: a Disallow there is ignored.
+    #[tokio::test(start_paused = true)]
+    async fn the_fetch_is_bounded_in_size() {
+        let padding = format!("# {}\n", "x".repeat(200));
+        let server = site(&format!(
+            "User-agent: *\nDisallow: /a\n{padding}Disallow: /b\n"
+        ))
+        .await;
+        let client = polite_client(Robots::new("pacebot").max_size(100));
+        let a = client.get(format!("{}/a", server.url())).send().await;
+        assert!(matches!(a, Err(Error::RobotsDisallowed { .. })), "{a:?}");
+        let b = client.get(format!("{}/b", server.url())).send().await;
+        assert_eq!(b.unwrap().status(), 200);
+    }
+}

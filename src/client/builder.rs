@@ -25,6 +25,8 @@ pub struct PaceBuilder<S> {
     deadline: Option<Duration>,
     jitter: ReleaseJitter,
     random: Option<Random>,
+    #[cfg(feature = "robots")]
+    robots: Option<super::Robots>,
     /// A setting that applies to nothing, kept to fail `build` with.
     ignored: Option<&'static str>,
 }
@@ -44,6 +46,8 @@ impl<S> PaceBuilder<S> {
             deadline: None,
             jitter: ReleaseJitter::default(),
             random: None,
+            #[cfg(feature = "robots")]
+            robots: None,
             ignored: None,
         }
     }
@@ -177,6 +181,16 @@ impl<S> PaceBuilder<S> {
         self
     }
 
+    /// Obey each host's robots.txt for a user-agent (feature `robots`;
+    /// default: robots.txt is not read): disallowed paths fail at once
+    /// with [`Error::RobotsDisallowed`], and a host's `Crawl-delay` or
+    /// `Request-rate` spaces its sends. See [`Robots`](super::Robots).
+    #[cfg(feature = "robots")]
+    pub fn robots(mut self, robots: super::Robots) -> Self {
+        self.robots = Some(robots);
+        self
+    }
+
     /// Validate the configuration and build the engine.
     fn build_pacer(self) -> Result<(Pacer, S), Error> {
         if let Some(setting) = self.ignored {
@@ -191,6 +205,10 @@ impl<S> PaceBuilder<S> {
             .chain(self.scopes)
             .map(Scope::build)
             .collect::<Result<Vec<_>, _>>()?;
+        #[cfg(feature = "robots")]
+        if let Some(robots) = &self.robots {
+            robots.validate()?;
+        }
         let inner = Inner {
             scopes,
             policy: self.policy,
@@ -200,6 +218,8 @@ impl<S> PaceBuilder<S> {
             jitter: self.jitter,
             random: self.random.unwrap_or_else(|| Arc::new(fastrand::f64)),
             clocks: Default::default(),
+            #[cfg(feature = "robots")]
+            robots: self.robots.map(super::robots::RobotsCache::new),
         };
         let pacer = Pacer {
             inner: Arc::new(inner),

@@ -39,6 +39,10 @@ fn health(result: &Result<Response, reqwest::Error>) -> Health {
     }
 }
 
+/// What spaces the sends of a host whose robots.txt asks for an interval:
+/// its origin, and a bucket of one at that interval.
+pub(crate) type Gate = (String, Arc<crate::TokenBucket>);
+
 /// A source of uniform draws in `[0, 1)`.
 pub(crate) type Random = Arc<dyn Fn() -> f64 + Send + Sync>;
 
@@ -76,6 +80,9 @@ pub(crate) struct Inner {
     pub(crate) random: Random,
     /// Each server's clock, as its `Date` headers place it.
     pub(crate) clocks: Mutex<ServerClocks>,
+    /// Each origin's robots.txt, when it is obeyed.
+    #[cfg(feature = "robots")]
+    pub(crate) robots: Option<super::robots::RobotsCache>,
 }
 
 /// One call's progress through its attempts.
@@ -157,7 +164,18 @@ impl Pacer {
             max_in_flight: state.in_flight.as_ref().map(|(_, max)| *max),
             in_flight: state.in_flight(),
             circuit: state.circuit(now),
+            crawl_delay: self.crawl_delay(key),
         })
+    }
+
+    #[cfg(feature = "robots")]
+    fn crawl_delay(&self, key: &str) -> Option<Duration> {
+        self.inner.robots.as_ref()?.interval(key)
+    }
+
+    #[cfg(not(feature = "robots"))]
+    fn crawl_delay(&self, _key: &str) -> Option<Duration> {
+        None
     }
 
     /// Forget what this process's state of a scope's key has learned (and
@@ -238,7 +256,8 @@ impl Pacer {
             .await
     }
 
-    /// The loop: key → wait → send → read → adjust → decide.
+    /// The robots step (feature `robots`: may the request go, and what
+    /// spaces its host's sends), then the loop.
     async fn attempts<F, Fut>(
         &self,
         request: Request,
@@ -250,13 +269,38 @@ impl Pacer {
         F: FnMut(Request) -> Fut,
         Fut: Future<Output = Result<Response, SendFailure>>,
     {
+        let gate = self.obey_robots(&request, &mut send).await?;
+        self.paced_attempts(request, cost, deadline, send, gate)
+            .await
+    }
+
+    /// Without feature `robots`, every request may go, ungated.
+    #[cfg(not(feature = "robots"))]
+    async fn obey_robots<F>(&self, _: &Request, _: &mut F) -> Result<Option<Gate>, Error> {
+        Ok(None)
+    }
+
+    /// The loop: key → wait → send → read → adjust → decide. A `gate` (a
+    /// host's robots.txt interval) spaces every attempt's send.
+    pub(crate) async fn paced_attempts<F, Fut>(
+        &self,
+        request: Request,
+        cost: &Cost,
+        deadline: Option<Duration>,
+        mut send: F,
+        gate: Option<Gate>,
+    ) -> Result<Response, Error>
+    where
+        F: FnMut(Request) -> Fut,
+        Fut: Future<Output = Result<Response, SendFailure>>,
+    {
         let members = self.members(&request, cost);
         let mut call = Call::new(&request, deadline);
         let mut current = request;
         loop {
             call.attempt += 1;
             let replay = self.replay(&call, &current);
-            let sent = self.wait(&members, &mut call).await?;
+            let sent = self.wait(&members, gate.as_ref(), &mut call).await?;
             let sent_at = Instant::now();
             let result = match self.send_one(&mut send, current, &call).await {
                 Ok(result) => result,

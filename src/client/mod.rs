@@ -20,6 +20,8 @@ mod memory;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod request;
+#[cfg(feature = "robots")]
+mod robots;
 mod scope;
 mod server_clock;
 mod wait;
@@ -35,6 +37,8 @@ pub use builder::{PaceBuilder, ThrottledClientBuilder};
 pub use engine::Pacer;
 pub use events::Event;
 pub use request::PacedRequestBuilder;
+#[cfg(feature = "robots")]
+pub use robots::Robots;
 pub use scope::{host_key, Scope};
 
 use crate::headers::Dimension;
@@ -115,6 +119,11 @@ pub struct KeyStatus {
     /// The key's circuit breaker ([`Scope::circuit_breaker`]); `None`
     /// without one.
     pub circuit: Option<CircuitState>,
+    /// The least time between two requests that the robots.txt of the
+    /// key's origin asks for (its `Crawl-delay` or `Request-rate`), while
+    /// it is cached (feature `robots`; the key is an origin's for the
+    /// host scope).
+    pub crawl_delay: Option<Duration>,
 }
 
 /// Something that can become a [`reqwest::Request`]: a `Request` or a

@@ -9,7 +9,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::breaker::{Admission, Health, Transition};
-use super::engine::{Call, Pacer};
+use super::engine::{Call, Gate, Pacer};
 use super::scope::KeyState;
 use super::Event;
 use crate::limiter::{Bounds, Grant, Limiter};
@@ -96,6 +96,7 @@ impl Pacer {
     pub(crate) async fn wait<'m>(
         &self,
         members: &'m [Member],
+        gate: Option<&Gate>,
         call: &mut Call,
     ) -> Result<Sent<'m>, Error> {
         self.check_blocked(members)
@@ -105,7 +106,7 @@ impl Pacer {
             return Err(open);
         }
         let until = call.limit(self.inner.policy.max_elapsed());
-        let sent = match self.wait_for_members(members, until).await {
+        let sent = match self.wait_for_members(members, gate, until).await {
             Ok(sent) => sent,
             Err(WaitError::Deadline { wait, limit }) => {
                 let error = Error::DeadlineExceeded {
@@ -224,11 +225,14 @@ impl Pacer {
     }
 
     /// Wait for every bucket of the request (and for each key's first
-    /// response, when it learns), then count the request as sent on each.
-    /// On an error, no member counts the request as in flight.
+    /// response, when it learns), then count the request as sent on each;
+    /// last, for the `gate` that spaces its host's sends (a robots.txt's
+    /// interval), so that nothing waited for after it can bunch two sends
+    /// up. On an error, no member counts the request as in flight.
     async fn wait_for_members<'m>(
         &self,
         members: &'m [Member],
+        gate: Option<&Gate>,
         until: Option<(Instant, Duration)>,
     ) -> Result<Sent<'m>, WaitError> {
         let mut probes = Vec::new();
@@ -256,6 +260,22 @@ impl Pacer {
                 }
             };
             seqs.push(m.state.adapt().on_send(Instant::now(), grant, m.weight));
+        }
+        if let Some((origin, gate)) = gate {
+            let t0 = Instant::now();
+            if let Err(e) = acquire(gate.as_ref(), 1, false, Bounds::default(), until).await {
+                for (m, &seq) in members.iter().zip(&seqs) {
+                    m.state.adapt().on_no_response(seq);
+                }
+                return Err(e);
+            }
+            if !t0.elapsed().is_zero() {
+                self.emit(Event::Waited {
+                    scope: "robots".to_owned(),
+                    key: origin.clone(),
+                    waited: t0.elapsed(),
+                });
+            }
         }
         Ok(Sent {
             _probes: probes,

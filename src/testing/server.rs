@@ -139,6 +139,8 @@ struct App {
     /// their answer is written), and the most there ever were at once.
     in_flight: AtomicUsize,
     peak_in_flight: AtomicUsize,
+    /// The body of an admitted `GET /robots.txt`, when one is served.
+    robots_txt: Option<String>,
 }
 
 /// One request counted as in flight at the server while it lives.
@@ -190,7 +192,13 @@ impl App {
             let resource = state.resource_name(&seen.path).to_owned();
             (state.decide(now, seen), resource)
         };
-        respond(&self.style, &verdict, &resource, self.wall())
+        let mut answer = respond(&self.style, &verdict, &resource, self.wall());
+        if let (Some(robots), Verdict::Admitted(_)) = (&self.robots_txt, &verdict) {
+            if path == "/robots.txt" {
+                answer.body = robots.clone();
+            }
+        }
+        answer
     }
 }
 
@@ -199,7 +207,7 @@ impl App {
 struct Answer {
     status: StatusCode,
     headers: HeaderMap,
-    body: &'static str,
+    body: String,
 }
 
 impl std::fmt::Debug for RateLimitedServer {
@@ -237,6 +245,7 @@ impl RateLimitedServer {
             changes: Vec::new(),
             latency: Duration::ZERO,
             bind: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+            robots_txt: None,
         }
     }
 
@@ -378,6 +387,7 @@ pub struct ServerBuilder {
     changes: Vec<(Duration, Rate)>,
     latency: Duration,
     bind: SocketAddr,
+    robots_txt: Option<String>,
 }
 
 impl ServerBuilder {
@@ -530,6 +540,16 @@ impl ServerBuilder {
         self
     }
 
+    /// Serve `body` as `/robots.txt` (default: none, and `/robots.txt` is
+    /// answered `ok` like any path). The request is decided like any other
+    /// (it takes a token, an injected [`Fault`] answers it first, it is
+    /// logged): only an admitted one gets the body, so a test scripts a
+    /// robots.txt that fails with a fault.
+    pub fn robots_txt(mut self, body: impl Into<String>) -> Self {
+        self.robots_txt = Some(body.into());
+        self
+    }
+
     /// The address to listen on (default `127.0.0.1:0`, a free loopback
     /// port).
     pub fn bind(mut self, addr: SocketAddr) -> Self {
@@ -606,6 +626,7 @@ impl ServerBuilder {
             state: Mutex::new(state),
             in_flight: AtomicUsize::new(0),
             peak_in_flight: AtomicUsize::new(0),
+            robots_txt: self.robots_txt,
         });
         let stop = CancellationToken::new();
         let stopped = CancellationToken::new();
@@ -740,7 +761,7 @@ fn respond(style: &Style, verdict: &Verdict, resource: &str, wall: SystemTime) -
     let status = verdict.status();
     let mut headers = HeaderMap::new();
     dialect::write_date(&mut headers, wall);
-    let body = match verdict {
+    let body: &str = match verdict {
         Verdict::Admitted(figures) => {
             dialect::write(style, figures, wall, resource, &mut headers);
             "ok\n"
@@ -769,7 +790,7 @@ fn respond(style: &Style, verdict: &Verdict, resource: &str, wall: SystemTime) -
     Answer {
         status,
         headers,
-        body,
+        body: body.to_owned(),
     }
 }
 
@@ -812,8 +833,9 @@ impl tower_service::Service<reqwest::Request> for ServerService {
             // A builder with nothing but the URL in it cannot fail.
             let mut response = http::Response::builder()
                 .url(request.url().clone())
-                .body(answer.body)
-                .unwrap_or_else(|_| http::Response::new(answer.body));
+                .body(())
+                .unwrap_or_default()
+                .map(|()| answer.body);
             *response.status_mut() = answer.status;
             *response.headers_mut() = answer.headers;
             Ok(reqwest::Response::from(response))
