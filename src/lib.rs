@@ -75,8 +75,9 @@ pub use client::describe_metrics;
 pub use client::Robots;
 #[cfg(feature = "client")]
 pub use client::{
-    host_key, CircuitBreaker, CircuitState, Cost, Deadline, Event, IntoRequest, KeyStatus,
-    PaceBuilder, PacedRequestBuilder, Pacer, Scope, ThrottledClient, ThrottledClientBuilder,
+    host_key, AutoThrottle, CircuitBreaker, CircuitState, Cost, Deadline, Event, IntoRequest,
+    KeyStatus, PaceBuilder, PacedRequestBuilder, Pacer, Scope, ThrottledClient,
+    ThrottledClientBuilder,
 };
 pub use error::Error;
 #[cfg(feature = "client")]

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use reqwest_pace::retry::{Backoff, Jitter, ReleaseJitter, RetryPolicy};
 use reqwest_pace::testing::{Dialect, Fault, RateLimitedServer};
-use reqwest_pace::{CircuitBreaker, CircuitState, Error, Event, Rate, Scope, ThrottledClient};
+use reqwest_pace::{
+    AutoThrottle, CircuitBreaker, CircuitState, Error, Event, Rate, Scope, ThrottledClient,
+};
 use tokio::time::Instant;
 
 fn ms(v: &[u64]) -> Vec<Duration> {
@@ -673,4 +675,102 @@ mod robots {
         let b = client.get(format!("{}/b", server.url())).send().await;
         assert_eq!(b.unwrap().status(), 200);
     }
+}
+
+/// A host answering in 100 ms alone and 100 ms slower for each request it
+/// already holds, crawled by 16 workers.
+async fn slowing_host() -> RateLimitedServer {
+    RateLimitedServer::builder()
+        .limit(Rate::per_second(100_000).unwrap())
+        .burst(100_000)
+        .dialect(Dialect::None)
+        .latency(Duration::from_millis(100))
+        .latency_per_in_flight(Duration::from_millis(100))
+        .start()
+        .await
+        .unwrap()
+}
+
+/// 16 workers, 5 pages each; every call must succeed.
+async fn sixteen_workers(client: &ThrottledClient, server: &RateLimitedServer) {
+    let handles: Vec<_> = (0..16)
+        .map(|_| {
+            let (client, url) = (client.clone(), server.url());
+            tokio::spawn(async move {
+                for _ in 0..5 {
+                    assert_eq!(client.get(&url).send().await.unwrap().status(), 200);
+                }
+            })
+        })
+        .collect();
+    for handle in handles {
+        handle.await.unwrap();
+    }
+}
+
+fn worst_latency(server: &RateLimitedServer) -> Duration {
+    server
+        .requests()
+        .iter()
+        .map(|r| r.latency)
+        .max()
+        .unwrap_or_default()
+}
+
+/// With latency-aware politeness a host that slows down under load keeps
+/// its latency within twice its unloaded 100 ms; without it, the same
+/// crawl holds 16 requests there at once and waits 1.6 s for answers.
+#[tokio::test(start_paused = true)]
+async fn a_host_that_slows_under_load_stays_within_twice_its_latency() {
+    let server = slowing_host().await;
+    let polite = ThrottledClient::builder(reqwest::Client::new())
+        .host_scope(fast_host().auto_throttle(AutoThrottle::default()))
+        .build()
+        .unwrap();
+    sixteen_workers(&polite, &server).await;
+    assert_eq!(server.requests().len(), 80);
+    assert!(
+        worst_latency(&server) <= Duration::from_millis(200),
+        "{:?}",
+        worst_latency(&server)
+    );
+    assert!(server.peak_in_flight() <= 2);
+    let delay = polite
+        .key_status("host", &host_key(&server))
+        .unwrap()
+        .auto_throttle_delay
+        .unwrap();
+    assert!(
+        (Duration::from_millis(100)..=Duration::from_millis(200)).contains(&delay),
+        "{delay:?}"
+    );
+
+    let hammered = slowing_host().await;
+    let blunt = ThrottledClient::builder(reqwest::Client::new())
+        .host_scope(fast_host())
+        .build()
+        .unwrap();
+    sixteen_workers(&blunt, &hammered).await;
+    assert_eq!(hammered.peak_in_flight(), 16);
+    assert_eq!(worst_latency(&hammered), Duration::from_millis(1_600));
+}
+
+/// The delay only adds to the key's waits: a host that answers at once is
+/// still held to the scope's ceiling of 2 per second.
+#[tokio::test(start_paused = true)]
+async fn latency_never_lifts_the_ceiling() {
+    let server = slow_server(Duration::from_millis(10)).await;
+    let client = ThrottledClient::builder(reqwest::Client::new())
+        .rate(Rate::per_second(2).unwrap())
+        .burst(1)
+        .auto_throttle(AutoThrottle::default().start_delay(Duration::ZERO))
+        .build()
+        .unwrap();
+    for _ in 0..4 {
+        client.get(server.url()).send().await.unwrap();
+    }
+    // Answered 10 ms after each send, sent every 500 ms.
+    assert_eq!(times(&server), ms(&[10, 510, 1_010, 1_510]));
+    let status = client.key_status("host", &host_key(&server)).unwrap();
+    assert_eq!(status.auto_throttle_delay, Some(Duration::from_millis(10)));
 }

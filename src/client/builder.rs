@@ -99,6 +99,18 @@ impl<S> PaceBuilder<S> {
         self
     }
 
+    /// Latency-aware politeness per host (default: none); see
+    /// [`Scope::auto_throttle`]. Set after
+    /// [`without_host_scope`](Self::without_host_scope), it applies to
+    /// nothing, and `build` fails.
+    pub fn auto_throttle(mut self, politeness: super::AutoThrottle) -> Self {
+        match self.host_scope.take() {
+            Some(scope) => self.host_scope = Some(scope.auto_throttle(politeness)),
+            None => self.ignored = Some("auto_throttle"),
+        }
+        self
+    }
+
     /// Replace the default per-host scope.
     pub fn host_scope(mut self, scope: Scope) -> Self {
         self.host_scope = Some(scope);

@@ -165,6 +165,7 @@ impl Pacer {
             in_flight: state.in_flight(),
             circuit: state.circuit(now),
             crawl_delay: self.crawl_delay(key),
+            auto_throttle_delay: state.politeness_delay(),
         })
     }
 
@@ -312,6 +313,7 @@ impl Pacer {
             let read = self.read(&call, &result, sent_at);
             let mut sent = sent;
             self.judge(&members, &mut sent, health(&result));
+            self.measure_latency(&members, &result, sent_at);
             let paced = self
                 .learn(&members, &sent, read.signal.as_ref(), read.outcome)
                 .await;

@@ -9,6 +9,7 @@
 //! an attempt; [`ThrottledClient`] is a `Pacer` with a `reqwest::Client`.
 
 mod adapt;
+mod autothrottle;
 mod breaker;
 mod builder;
 mod engine;
@@ -32,6 +33,7 @@ use reqwest::{Request, RequestBuilder, Response, StatusCode};
 
 #[cfg(feature = "metrics")]
 pub use self::metrics::describe_metrics;
+pub use autothrottle::AutoThrottle;
 pub use breaker::{CircuitBreaker, CircuitState};
 pub use builder::{PaceBuilder, ThrottledClientBuilder};
 pub use engine::Pacer;
@@ -124,6 +126,9 @@ pub struct KeyStatus {
     /// it is cached (feature `robots`; the key is an origin's for the
     /// host scope).
     pub crawl_delay: Option<Duration>,
+    /// The delay between the key's sends that its measured latency sets
+    /// ([`Scope::auto_throttle`]); `None` without it.
+    pub auto_throttle_delay: Option<Duration>,
 }
 
 /// Something that can become a [`reqwest::Request`]: a `Request` or a

@@ -10,6 +10,7 @@ use http::HeaderName;
 use reqwest::Request;
 
 use super::adapt::{Adaptive, Learned};
+use super::autothrottle::{AutoThrottle, Politeness};
 use super::breaker::{Breaker, CircuitBreaker, CircuitState};
 use super::memory::Memory;
 use crate::headers::Dimension;
@@ -71,6 +72,8 @@ pub struct Scope {
     max_in_flight: Option<usize>,
     /// Each key's circuit breaker (`None`: none).
     breaker: Option<CircuitBreaker>,
+    /// Each key's latency-aware politeness (`None`: none).
+    auto_throttle: Option<AutoThrottle>,
     /// Why the scope cannot be built, found while it was set up.
     invalid: Option<String>,
 }
@@ -131,6 +134,7 @@ impl Scope {
             remember_for: DEFAULT_REMEMBER_FOR,
             max_in_flight: None,
             breaker: None,
+            auto_throttle: None,
             invalid: None,
         }
     }
@@ -373,6 +377,26 @@ impl Scope {
         self
     }
 
+    /// Latency-aware politeness per key, for hosts that send no rate-limit
+    /// headers (default: none): each key's sends are spaced by a delay that
+    /// its responses' latency sets, so that about
+    /// [`target_in_flight`](AutoThrottle::target_in_flight) of its
+    /// requests are in flight at once, as Scrapy's AutoThrottle does. A
+    /// host that slows down under load then gets fewer requests, before it
+    /// falls over. The delay only adds to the key's waits: the key never
+    /// goes faster than its bucket allows (its configured ceiling, or what
+    /// its server's headers taught), nor than a
+    /// [`max_in_flight`](Self::max_in_flight) or a robots.txt allows.
+    /// Latency is measured from the send to the response headers.
+    /// [`key_status`](crate::Pacer::key_status) reports the delay.
+    ///
+    /// Opt-in: against a server that states its limit the headers are the
+    /// better guide, and the delay would only slow it down.
+    pub fn auto_throttle(mut self, politeness: AutoThrottle) -> Self {
+        self.auto_throttle = Some(politeness);
+        self
+    }
+
     pub(crate) fn dimension_ref(&self) -> &Dimension {
         &self.dimension
     }
@@ -396,6 +420,11 @@ impl Scope {
                     tokio::sync::Semaphore::MAX_PERMITS
                 )));
             }
+        }
+        if let Some(politeness) = &self.auto_throttle {
+            politeness
+                .validate()
+                .map_err(|e| Error::config(format!("scope {:?}: {e}", self.name)))?;
         }
         let capacity = match (self.rate, self.burst) {
             (_, Some(b)) => b,
@@ -446,6 +475,7 @@ impl fmt::Debug for Scope {
             .field("custom_limiter", &self.factory.is_some())
             .field("max_in_flight", &self.max_in_flight)
             .field("circuit_breaker", &self.breaker)
+            .field("auto_throttle", &self.auto_throttle)
             .finish_non_exhaustive()
     }
 }
@@ -541,6 +571,13 @@ impl BuiltScope {
     }
 }
 
+/// A rate of one send per `delay` (no delay: one a nanosecond, as good as
+/// none; never fails below 584 years).
+fn spacing(delay: Duration) -> Result<Rate, Error> {
+    let nanos = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX).max(1);
+    Rate::every(Duration::from_nanos(nanos))
+}
+
 /// One key's limiter and what has been learned about it.
 pub(crate) struct KeyState {
     pub(crate) key: String,
@@ -566,6 +603,9 @@ pub(crate) struct KeyState {
     pub(crate) in_flight: Option<(Arc<tokio::sync::Semaphore>, usize)>,
     /// The key's circuit breaker, when its scope has one.
     pub(crate) breaker: Option<Mutex<Breaker>>,
+    /// The key's latency-aware delay, and the bucket of one that spaces
+    /// its sends by it, when its scope has one.
+    pub(crate) politeness: Option<(Mutex<Politeness>, Arc<TokenBucket>)>,
     /// The rate and capacity the key's bucket was made with.
     made_with: (Rate, u64),
 }
@@ -615,6 +655,12 @@ impl KeyState {
                 .max_in_flight
                 .map(|max| (Arc::new(tokio::sync::Semaphore::new(max)), max)),
             breaker: config.breaker.map(|b| Mutex::new(Breaker::new(b))),
+            politeness: config.auto_throttle.and_then(|tuning| {
+                let politeness = Politeness::new(tuning);
+                let rate = spacing(politeness.delay).ok()?;
+                let gate = TokenBucket::from_algorithm(crate::limiter::Gcra::new(rate, 1, 1));
+                Some((Mutex::new(politeness), Arc::new(gate)))
+            }),
             made_with,
         }
     }
@@ -681,6 +727,24 @@ impl KeyState {
         self.breaker().map(|b| b.state(now))
     }
 
+    /// The delay between sends that the key's latency sets, when its scope
+    /// is [`auto_throttle`](Scope::auto_throttle)d.
+    pub(crate) fn politeness_delay(&self) -> Option<Duration> {
+        let (politeness, _) = self.politeness.as_ref()?;
+        Some(crate::sync::lock(politeness).delay)
+    }
+
+    /// A response came `latency` after its send (`ok`: a 2xx or 3xx):
+    /// space the key's sends by the delay it sets.
+    pub(crate) fn measured(&self, latency: Duration, ok: bool) -> Option<Duration> {
+        let (politeness, gate) = self.politeness.as_ref()?;
+        let delay = crate::sync::lock(politeness).on_response(latency, ok)?;
+        if let Ok(rate) = spacing(delay) {
+            gate.set_rate(rate);
+        }
+        Some(delay)
+    }
+
     /// How many requests hold one of the key's in-flight permits.
     pub(crate) fn in_flight(&self) -> usize {
         self.in_flight
@@ -698,7 +762,10 @@ impl Evictable for KeyState {
         let bucket_idle = self.local.as_ref().is_some_and(|b| b.is_idle());
         let blocked = self.server_block(tokio::time::Instant::now()).is_some();
         let breaker_fresh = self.breaker().is_none_or(|b| b.is_fresh());
-        bucket_idle && !blocked && self.in_flight() == 0 && breaker_fresh
+        // What the latency taught is dropped with the key, once its gate is
+        // full again (as what a bucket learned is).
+        let politeness_idle = self.politeness.as_ref().is_none_or(|(_, g)| g.is_idle());
+        bucket_idle && !blocked && self.in_flight() == 0 && breaker_fresh && politeness_idle
     }
 }
 

@@ -316,6 +316,10 @@ impl Pacer {
         let grant = self
             .acquire_unless_blocked(m, limiter.as_ref(), until)
             .await?;
+        // After the bucket: the latency-aware delay only adds to its waits.
+        if let Some((_, gate)) = &m.state.politeness {
+            acquire(gate.as_ref(), 1, false, Bounds::default(), until).await?;
+        }
         let waited = t0.elapsed();
         if !waited.is_zero() {
             self.emit(Event::Waited {

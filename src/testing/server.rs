@@ -134,6 +134,7 @@ struct App {
     api_key: HeaderName,
     hops: usize,
     latency: Duration,
+    latency_per_in_flight: Duration,
     state: Mutex<State>,
     /// Requests being served now (from when their body is read to when
     /// their answer is written), and the most there ever were at once.
@@ -151,6 +152,21 @@ impl<'a> Serving<'a> {
         let now = app.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         app.peak_in_flight.fetch_max(now, Ordering::SeqCst);
         Serving(app)
+    }
+
+    /// Serve for the server's latency, plus what the requests already in
+    /// flight when this one arrived add; returns how long it took.
+    async fn serve(&self) -> Duration {
+        let app = self.0;
+        let others = app.in_flight.load(Ordering::SeqCst).saturating_sub(1);
+        let others = u32::try_from(others).unwrap_or(u32::MAX);
+        let latency = app
+            .latency
+            .saturating_add(app.latency_per_in_flight.saturating_mul(others));
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
+        latency
     }
 }
 
@@ -180,11 +196,18 @@ impl App {
     /// Decides one request, counts and logs it, and writes its answer:
     /// the one path from a request to a response, for HTTP and in-process
     /// calls alike.
-    fn answer(&self, key: ClientKey, method: http::Method, path: &str) -> Answer {
+    fn answer(
+        &self,
+        key: ClientKey,
+        method: http::Method,
+        path: &str,
+        latency: Duration,
+    ) -> Answer {
         let seen = Seen {
             key,
             method,
             path: path.to_owned(),
+            latency,
         };
         let now = self.elapsed();
         let (verdict, resource) = {
@@ -244,6 +267,7 @@ impl RateLimitedServer {
             hops: 0,
             changes: Vec::new(),
             latency: Duration::ZERO,
+            latency_per_in_flight: Duration::ZERO,
             bind: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
             robots_txt: None,
         }
@@ -386,6 +410,7 @@ pub struct ServerBuilder {
     hops: usize,
     changes: Vec<(Duration, Rate)>,
     latency: Duration,
+    latency_per_in_flight: Duration,
     bind: SocketAddr,
     robots_txt: Option<String>,
 }
@@ -540,6 +565,16 @@ impl ServerBuilder {
         self
     }
 
+    /// Service time added for each other request the server is serving
+    /// when one arrives (default none): a server that slows down under
+    /// load, whose latency is [`latency`](Self::latency) alone and grows
+    /// by this much per request it already holds. Each request's is in
+    /// [`RequestRecord::latency`](super::RequestRecord::latency).
+    pub fn latency_per_in_flight(mut self, extra: Duration) -> Self {
+        self.latency_per_in_flight = extra;
+        self
+    }
+
     /// Serve `body` as `/robots.txt` (default: none, and `/robots.txt` is
     /// answered `ok` like any path). The request is decided like any other
     /// (it takes a token, an injected [`Fault`] answers it first, it is
@@ -623,6 +658,7 @@ impl ServerBuilder {
             api_key,
             hops: self.hops,
             latency: self.latency,
+            latency_per_in_flight: self.latency_per_in_flight,
             state: Mutex::new(state),
             in_flight: AtomicUsize::new(0),
             peak_in_flight: AtomicUsize::new(0),
@@ -740,17 +776,15 @@ async fn handle(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     request: Request,
 ) -> Response {
-    let _serving = Serving::start(&app);
+    let serving = Serving::start(&app);
     let (parts, body) = request.into_parts();
     let key = client_key(&parts.headers, peer.ip(), &app.api_key, app.hops);
     // Read the body to the end so the connection can be reused; a broken
     // body still gets an answer.
     let mut frames = body.into_data_stream();
     while let Some(Ok(_)) = frames.next().await {}
-    if !app.latency.is_zero() {
-        tokio::time::sleep(app.latency).await;
-    }
-    let answer = app.answer(key, parts.method, parts.uri.path());
+    let latency = serving.serve().await;
+    let answer = app.answer(key, parts.method, parts.uri.path(), latency);
     let mut response = Response::new(Body::from(answer.body));
     *response.status_mut() = answer.status;
     *response.headers_mut() = answer.headers;
@@ -824,12 +858,10 @@ impl tower_service::Service<reqwest::Request> for ServerService {
     fn call(&mut self, request: reqwest::Request) -> Self::Future {
         let app = Arc::clone(&self.app);
         Box::pin(async move {
-            let _serving = Serving::start(&app);
+            let serving = Serving::start(&app);
             let key = client_key(request.headers(), LOOPBACK, &app.api_key, app.hops);
-            if !app.latency.is_zero() {
-                tokio::time::sleep(app.latency).await;
-            }
-            let answer = app.answer(key, request.method().clone(), request.url().path());
+            let latency = serving.serve().await;
+            let answer = app.answer(key, request.method().clone(), request.url().path(), latency);
             // A builder with nothing but the URL in it cannot fail.
             let mut response = http::Response::builder()
                 .url(request.url().clone())
