@@ -40,8 +40,8 @@ fn health(result: &Result<Response, reqwest::Error>) -> Health {
 }
 
 /// What spaces the sends of a host whose robots.txt asks for an interval:
-/// its origin, and a bucket of one at that interval.
-pub(crate) type Gate = (String, Arc<crate::TokenBucket>);
+/// its origin, and the spacer at that interval.
+pub(crate) type Gate = (String, Arc<super::wait::Spacer>);
 
 /// A source of uniform draws in `[0, 1)`.
 pub(crate) type Random = Arc<dyn Fn() -> f64 + Send + Sync>;

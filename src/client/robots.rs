@@ -5,7 +5,8 @@
 //! are looked up (fetched once, through the same pacing as any call, and
 //! cached); a disallowed path fails there, and an allowed one is sent no
 //! sooner than the host's `Crawl-delay` or `Request-rate` allows, which a
-//! bucket of one per origin (the *gate*) spaces right before each send.
+//! spacer per origin (the *gate*) enforces right before each send, counted
+//! from the instant the previous send went.
 //! What a fetch means is a pure function ([`rules`]) of how it ended and
 //! the user-agent; the parsing of `Allow`, `Disallow` and `Crawl-delay` is
 //! [`texting_robots`]'s, and `Request-rate` (which it does not read) is
@@ -20,8 +21,9 @@ use reqwest::{Method, Request, Response, StatusCode};
 use tokio::time::Instant;
 
 use super::engine::{Gate, Pacer};
+use super::wait::Spacer;
 use super::{scope, Cost, SendFailure};
-use crate::{Error, Rate, TokenBucket};
+use crate::Error;
 
 /// Obey each host's robots.txt: see [`PaceBuilder::robots`](crate::PaceBuilder::robots).
 ///
@@ -303,27 +305,26 @@ struct Cached {
 #[derive(Default)]
 struct Host {
     cached: tokio::sync::Mutex<Option<Cached>>,
-    /// A bucket of one at the host's interval, when it has one.
-    gate: Mutex<Option<Arc<TokenBucket>>>,
+    /// What spaces the host's sends by its interval, when it has one.
+    gate: Mutex<Option<Arc<Spacer>>>,
 }
 
 impl Host {
-    fn gate(&self) -> Option<Arc<TokenBucket>> {
+    fn gate(&self) -> Option<Arc<Spacer>> {
         crate::sync::lock(&self.gate).clone()
     }
 
     /// Space the host's sends by `interval` from now on (none: no gate).
-    /// A new gate starts empty: the fetch just made counts as a send.
+    /// A new gate counts the fetch just made as a send.
     fn set_interval(&self, interval: Option<Duration>) {
         let mut gate = crate::sync::lock(&self.gate);
-        let rate = interval.and_then(|i| Rate::every(i).ok());
-        *gate = match (gate.take(), rate) {
+        *gate = match (gate.take(), interval) {
             (_, None) => None,
-            (Some(bucket), Some(rate)) => {
-                bucket.set_rate(rate);
-                Some(bucket)
+            (Some(spacer), Some(interval)) => {
+                spacer.set_interval(interval);
+                Some(spacer)
             }
-            (None, Some(rate)) => TokenBucket::with_initial(rate, 1, 0).ok().map(Arc::new),
+            (None, Some(interval)) => Some(Arc::new(Spacer::new(interval, Some(Instant::now())))),
         };
     }
 }

@@ -263,7 +263,7 @@ impl Pacer {
         }
         if let Some((origin, gate)) = gate {
             let t0 = Instant::now();
-            if let Err(e) = acquire(gate.as_ref(), 1, false, Bounds::default(), until).await {
+            if let Err(e) = gate.wait(until).await {
                 for (m, &seq) in members.iter().zip(&seqs) {
                     m.state.adapt().on_no_response(seq);
                 }
@@ -408,6 +408,60 @@ async fn book(
     };
     // Never closed: the semaphore lives as long as the key's state.
     permit.map_err(|_| WaitError::Failed(Error::config("the key's booking queue closed")))
+}
+
+/// Sends spaced by at least an interval, counted from the instant the
+/// previous one was let go rather than from when it was due (as a bucket
+/// counts): a late wake-up of one send (a timer's millisecond, a busy
+/// runtime) never lets the next one closer to it. Fair (a tokio mutex:
+/// first come, first served) and cancel-safe (a call dropped while it
+/// waits leaves the queue and lets nothing go).
+pub(crate) struct Spacer {
+    interval: std::sync::Mutex<Duration>,
+    last: tokio::sync::Mutex<Option<Instant>>,
+}
+
+impl Spacer {
+    /// Sends `interval` apart, the first no sooner than `interval` after
+    /// `last` (none: at once).
+    pub(crate) fn new(interval: Duration, last: Option<Instant>) -> Spacer {
+        Spacer {
+            interval: std::sync::Mutex::new(interval),
+            last: tokio::sync::Mutex::new(last),
+        }
+    }
+
+    pub(crate) fn set_interval(&self, interval: Duration) {
+        *crate::sync::lock(&self.interval) = interval;
+    }
+
+    fn interval(&self) -> Duration {
+        *crate::sync::lock(&self.interval)
+    }
+
+    /// Wait for this send's turn, by `until`: a turn that would come past
+    /// it fails at once.
+    async fn wait(&self, until: Option<(Instant, Duration)>) -> Result<(), WaitError> {
+        let turn = async {
+            let mut last = self.last.lock().await;
+            if let Some(previous) = *last {
+                let at = previous + self.interval();
+                if let Some((_, limit)) = until.filter(|(deadline, _)| at > *deadline) {
+                    let wait = Some(at.saturating_duration_since(Instant::now()));
+                    return Err(WaitError::Deadline { wait, limit });
+                }
+                tokio::time::sleep_until(at).await;
+            }
+            *last = Some(Instant::now());
+            Ok(())
+        };
+        match until {
+            None => turn.await,
+            Some((at, limit)) => tokio::time::timeout_at(at, turn)
+                .await
+                .map_err(|_| WaitError::Deadline { wait: None, limit })?,
+        }
+    }
 }
 
 /// One of a key's in-flight permits ([`Scope::max_in_flight`]), by
