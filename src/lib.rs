@@ -8,6 +8,11 @@
 //! With feature `redis`, a fleet of processes shares one budget per key
 //! ([`redis`]); with feature `testing`, a stateful
 //! rate-limited server lets you test your own backoff ([`testing`]).
+//! A crawler caps each host's requests in flight
+//! ([`Scope::max_in_flight`]), stops sending to a failing one
+//! ([`Scope::circuit_breaker`]), spaces a header-less one by its latency
+//! ([`Scope::auto_throttle`]) and, with feature `robots`, obeys its
+//! robots.txt (`Robots`).
 //!
 //! The layout follows the data, one way: a request's keys pick its buckets
 //! ([`Scope`]), it waits for them ([`limiter`]), it is sent, the response

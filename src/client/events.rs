@@ -14,9 +14,10 @@ use std::time::Duration;
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum Event {
-    /// The request waited for a scope's bucket before it was sent.
+    /// The request waited for a scope's bucket before it was sent (or,
+    /// with scope `robots`, for the interval its host's robots.txt asks).
     Waited {
-        /// The scope's name.
+        /// The scope's name (`robots` for a robots.txt's interval).
         scope: String,
         /// The bucket's key within the scope.
         key: String,
