@@ -661,6 +661,37 @@ mod robots {
         assert_eq!(start.elapsed(), Duration::from_secs(5));
     }
 
+    /// The robots.txt is fetched as any call is: paced by the host's
+    /// bucket (a ceiling of 1/s here: the first page waits its second),
+    /// and again once its TTL is over, spaced from the last page by the
+    /// Crawl-delay like any send.
+    #[tokio::test(start_paused = true)]
+    async fn the_fetch_is_paced_and_repeated_after_its_ttl() {
+        let server = site("User-agent: *\nCrawl-delay: 2\n").await;
+        let client = ThrottledClient::builder(reqwest::Client::new())
+            .rate(Rate::per_second(1).unwrap())
+            .burst(1)
+            .robots(Robots::new("pacebot").ttl(Duration::from_secs(5)))
+            .build()
+            .unwrap();
+        for _ in 0..4 {
+            client
+                .get(format!("{}/p", server.url()))
+                .send()
+                .await
+                .unwrap();
+        }
+        // robots.txt at 0, pages at 2, 4 and 6 s (the third call began at
+        // 4 s, within the TTL); the fourth begins at 6 s, past it: the
+        // robots.txt again, 2 s after the last page, then its page 2 s
+        // after that.
+        assert_eq!(
+            paths(&server),
+            ["/robots.txt", "/p", "/p", "/p", "/robots.txt", "/p"]
+        );
+        assert_eq!(times(&server), ms(&[0, 2_000, 4_000, 6_000, 8_000, 10_000]));
+    }
+
     /// What lies past `max_size` is not read: a Disallow there is ignored.
     #[tokio::test(start_paused = true)]
     async fn the_fetch_is_bounded_in_size() {
