@@ -120,6 +120,39 @@ pub enum Error {
         status: reqwest::StatusCode,
     },
 
+    /// The key's circuit breaker is open: its host failed too many sends
+    /// in a row (no connection, a timeout, a 5xx other than 503), and the
+    /// call failed at once instead of sending (see
+    /// [`Scope::circuit_breaker`](crate::Scope::circuit_breaker)).
+    #[cfg(feature = "client")]
+    #[error("circuit open for {key}{} (after {attempts} attempt(s); last status {})", show_retry_in(*.retry_in), show_status(*.last_status))]
+    CircuitOpen {
+        /// The scope's key whose breaker is open (a host's
+        /// `scheme://host:port`).
+        key: String,
+        /// Time until a probe may go; `None` while a probe is in flight.
+        retry_in: Option<Duration>,
+        /// Attempts this call made before it, the first included (0: it
+        /// sent nothing).
+        attempts: u32,
+        /// The last response's status, if an attempt of this call got one.
+        last_status: Option<reqwest::StatusCode>,
+    },
+
+    /// The host's robots.txt disallows the URL for the client's
+    /// user-agent, or could not be read (a 429 or 5xx, no answer) and
+    /// disallows every path for a while (feature `robots`; see
+    /// [`Robots`](crate::Robots)). Nothing was sent.
+    #[cfg(feature = "robots")]
+    #[error("{url} is disallowed by its host's robots.txt{}", if *.unavailable { " (which could not be read)" } else { "" })]
+    RobotsDisallowed {
+        /// The URL refused.
+        url: String,
+        /// Whether the robots.txt could not be read (then every path is
+        /// disallowed until it is fetched again).
+        unavailable: bool,
+    },
+
     /// Every allowed attempt failed, or the time limit for retries was
     /// reached.
     #[cfg(feature = "client")]
@@ -275,6 +308,14 @@ fn show_wait(wait: Option<Duration>) -> String {
 }
 
 #[cfg(feature = "client")]
+fn show_retry_in(retry_in: Option<Duration>) -> String {
+    retry_in.map_or_else(
+        || ", a probe in flight".to_string(),
+        |w| format!(", a probe in {w:?}"),
+    )
+}
+
+#[cfg(feature = "client")]
 fn show_status(status: Option<reqwest::StatusCode>) -> String {
     status.map_or_else(|| "none".to_string(), |s| s.as_u16().to_string())
 }
@@ -289,6 +330,7 @@ impl Error {
             }
             Error::RetriesExhausted { last_status, .. }
             | Error::DeadlineExceeded { last_status, .. }
+            | Error::CircuitOpen { last_status, .. }
             | Error::BudgetExhausted { last_status, .. }
             | Error::NotRetried { last_status, .. } => *last_status,
             _ => None,

@@ -8,6 +8,11 @@
 //! With feature `redis`, a fleet of processes shares one budget per key
 //! ([`redis`]); with feature `testing`, a stateful
 //! rate-limited server lets you test your own backoff ([`testing`]).
+//! A crawler caps each host's requests in flight
+//! ([`Scope::max_in_flight`]), stops sending to a failing one
+//! ([`Scope::circuit_breaker`]), spaces a header-less one by its latency
+//! ([`Scope::auto_throttle`]) and, with feature `robots`, obeys its
+//! robots.txt (`Robots`).
 //!
 //! The layout follows the data, one way: a request's keys pick its buckets
 //! ([`Scope`]), it waits for them ([`limiter`]), it is sent, the response
@@ -71,10 +76,13 @@ pub mod testing;
 pub use crate::tower::{PaceLayer, PaceService};
 #[cfg(feature = "metrics")]
 pub use client::describe_metrics;
+#[cfg(feature = "robots")]
+pub use client::Robots;
 #[cfg(feature = "client")]
 pub use client::{
-    host_key, Cost, Deadline, Event, IntoRequest, KeyStatus, PaceBuilder, PacedRequestBuilder,
-    Pacer, Scope, ThrottledClient, ThrottledClientBuilder,
+    host_key, AutoThrottle, CircuitBreaker, CircuitState, Cost, Deadline, Event, IntoRequest,
+    KeyStatus, PaceBuilder, PacedRequestBuilder, Pacer, Scope, ThrottledClient,
+    ThrottledClientBuilder,
 };
 pub use error::Error;
 #[cfg(feature = "client")]

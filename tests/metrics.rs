@@ -370,6 +370,61 @@ fn every_metric_is_described_with_its_unit() {
             ("reqwest_pace_retry_delay_seconds", seconds),
             ("reqwest_pace_gave_up_total", count),
             ("reqwest_pace_completed_total", count),
+            ("reqwest_pace_circuit_transitions_total", count),
+            ("reqwest_pace_circuits_open", count),
         ]),
     );
+}
+
+/// A host's circuit breaker opens after two 500s, lets its probe through
+/// after the cool-down, and the probe's success closes it: each change is
+/// counted by the state entered, and the gauge of open breakers goes up
+/// and back down (never a series per key).
+#[tokio::test(start_paused = true)]
+async fn circuit_changes_are_counted_and_open_breakers_gauged() {
+    let recorder = TestRecorder::default();
+    let _installed = metrics::set_default_local_recorder(&recorder);
+    reqwest_pace::describe_metrics();
+    let server = RateLimitedServer::builder()
+        .limit(Rate::per_second(1_000).unwrap())
+        .burst(1_000)
+        .dialect(Dialect::None)
+        .start()
+        .await
+        .unwrap();
+    server.inject(Fault::internal_server_error().times(2));
+    let breaker = reqwest_pace::CircuitBreaker::default()
+        .failures(2)
+        .cool_down(Duration::from_secs(1));
+    let client = ThrottledClient::builder(reqwest::Client::new())
+        .host_scope(
+            Scope::per_host()
+                .rate(Rate::per_second(1_000).unwrap())
+                .circuit_breaker(breaker),
+        )
+        .build()
+        .unwrap();
+    for _ in 0..2 {
+        client.get(server.url()).send().await.unwrap();
+    }
+    assert_eq!(
+        recorder.gauges()["reqwest_pace_circuits_open{scope=host}"],
+        1.0
+    );
+    assert!(client.get(server.url()).send().await.is_err());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    client.get(server.url()).send().await.unwrap();
+    let counters = recorder.counters();
+    let circuit = |state: &str| {
+        counters[&format!("reqwest_pace_circuit_transitions_total{{scope=host,state={state}}}")]
+    };
+    assert_eq!(
+        (circuit("open"), circuit("half_open"), circuit("closed")),
+        (1, 1, 1)
+    );
+    assert_eq!(
+        recorder.gauges()["reqwest_pace_circuits_open{scope=host}"],
+        0.0
+    );
+    recorder.assert_all_described();
 }

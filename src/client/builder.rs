@@ -25,6 +25,8 @@ pub struct PaceBuilder<S> {
     deadline: Option<Duration>,
     jitter: ReleaseJitter,
     random: Option<Random>,
+    #[cfg(feature = "robots")]
+    robots: Option<super::Robots>,
     /// A setting that applies to nothing, kept to fail `build` with.
     ignored: Option<&'static str>,
 }
@@ -44,6 +46,8 @@ impl<S> PaceBuilder<S> {
             deadline: None,
             jitter: ReleaseJitter::default(),
             random: None,
+            #[cfg(feature = "robots")]
+            robots: None,
             ignored: None,
         }
     }
@@ -67,6 +71,42 @@ impl<S> PaceBuilder<S> {
         match self.host_scope.take() {
             Some(scope) => self.host_scope = Some(scope.burst(burst)),
             None => self.ignored = Some("burst"),
+        }
+        self
+    }
+
+    /// At most `max` requests in flight per host (default: no cap); see
+    /// [`Scope::max_in_flight`] for what a permit covers. Set after
+    /// [`without_host_scope`](Self::without_host_scope), it applies to
+    /// nothing, and `build` fails.
+    pub fn max_in_flight(mut self, max: usize) -> Self {
+        match self.host_scope.take() {
+            Some(scope) => self.host_scope = Some(scope.max_in_flight(max)),
+            None => self.ignored = Some("max_in_flight"),
+        }
+        self
+    }
+
+    /// A circuit breaker per host (default: none); see
+    /// [`Scope::circuit_breaker`] for what opens and closes it. Set after
+    /// [`without_host_scope`](Self::without_host_scope), it applies to
+    /// nothing, and `build` fails.
+    pub fn circuit_breaker(mut self, breaker: super::CircuitBreaker) -> Self {
+        match self.host_scope.take() {
+            Some(scope) => self.host_scope = Some(scope.circuit_breaker(breaker)),
+            None => self.ignored = Some("circuit_breaker"),
+        }
+        self
+    }
+
+    /// Latency-aware politeness per host (default: none); see
+    /// [`Scope::auto_throttle`]. Set after
+    /// [`without_host_scope`](Self::without_host_scope), it applies to
+    /// nothing, and `build` fails.
+    pub fn auto_throttle(mut self, politeness: super::AutoThrottle) -> Self {
+        match self.host_scope.take() {
+            Some(scope) => self.host_scope = Some(scope.auto_throttle(politeness)),
+            None => self.ignored = Some("auto_throttle"),
         }
         self
     }
@@ -153,6 +193,16 @@ impl<S> PaceBuilder<S> {
         self
     }
 
+    /// Obey each host's robots.txt for a user-agent (feature `robots`;
+    /// default: robots.txt is not read): disallowed paths fail at once
+    /// with [`Error::RobotsDisallowed`], and a host's `Crawl-delay` or
+    /// `Request-rate` spaces its sends. See [`Robots`](super::Robots).
+    #[cfg(feature = "robots")]
+    pub fn robots(mut self, robots: super::Robots) -> Self {
+        self.robots = Some(robots);
+        self
+    }
+
     /// Validate the configuration and build the engine.
     fn build_pacer(self) -> Result<(Pacer, S), Error> {
         if let Some(setting) = self.ignored {
@@ -167,6 +217,10 @@ impl<S> PaceBuilder<S> {
             .chain(self.scopes)
             .map(Scope::build)
             .collect::<Result<Vec<_>, _>>()?;
+        #[cfg(feature = "robots")]
+        if let Some(robots) = &self.robots {
+            robots.validate()?;
+        }
         let inner = Inner {
             scopes,
             policy: self.policy,
@@ -176,6 +230,8 @@ impl<S> PaceBuilder<S> {
             jitter: self.jitter,
             random: self.random.unwrap_or_else(|| Arc::new(fastrand::f64)),
             clocks: Default::default(),
+            #[cfg(feature = "robots")]
+            robots: self.robots.map(super::robots::RobotsCache::new),
         };
         let pacer = Pacer {
             inner: Arc::new(inner),

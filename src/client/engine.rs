@@ -18,16 +18,30 @@ use reqwest::{Method, Request, Response, StatusCode};
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use super::breaker::Health;
 use super::events::{emit, Hook};
 use super::scope::BuiltScope;
 use super::server_clock::ServerClocks;
 use super::wait::{status_or_429, time_limit, Member, Sent};
-use super::{scope, Cost, Event, KeyStatus, SendFailure};
+use super::{scope, CircuitState, Cost, Event, KeyStatus, SendFailure};
 use crate::error::LastResponse;
 use crate::headers::RateLimitSignal;
 use crate::limiter::Adjustment;
 use crate::retry::{Attempted, Decision, GiveUp, Outcome, ReleaseJitter, RetryBudget, RetryPolicy};
 use crate::Error;
+
+/// What an attempt's result says of its server's health, for the circuit
+/// breakers.
+fn health(result: &Result<Response, reqwest::Error>) -> Health {
+    match result {
+        Ok(response) => Health::of_status(response.status().as_u16()),
+        Err(e) => Health::of_error(e),
+    }
+}
+
+/// What spaces the sends of a host whose robots.txt asks for an interval:
+/// its origin, and the spacer at that interval.
+pub(crate) type Gate = (String, Arc<super::wait::Spacer>);
 
 /// A source of uniform draws in `[0, 1)`.
 pub(crate) type Random = Arc<dyn Fn() -> f64 + Send + Sync>;
@@ -66,6 +80,9 @@ pub(crate) struct Inner {
     pub(crate) random: Random,
     /// Each server's clock, as its `Date` headers place it.
     pub(crate) clocks: Mutex<ServerClocks>,
+    /// Each origin's robots.txt, when it is obeyed.
+    #[cfg(feature = "robots")]
+    pub(crate) robots: Option<super::robots::RobotsCache>,
 }
 
 /// One call's progress through its attempts.
@@ -144,7 +161,22 @@ impl Pacer {
             rate,
             closed_for: closed.map(|b| b.until - now),
             closed_by: closed.map(|b| status_or_429(b.status)),
+            max_in_flight: state.in_flight.as_ref().map(|(_, max)| *max),
+            in_flight: state.in_flight(),
+            circuit: state.circuit(now),
+            crawl_delay: self.crawl_delay(key),
+            auto_throttle_delay: state.politeness_delay(),
         })
+    }
+
+    #[cfg(feature = "robots")]
+    fn crawl_delay(&self, key: &str) -> Option<Duration> {
+        self.inner.robots.as_ref()?.interval(key)
+    }
+
+    #[cfg(not(feature = "robots"))]
+    fn crawl_delay(&self, _key: &str) -> Option<Duration> {
+        None
     }
 
     /// Forget what this process's state of a scope's key has learned (and
@@ -163,7 +195,16 @@ impl Pacer {
         let Some(state) = built.keyed.peek(&key.to_owned()) else {
             return false;
         };
+        let circuit = state.circuit(Instant::now());
         state.reset(&built.config);
+        if let Some(from) = circuit.filter(|c| !matches!(c, CircuitState::Closed { .. })) {
+            self.emit(Event::Circuit {
+                scope: scope.to_owned(),
+                key: key.to_owned(),
+                from,
+                to: CircuitState::Closed { failures: 0 },
+            });
+        }
         if let Ok(limiter) = &state.limiter {
             if let Err(e) = limiter.adjust(Adjustment::Unblock).await {
                 tracing::warn!(target: "reqwest_pace", key, error = %e, "could not lift the limiter's block");
@@ -216,7 +257,8 @@ impl Pacer {
             .await
     }
 
-    /// The loop: key → wait → send → read → adjust → decide.
+    /// The robots step (feature `robots`: may the request go, and what
+    /// spaces its host's sends), then the loop.
     async fn attempts<F, Fut>(
         &self,
         request: Request,
@@ -228,13 +270,38 @@ impl Pacer {
         F: FnMut(Request) -> Fut,
         Fut: Future<Output = Result<Response, SendFailure>>,
     {
+        let gate = self.obey_robots(&request, &mut send).await?;
+        self.paced_attempts(request, cost, deadline, send, gate)
+            .await
+    }
+
+    /// Without feature `robots`, every request may go, ungated.
+    #[cfg(not(feature = "robots"))]
+    async fn obey_robots<F>(&self, _: &Request, _: &mut F) -> Result<Option<Gate>, Error> {
+        Ok(None)
+    }
+
+    /// The loop: key → wait → send → read → adjust → decide. A `gate` (a
+    /// host's robots.txt interval) spaces every attempt's send.
+    pub(crate) async fn paced_attempts<F, Fut>(
+        &self,
+        request: Request,
+        cost: &Cost,
+        deadline: Option<Duration>,
+        mut send: F,
+        gate: Option<Gate>,
+    ) -> Result<Response, Error>
+    where
+        F: FnMut(Request) -> Fut,
+        Fut: Future<Output = Result<Response, SendFailure>>,
+    {
         let members = self.members(&request, cost);
         let mut call = Call::new(&request, deadline);
         let mut current = request;
         loop {
             call.attempt += 1;
             let replay = self.replay(&call, &current);
-            let sent = self.wait(&members, &mut call).await?;
+            let sent = self.wait(&members, gate.as_ref(), &mut call).await?;
             let sent_at = Instant::now();
             let result = match self.send_one(&mut send, current, &call).await {
                 Ok(result) => result,
@@ -244,6 +311,9 @@ impl Pacer {
                 }
             };
             let read = self.read(&call, &result, sent_at);
+            let mut sent = sent;
+            self.judge(&members, &mut sent, health(&result));
+            self.measure_latency(&members, &result, sent_at);
             let paced = self
                 .learn(&members, &sent, read.signal.as_ref(), read.outcome)
                 .await;
@@ -257,6 +327,12 @@ impl Pacer {
                 Decision::Return => return self.finish(&call, result),
                 Decision::GiveUp(reason) => return Err(self.give_up(&call, reason, result).await),
                 Decision::Retry { delay, from_server } => {
+                    // A breaker this attempt opened fails the call now,
+                    // not after the delay.
+                    let made = (call.attempt, call.last_status);
+                    if let Some(open) = self.open_circuit(&members, made, None) {
+                        return Err(open);
+                    }
                     self.emit(Event::Retrying {
                         attempt: call.attempt,
                         delay,

@@ -14,9 +14,10 @@ use std::time::Duration;
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum Event {
-    /// The request waited for a scope's bucket before it was sent.
+    /// The request waited for a scope's bucket before it was sent (or,
+    /// with scope `robots`, for the interval its host's robots.txt asks).
     Waited {
-        /// The scope's name.
+        /// The scope's name (`robots` for a robots.txt's interval).
         scope: String,
         /// The bucket's key within the scope.
         key: String,
@@ -89,6 +90,20 @@ pub enum Event {
         /// The final status.
         status: u16,
     },
+    /// A key's circuit breaker changed state
+    /// ([`Scope::circuit_breaker`](crate::Scope::circuit_breaker)): it
+    /// opened (`to` is `Open` with its whole cool-down), a call took the
+    /// probe (`HalfOpen`), or the probe's success closed it.
+    Circuit {
+        /// The scope's name.
+        scope: String,
+        /// The key whose breaker changed.
+        key: String,
+        /// The state it left.
+        from: crate::CircuitState,
+        /// The state it entered.
+        to: crate::CircuitState,
+    },
 }
 
 pub(crate) type Hook = Arc<dyn Fn(&Event) + Send + Sync>;
@@ -147,6 +162,29 @@ pub(crate) fn emit(hook: Option<&Hook>, event: Event) {
         Event::Completed { attempts, status } => {
             tracing::debug!(target: "reqwest_pace", attempts, status, "completed")
         }
+        Event::Circuit {
+            scope,
+            key,
+            from,
+            to,
+        } => match to {
+            crate::CircuitState::Open { retry_in } => tracing::warn!(
+                target: "reqwest_pace",
+                scope,
+                key,
+                from = from.label(),
+                cool_down_ms = retry_in.as_millis() as u64,
+                "circuit opened"
+            ),
+            _ => tracing::info!(
+                target: "reqwest_pace",
+                scope,
+                key,
+                from = from.label(),
+                to = to.label(),
+                "circuit changed"
+            ),
+        },
     }
     #[cfg(feature = "metrics")]
     super::metrics::record(&event);

@@ -163,6 +163,34 @@ impl Pacer {
     }
 }
 
+impl Pacer {
+    /// Tell each member's latency-aware politeness how long the attempt
+    /// sent at `sent_at` took to answer (a transport error counts as a
+    /// failed answer after that long: it may slow the key, never speed it).
+    pub(crate) fn measure_latency(
+        &self,
+        members: &[Member],
+        result: &Result<reqwest::Response, reqwest::Error>,
+        sent_at: Instant,
+    ) {
+        let latency = sent_at.elapsed();
+        let ok = result
+            .as_ref()
+            .is_ok_and(|r| r.status().is_success() || r.status().is_redirection());
+        for m in members {
+            if let Some(delay) = m.state.measured(latency, ok) {
+                tracing::debug!(
+                    target: "reqwest_pace",
+                    key = m.state.key,
+                    latency_ms = latency.as_millis() as u64,
+                    delay_ms = delay.as_millis() as u64,
+                    "auto-throttle delay"
+                );
+            }
+        }
+    }
+}
+
 /// The block a throttled response's `Retry-After` asks for.
 fn server_block(signal: &RateLimitSignal, now: Instant) -> Option<Instant> {
     signal

@@ -16,7 +16,7 @@ use ::metrics::{
     counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit,
 };
 
-use super::Event;
+use super::{CircuitState, Event};
 
 const SENDS: &str = "reqwest_pace_sends_total";
 const RESPONSES: &str = "reqwest_pace_responses_total";
@@ -28,6 +28,8 @@ const RETRIES: &str = "reqwest_pace_retries_total";
 const RETRY_DELAY: &str = "reqwest_pace_retry_delay_seconds";
 const GAVE_UP: &str = "reqwest_pace_gave_up_total";
 const COMPLETED: &str = "reqwest_pace_completed_total";
+const CIRCUIT: &str = "reqwest_pace_circuit_transitions_total";
+const CIRCUITS_OPEN: &str = "reqwest_pace_circuits_open";
 
 /// Describe the client's metrics (feature `metrics`) to the installed
 /// recorder: each one's unit and a line of help, which exporters show (a
@@ -46,11 +48,14 @@ const COMPLETED: &str = "reqwest_pace_completed_total";
 /// | `reqwest_pace_retry_delay_seconds` | histogram | `source` | retry's sleep |
 /// | `reqwest_pace_gave_up_total` | counter | `reason` | call that failed for good |
 /// | `reqwest_pace_completed_total` | counter | `class` | call that ended with a final response |
+/// | `reqwest_pace_circuit_transitions_total` | counter | `scope`, `state` | change of a key's circuit breaker, by the state entered |
+/// | `reqwest_pace_circuits_open` | gauge | `scope` | keys whose breaker is open or half-open (this process) |
 ///
 /// `scope` is the [`Scope`](crate::Scope)'s name; `class` a status class
 /// (`1xx` to `5xx`, or `other`); `status` a throttled response's code (429,
 /// 503 or 403); `source` is `server` (the server's `Retry-After`) or
-/// `backoff`; `reason` is [`GiveUp::label`](crate::retry::GiveUp::label).
+/// `backoff`; `reason` is [`GiveUp::label`](crate::retry::GiveUp::label);
+/// `state` is [`CircuitState::label`](crate::CircuitState::label).
 /// No metric is labelled by a bucket's key or a URL.
 pub fn describe_metrics() {
     describe_counter!(SENDS, Unit::Count, "Attempts sent, retries included.");
@@ -94,6 +99,16 @@ pub fn describe_metrics() {
         Unit::Count,
         "Calls that ended with a final response, by status class."
     );
+    describe_counter!(
+        CIRCUIT,
+        Unit::Count,
+        "Changes of a key's circuit breaker, by scope and state entered."
+    );
+    describe_gauge!(
+        CIRCUITS_OPEN,
+        Unit::Count,
+        "Keys whose circuit breaker is open or half-open, by scope."
+    );
 }
 
 /// Record `event` with the current recorder (none installed: nothing).
@@ -130,6 +145,18 @@ pub(crate) fn record(event: &Event) {
         }
         Event::Completed { status, .. } => {
             counter!(COMPLETED, "class" => class(*status)).increment(1);
+        }
+        Event::Circuit {
+            scope, from, to, ..
+        } => {
+            counter!(CIRCUIT, "scope" => scope.clone(), "state" => to.label()).increment(1);
+            let was_closed = matches!(from, CircuitState::Closed { .. });
+            let is_closed = matches!(to, CircuitState::Closed { .. });
+            if was_closed && !is_closed {
+                gauge!(CIRCUITS_OPEN, "scope" => scope.clone()).increment(1.0);
+            } else if !was_closed && is_closed {
+                gauge!(CIRCUITS_OPEN, "scope" => scope.clone()).decrement(1.0);
+            }
         }
     }
 }

@@ -9,6 +9,8 @@
 //! an attempt; [`ThrottledClient`] is a `Pacer` with a `reqwest::Client`.
 
 mod adapt;
+mod autothrottle;
+mod breaker;
 mod builder;
 mod engine;
 mod events;
@@ -19,6 +21,8 @@ mod memory;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod request;
+#[cfg(feature = "robots")]
+mod robots;
 mod scope;
 mod server_clock;
 mod wait;
@@ -29,10 +33,14 @@ use reqwest::{Request, RequestBuilder, Response, StatusCode};
 
 #[cfg(feature = "metrics")]
 pub use self::metrics::describe_metrics;
+pub use autothrottle::AutoThrottle;
+pub use breaker::{CircuitBreaker, CircuitState};
 pub use builder::{PaceBuilder, ThrottledClientBuilder};
 pub use engine::Pacer;
 pub use events::Event;
 pub use request::PacedRequestBuilder;
+#[cfg(feature = "robots")]
+pub use robots::Robots;
 pub use scope::{host_key, Scope};
 
 use crate::headers::Dimension;
@@ -104,6 +112,23 @@ pub struct KeyStatus {
     pub closed_for: Option<Duration>,
     /// The status of the response that closed it.
     pub closed_by: Option<StatusCode>,
+    /// The key's cap on requests in flight
+    /// ([`Scope::max_in_flight`]); `None` without one.
+    pub max_in_flight: Option<usize>,
+    /// How many requests hold one of the key's in-flight permits now
+    /// (always 0 without a cap).
+    pub in_flight: usize,
+    /// The key's circuit breaker ([`Scope::circuit_breaker`]); `None`
+    /// without one.
+    pub circuit: Option<CircuitState>,
+    /// The least time between two requests that the robots.txt of the
+    /// key's origin asks for (its `Crawl-delay` or `Request-rate`), while
+    /// it is cached (feature `robots`; the key is an origin's for the
+    /// host scope).
+    pub crawl_delay: Option<Duration>,
+    /// The delay between the key's sends that its measured latency sets
+    /// ([`Scope::auto_throttle`]); `None` without it.
+    pub auto_throttle_delay: Option<Duration>,
 }
 
 /// Something that can become a [`reqwest::Request`]: a `Request` or a

@@ -10,6 +10,8 @@ use http::HeaderName;
 use reqwest::Request;
 
 use super::adapt::{Adaptive, Learned};
+use super::autothrottle::{AutoThrottle, Politeness};
+use super::breaker::{Breaker, CircuitBreaker, CircuitState};
 use super::memory::Memory;
 use crate::headers::Dimension;
 use crate::limiter::{Evictable, KeyedLimiter, Limiter, Rate, ServerBlock, TokenBucket};
@@ -66,6 +68,12 @@ pub struct Scope {
     max_keys: usize,
     idle_timeout: Duration,
     remember_for: Duration,
+    /// The most requests of one key in flight at once (`None`: no cap).
+    max_in_flight: Option<usize>,
+    /// Each key's circuit breaker (`None`: none).
+    breaker: Option<CircuitBreaker>,
+    /// Each key's latency-aware politeness (`None`: none).
+    auto_throttle: Option<AutoThrottle>,
     /// Why the scope cannot be built, found while it was set up.
     invalid: Option<String>,
 }
@@ -124,6 +132,9 @@ impl Scope {
             max_keys: 100_000,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             remember_for: DEFAULT_REMEMBER_FOR,
+            max_in_flight: None,
+            breaker: None,
+            auto_throttle: None,
             invalid: None,
         }
     }
@@ -283,6 +294,109 @@ impl Scope {
         self
     }
 
+    /// At most `max` requests of one key in flight at once (default: no
+    /// cap): a per-host rate of 2/s still lets 16 tasks hold 16
+    /// connections open to one slow host; with `max_in_flight(2)` two do,
+    /// and the others queue.
+    ///
+    /// **What it covers.** A request takes one of its key's `max` permits
+    /// before anything else on the key (before the wait for the key's first
+    /// response and for its bucket) and gives it back as soon as its
+    /// response headers are in and learned from, or its attempt fails, or
+    /// its call is dropped (cancelled) or fails before it is sent. The
+    /// permit does not cover reading the response body, which the caller
+    /// does after the call returns, nor a retry's sleep: each retry takes a
+    /// permit again, behind the requests already queued.
+    ///
+    /// **Guarantees.** The queue is fair: permits go in the order requests
+    /// asked for them (a tokio [`Semaphore`](tokio::sync::Semaphore)), and
+    /// a call dropped while it waits leaves the queue without taking a
+    /// permit. A request in several scopes with caps takes them in the
+    /// order the scopes were added (the host scope first). A call's
+    /// [`deadline`](crate::PaceBuilder::deadline) bounds the wait for a
+    /// permit, as it bounds every wait. A key with a request in flight is
+    /// never dropped as idle, so the cap holds however many keys come and
+    /// go.
+    ///
+    /// The cap is generic: a crawler's politeness per host (Scrapy's
+    /// `CONCURRENT_REQUESTS_PER_DOMAIN` is 8; 1 to 4 is kinder to small
+    /// sites), or an SDK's limit on concurrent requests per credential.
+    /// [`key_status`](crate::Pacer::key_status) reports a key's cap and
+    /// how many requests hold a permit. Zero fails the build.
+    ///
+    /// ```
+    /// use reqwest_pace::{Pacer, Scope};
+    ///
+    /// let pacer = Pacer::builder()
+    ///     .host_scope(Scope::per_host().max_in_flight(2))
+    ///     .build()?;
+    /// # Ok::<(), reqwest_pace::Error>(())
+    /// ```
+    pub fn max_in_flight(mut self, max: usize) -> Self {
+        self.max_in_flight = Some(max);
+        self
+    }
+
+    /// A circuit breaker per key (default: none): after
+    /// [`failures`](CircuitBreaker::failures) consecutive failures of a
+    /// key's sends (no connection, a timeout, a 5xx other than 503), its
+    /// calls fail at once with [`Error::CircuitOpen`] for a cool-down;
+    /// then exactly one call goes as a probe, and its success closes the
+    /// breaker while its failure opens it again for twice as long (up to
+    /// [`max_cool_down`](CircuitBreaker::max_cool_down)). A 429 or a 503 is
+    /// a server asking to slow down, which the key's pacing already does:
+    /// it is no failure, and like any answer it sets the count back to
+    /// zero. A retry is a send like any other: it goes while the breaker
+    /// is closed and fails the call once it is open.
+    ///
+    /// **Why it is off by default.** A breaker fails calls a caller may
+    /// want answered, and how many failures mean "down" depends on how
+    /// the caller's traffic spreads over keys; the retry budget already
+    /// keeps a failing host's load to a share of the regular traffic. A
+    /// crawler, which has other hosts to visit meanwhile, turns it on:
+    /// [`CircuitBreaker::default`] is tuned for that (5 failures, a 5 s
+    /// cool-down doubling up to 5 minutes). Put it on a scope whose key is
+    /// what fails together, a host ([`per_host`](Self::per_host)); on a
+    /// [`global`](Self::global) scope one dead host would stop every call.
+    ///
+    /// The state is in [`key_status`](crate::Pacer::key_status), each
+    /// change is an [`Event::Circuit`](crate::Event::Circuit) (and with
+    /// feature `metrics`, counted), and [`clear_key`](crate::Pacer::clear_key)
+    /// closes it.
+    ///
+    /// ```
+    /// use reqwest_pace::{CircuitBreaker, Pacer, Scope};
+    ///
+    /// let pacer = Pacer::builder()
+    ///     .host_scope(Scope::per_host().circuit_breaker(CircuitBreaker::default()))
+    ///     .build()?;
+    /// # Ok::<(), reqwest_pace::Error>(())
+    /// ```
+    pub fn circuit_breaker(mut self, breaker: CircuitBreaker) -> Self {
+        self.breaker = Some(breaker);
+        self
+    }
+
+    /// Latency-aware politeness per key, for hosts that send no rate-limit
+    /// headers (default: none): each key's sends are spaced by a delay that
+    /// its responses' latency sets, so that about
+    /// [`target_in_flight`](AutoThrottle::target_in_flight) of its
+    /// requests are in flight at once, as Scrapy's AutoThrottle does. A
+    /// host that slows down under load then gets fewer requests, before it
+    /// falls over. The delay only adds to the key's waits: the key never
+    /// goes faster than its bucket allows (its configured ceiling, or what
+    /// its server's headers taught), nor than a
+    /// [`max_in_flight`](Self::max_in_flight) or a robots.txt allows.
+    /// Latency is measured from the send to the response headers.
+    /// [`key_status`](crate::Pacer::key_status) reports the delay.
+    ///
+    /// Opt-in: against a server that states its limit the headers are the
+    /// better guide, and the delay would only slow it down.
+    pub fn auto_throttle(mut self, politeness: AutoThrottle) -> Self {
+        self.auto_throttle = Some(politeness);
+        self
+    }
+
     pub(crate) fn dimension_ref(&self) -> &Dimension {
         &self.dimension
     }
@@ -297,6 +411,20 @@ impl Scope {
                 "scope {:?}: headroom must be in (0, 1], not {}",
                 self.name, self.headroom
             )));
+        }
+        if let Some(max) = self.max_in_flight {
+            if max == 0 || max > tokio::sync::Semaphore::MAX_PERMITS {
+                return Err(Error::config(format!(
+                    "scope {:?}: max_in_flight must be from 1 to {}, not {max}",
+                    self.name,
+                    tokio::sync::Semaphore::MAX_PERMITS
+                )));
+            }
+        }
+        if let Some(politeness) = &self.auto_throttle {
+            politeness
+                .validate()
+                .map_err(|e| Error::config(format!("scope {:?}: {e}", self.name)))?;
         }
         let capacity = match (self.rate, self.burst) {
             (_, Some(b)) => b,
@@ -345,6 +473,9 @@ impl fmt::Debug for Scope {
             .field("adaptive", &self.adaptive)
             .field("probe", &self.probe)
             .field("custom_limiter", &self.factory.is_some())
+            .field("max_in_flight", &self.max_in_flight)
+            .field("circuit_breaker", &self.breaker)
+            .field("auto_throttle", &self.auto_throttle)
             .finish_non_exhaustive()
     }
 }
@@ -440,6 +571,13 @@ impl BuiltScope {
     }
 }
 
+/// A rate of one send per `delay` (no delay: one a nanosecond, as good as
+/// none; never fails below 584 years).
+fn spacing(delay: Duration) -> Result<Rate, Error> {
+    let nanos = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX).max(1);
+    Rate::every(Duration::from_nanos(nanos))
+}
+
 /// One key's limiter and what has been learned about it.
 pub(crate) struct KeyState {
     pub(crate) key: String,
@@ -461,6 +599,13 @@ pub(crate) struct KeyState {
     /// what the next response says still reaches them (a turn booked in a
     /// shared bucket is granted, whatever the server says meanwhile).
     pub(crate) booking: Option<tokio::sync::Semaphore>,
+    /// The permits of [`Scope::max_in_flight`], with their number.
+    pub(crate) in_flight: Option<(Arc<tokio::sync::Semaphore>, usize)>,
+    /// The key's circuit breaker, when its scope has one.
+    pub(crate) breaker: Option<Mutex<Breaker>>,
+    /// The key's latency-aware delay, and the bucket of one that spaces
+    /// its sends by it, when its scope has one.
+    pub(crate) politeness: Option<(Mutex<Politeness>, Arc<TokenBucket>)>,
     /// The rate and capacity the key's bucket was made with.
     made_with: (Rate, u64),
 }
@@ -506,6 +651,16 @@ impl KeyState {
             server_block: Mutex::new(None),
             block_changed: tokio::sync::Notify::new(),
             booking,
+            in_flight: config
+                .max_in_flight
+                .map(|max| (Arc::new(tokio::sync::Semaphore::new(max)), max)),
+            breaker: config.breaker.map(|b| Mutex::new(Breaker::new(b))),
+            politeness: config.auto_throttle.and_then(|tuning| {
+                let politeness = Politeness::new(tuning);
+                let rate = spacing(politeness.delay).ok()?;
+                let gate = TokenBucket::from_algorithm(crate::limiter::Gcra::new(rate, 1, 1));
+                Some((Mutex::new(politeness), Arc::new(gate)))
+            }),
             made_with,
         }
     }
@@ -515,6 +670,9 @@ impl KeyState {
     /// (it may take a round trip).
     pub(crate) fn reset(&self, config: &Scope) {
         self.set_server_block(None);
+        if let (Some(breaker), Some(tuning)) = (&self.breaker, config.breaker) {
+            *crate::sync::lock(breaker) = Breaker::new(tuning);
+        }
         *self.adapt() = Adaptive::new(
             config.dimension.clone(),
             config.rate,
@@ -558,6 +716,41 @@ impl KeyState {
     pub(crate) fn has_seen_response(&self) -> bool {
         self.seen_response.load(Ordering::Acquire)
     }
+
+    /// The key's breaker, when its scope has one.
+    pub(crate) fn breaker(&self) -> Option<std::sync::MutexGuard<'_, Breaker>> {
+        self.breaker.as_ref().map(crate::sync::lock)
+    }
+
+    /// The state of the key's breaker at `now`, when its scope has one.
+    pub(crate) fn circuit(&self, now: tokio::time::Instant) -> Option<CircuitState> {
+        self.breaker().map(|b| b.state(now))
+    }
+
+    /// The delay between sends that the key's latency sets, when its scope
+    /// is [`auto_throttle`](Scope::auto_throttle)d.
+    pub(crate) fn politeness_delay(&self) -> Option<Duration> {
+        let (politeness, _) = self.politeness.as_ref()?;
+        Some(crate::sync::lock(politeness).delay)
+    }
+
+    /// A response came `latency` after its send (`ok`: a 2xx or 3xx):
+    /// space the key's sends by the delay it sets.
+    pub(crate) fn measured(&self, latency: Duration, ok: bool) -> Option<Duration> {
+        let (politeness, gate) = self.politeness.as_ref()?;
+        let delay = crate::sync::lock(politeness).on_response(latency, ok)?;
+        if let Ok(rate) = spacing(delay) {
+            gate.set_rate(rate);
+        }
+        Some(delay)
+    }
+
+    /// How many requests hold one of the key's in-flight permits.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.in_flight
+            .as_ref()
+            .map_or(0, |(permits, max)| max - permits.available_permits())
+    }
 }
 
 impl Evictable for KeyState {
@@ -568,7 +761,11 @@ impl Evictable for KeyState {
         // that comes back probes and learns again.
         let bucket_idle = self.local.as_ref().is_some_and(|b| b.is_idle());
         let blocked = self.server_block(tokio::time::Instant::now()).is_some();
-        bucket_idle && !blocked
+        let breaker_fresh = self.breaker().is_none_or(|b| b.is_fresh());
+        // What the latency taught is dropped with the key, once its gate is
+        // full again (as what a bucket learned is).
+        let politeness_idle = self.politeness.as_ref().is_none_or(|(_, g)| g.is_idle());
+        bucket_idle && !blocked && self.in_flight() == 0 && breaker_fresh && politeness_idle
     }
 }
 

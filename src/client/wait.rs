@@ -5,9 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::StatusCode;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use super::engine::{Call, Pacer};
+use super::breaker::{Admission, Health, Transition};
+use super::engine::{Call, Gate, Pacer};
 use super::scope::KeyState;
 use super::Event;
 use crate::limiter::{Bounds, Grant, Limiter};
@@ -30,12 +32,45 @@ pub(crate) struct Member {
     pub(crate) bucket: Option<String>,
 }
 
-/// An attempt counted as sent on each of its members: the probe locks it
-/// holds until its response is learned from, and each member's send
-/// number.
+/// An attempt counted as sent on each of its members: the probe locks and
+/// in-flight permits it holds until its response is learned from (or it is
+/// dropped: an error, a cancelled call), and each member's send number.
 pub(crate) struct Sent<'m> {
     _probes: Vec<ProbeGuard<'m>>,
+    _permits: Vec<OwnedSemaphorePermit>,
     pub(crate) seqs: Vec<u64>,
+    /// What each member's circuit breaker admitted the attempt as, for the
+    /// members whose scope has one.
+    pub(crate) tickets: Vec<Ticket>,
+}
+
+/// A send a key's circuit breaker admitted, until its verdict is recorded
+/// ([`Ticket::settle`]); a probe dropped before that (its call cancelled,
+/// failed before an answer) leaves the next call to probe.
+pub(crate) struct Ticket {
+    pub(crate) member: usize,
+    state: Arc<KeyState>,
+    admission: Admission,
+    settled: bool,
+}
+
+impl Ticket {
+    /// Record how the send went; returns the breaker's change, if any.
+    pub(crate) fn settle(&mut self, health: Health) -> Option<Transition> {
+        self.settled = true;
+        let mut breaker = self.state.breaker()?;
+        breaker.record(Instant::now(), self.admission, health)
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if !self.settled {
+            if let Some(mut breaker) = self.state.breaker() {
+                breaker.abandon(Instant::now(), self.admission);
+            }
+        }
+    }
 }
 
 /// A key's probe lock, held until its first response is learned from.
@@ -61,12 +96,17 @@ impl Pacer {
     pub(crate) async fn wait<'m>(
         &self,
         members: &'m [Member],
+        gate: Option<&Gate>,
         call: &mut Call,
     ) -> Result<Sent<'m>, Error> {
         self.check_blocked(members)
             .map_err(|e| self.fail(call, e))?;
+        let made = (call.attempt - 1, call.last_status);
+        if let Some(open) = self.open_circuit(members, made, None) {
+            return Err(open);
+        }
         let until = call.limit(self.inner.policy.max_elapsed());
-        let sent = match self.wait_for_members(members, until).await {
+        let sent = match self.wait_for_members(members, gate, until).await {
             Ok(sent) => sent,
             Err(WaitError::Deadline { wait, limit }) => {
                 let error = Error::DeadlineExceeded {
@@ -85,7 +125,77 @@ impl Pacer {
             sent.abandon(members, false);
             return Err(self.fail(call, blocked));
         }
+        let mut sent = sent;
+        if let Some(open) = self.open_circuit(members, made, Some(&mut sent.tickets)) {
+            sent.abandon(members, false);
+            return Err(open);
+        }
         Ok(sent)
+    }
+
+    /// The error of a call on a key whose circuit breaker is open (or
+    /// half-open with its probe out). Without `tickets`, only a look before
+    /// the waits; with them, the admission itself, just before the send:
+    /// each member's breaker admits the attempt (the first after a
+    /// cool-down as the probe), and its ticket goes in `tickets`. The error
+    /// counts `attempts` made by the call.
+    pub(crate) fn open_circuit(
+        &self,
+        members: &[Member],
+        (attempts, last_status): (u32, Option<StatusCode>),
+        mut tickets: Option<&mut Vec<Ticket>>,
+    ) -> Option<Error> {
+        let now = Instant::now();
+        for (i, m) in members.iter().enumerate() {
+            let Some(mut breaker) = m.state.breaker() else {
+                continue;
+            };
+            let (admission, transition) = match tickets.as_deref_mut() {
+                None => (breaker.peek(now), None),
+                Some(_) => breaker.admit(now),
+            };
+            drop(breaker);
+            if let Some(transition) = transition {
+                self.circuit_changed(m, transition);
+            }
+            match (admission, tickets.as_deref_mut()) {
+                (Admission::Refuse { retry_in }, _) => {
+                    return Some(Error::CircuitOpen {
+                        key: m.state.key.clone(),
+                        retry_in,
+                        attempts,
+                        last_status,
+                    })
+                }
+                (_, Some(tickets)) => tickets.push(Ticket {
+                    member: i,
+                    state: Arc::clone(&m.state),
+                    admission,
+                    settled: false,
+                }),
+                (_, None) => {}
+            }
+        }
+        None
+    }
+
+    /// Tell each breaker of the attempt's members how it went: `health`.
+    pub(crate) fn judge(&self, members: &[Member], sent: &mut Sent<'_>, health: Health) {
+        for ticket in &mut sent.tickets {
+            if let Some(transition) = ticket.settle(health) {
+                self.circuit_changed(&members[ticket.member], transition);
+            }
+        }
+    }
+
+    /// Report a change of a member's breaker.
+    fn circuit_changed(&self, m: &Member, (from, to): Transition) {
+        self.emit(Event::Circuit {
+            scope: self.inner.scopes[m.scope].config.name.clone(),
+            key: m.state.key.clone(),
+            from,
+            to,
+        });
     }
 
     /// Report a call's give-up when `error` is one.
@@ -115,16 +225,31 @@ impl Pacer {
     }
 
     /// Wait for every bucket of the request (and for each key's first
-    /// response, when it learns), then count the request as sent on each.
-    /// On an error, no member counts the request as in flight.
+    /// response, when it learns), then count the request as sent on each;
+    /// last, for the `gate` that spaces its host's sends (a robots.txt's
+    /// interval), so that nothing waited for after it can bunch two sends
+    /// up. On an error, no member counts the request as in flight.
     async fn wait_for_members<'m>(
         &self,
         members: &'m [Member],
+        gate: Option<&Gate>,
         until: Option<(Instant, Duration)>,
     ) -> Result<Sent<'m>, WaitError> {
         let mut probes = Vec::new();
+        let mut permits = Vec::new();
         let mut seqs = Vec::with_capacity(members.len());
         for m in members {
+            if let Some((in_flight, _)) = &m.state.in_flight {
+                match take_permit(in_flight, until).await {
+                    Ok(permit) => permits.push(permit),
+                    Err(e) => {
+                        for (m, &seq) in members.iter().zip(&seqs) {
+                            m.state.adapt().on_no_response(seq);
+                        }
+                        return Err(e);
+                    }
+                }
+            }
             let grant = match self.wait_for_member(m, until, &mut probes).await {
                 Ok(grant) => grant,
                 Err(e) => {
@@ -136,9 +261,27 @@ impl Pacer {
             };
             seqs.push(m.state.adapt().on_send(Instant::now(), grant, m.weight));
         }
+        if let Some((origin, gate)) = gate {
+            let t0 = Instant::now();
+            if let Err(e) = gate.wait(until).await {
+                for (m, &seq) in members.iter().zip(&seqs) {
+                    m.state.adapt().on_no_response(seq);
+                }
+                return Err(e);
+            }
+            if !t0.elapsed().is_zero() {
+                self.emit(Event::Waited {
+                    scope: "robots".to_owned(),
+                    key: origin.clone(),
+                    waited: t0.elapsed(),
+                });
+            }
+        }
         Ok(Sent {
             _probes: probes,
+            _permits: permits,
             seqs,
+            tickets: Vec::new(),
         })
     }
 
@@ -173,6 +316,10 @@ impl Pacer {
         let grant = self
             .acquire_unless_blocked(m, limiter.as_ref(), until)
             .await?;
+        // After the bucket: the latency-aware delay only adds to its waits.
+        if let Some((_, gate)) = &m.state.politeness {
+            acquire(gate.as_ref(), 1, false, Bounds::default(), until).await?;
+        }
         let waited = t0.elapsed();
         if !waited.is_zero() {
             self.emit(Event::Waited {
@@ -261,6 +408,79 @@ async fn book(
     };
     // Never closed: the semaphore lives as long as the key's state.
     permit.map_err(|_| WaitError::Failed(Error::config("the key's booking queue closed")))
+}
+
+/// Sends spaced by at least an interval, counted from the instant the
+/// previous one was let go rather than from when it was due (as a bucket
+/// counts): a late wake-up of one send (a timer's millisecond, a busy
+/// runtime) never lets the next one closer to it. Fair (a tokio mutex:
+/// first come, first served) and cancel-safe (a call dropped while it
+/// waits leaves the queue and lets nothing go).
+pub(crate) struct Spacer {
+    interval: std::sync::Mutex<Duration>,
+    last: tokio::sync::Mutex<Option<Instant>>,
+}
+
+impl Spacer {
+    /// Sends `interval` apart, the first no sooner than `interval` after
+    /// `last` (none: at once).
+    pub(crate) fn new(interval: Duration, last: Option<Instant>) -> Spacer {
+        Spacer {
+            interval: std::sync::Mutex::new(interval),
+            last: tokio::sync::Mutex::new(last),
+        }
+    }
+
+    pub(crate) fn set_interval(&self, interval: Duration) {
+        *crate::sync::lock(&self.interval) = interval;
+    }
+
+    fn interval(&self) -> Duration {
+        *crate::sync::lock(&self.interval)
+    }
+
+    /// Wait for this send's turn, by `until`: a turn that would come past
+    /// it fails at once.
+    async fn wait(&self, until: Option<(Instant, Duration)>) -> Result<(), WaitError> {
+        let turn = async {
+            let mut last = self.last.lock().await;
+            if let Some(previous) = *last {
+                let at = previous + self.interval();
+                if let Some((_, limit)) = until.filter(|(deadline, _)| at > *deadline) {
+                    let wait = Some(at.saturating_duration_since(Instant::now()));
+                    return Err(WaitError::Deadline { wait, limit });
+                }
+                tokio::time::sleep_until(at).await;
+            }
+            *last = Some(Instant::now());
+            Ok(())
+        };
+        match until {
+            None => turn.await,
+            Some((at, limit)) => tokio::time::timeout_at(at, turn)
+                .await
+                .map_err(|_| WaitError::Deadline { wait: None, limit })?,
+        }
+    }
+}
+
+/// One of a key's in-flight permits ([`Scope::max_in_flight`]), by
+/// `until`: fair (first asked, first served) and cancel-safe (a call
+/// dropped while it waits leaves the queue).
+///
+/// [`Scope::max_in_flight`]: crate::Scope::max_in_flight
+async fn take_permit(
+    permits: &Arc<Semaphore>,
+    until: Option<(Instant, Duration)>,
+) -> Result<OwnedSemaphorePermit, WaitError> {
+    let permit = match until {
+        None => Arc::clone(permits).acquire_owned().await,
+        Some((at, limit)) => tokio::time::timeout_at(at, Arc::clone(permits).acquire_owned())
+            .await
+            .map_err(|_| WaitError::Deadline { wait: None, limit })?,
+    };
+    // Never closed: the semaphore lives as long as the key's state.
+    permit.map_err(|_| WaitError::Failed(Error::config("the key's in-flight permits closed")))
 }
 
 /// Wait for the key's first response, but not forever: a probe that hangs

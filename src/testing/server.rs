@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
@@ -133,7 +134,46 @@ struct App {
     api_key: HeaderName,
     hops: usize,
     latency: Duration,
+    latency_per_in_flight: Duration,
     state: Mutex<State>,
+    /// Requests being served now (from when their body is read to when
+    /// their answer is written), and the most there ever were at once.
+    in_flight: AtomicUsize,
+    peak_in_flight: AtomicUsize,
+    /// The body of an admitted `GET /robots.txt`, when one is served.
+    robots_txt: Option<String>,
+}
+
+/// One request counted as in flight at the server while it lives.
+struct Serving<'a>(&'a App);
+
+impl<'a> Serving<'a> {
+    fn start(app: &'a App) -> Self {
+        let now = app.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        app.peak_in_flight.fetch_max(now, Ordering::SeqCst);
+        Serving(app)
+    }
+
+    /// Serve for the server's latency, plus what the requests already in
+    /// flight when this one arrived add; returns how long it took.
+    async fn serve(&self) -> Duration {
+        let app = self.0;
+        let others = app.in_flight.load(Ordering::SeqCst).saturating_sub(1);
+        let others = u32::try_from(others).unwrap_or(u32::MAX);
+        let latency = app
+            .latency
+            .saturating_add(app.latency_per_in_flight.saturating_mul(others));
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
+        latency
+    }
+}
+
+impl Drop for Serving<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl App {
@@ -156,11 +196,18 @@ impl App {
     /// Decides one request, counts and logs it, and writes its answer:
     /// the one path from a request to a response, for HTTP and in-process
     /// calls alike.
-    fn answer(&self, key: ClientKey, method: http::Method, path: &str) -> Answer {
+    fn answer(
+        &self,
+        key: ClientKey,
+        method: http::Method,
+        path: &str,
+        latency: Duration,
+    ) -> Answer {
         let seen = Seen {
             key,
             method,
             path: path.to_owned(),
+            latency,
         };
         let now = self.elapsed();
         let (verdict, resource) = {
@@ -168,7 +215,13 @@ impl App {
             let resource = state.resource_name(&seen.path).to_owned();
             (state.decide(now, seen), resource)
         };
-        respond(&self.style, &verdict, &resource, self.wall())
+        let mut answer = respond(&self.style, &verdict, &resource, self.wall());
+        if let (Some(robots), Verdict::Admitted(_)) = (&self.robots_txt, &verdict) {
+            if path == "/robots.txt" {
+                answer.body = robots.clone();
+            }
+        }
+        answer
     }
 }
 
@@ -177,7 +230,7 @@ impl App {
 struct Answer {
     status: StatusCode,
     headers: HeaderMap,
-    body: &'static str,
+    body: String,
 }
 
 impl std::fmt::Debug for RateLimitedServer {
@@ -214,7 +267,9 @@ impl RateLimitedServer {
             hops: 0,
             changes: Vec::new(),
             latency: Duration::ZERO,
+            latency_per_in_flight: Duration::ZERO,
             bind: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+            robots_txt: None,
         }
     }
 
@@ -272,6 +327,21 @@ impl RateLimitedServer {
     /// without bound: meant for tests, not for long soaks.
     pub fn requests(&self) -> Vec<RequestRecord> {
         self.inner.app.state().records()
+    }
+
+    /// The most requests the server was serving at once so far: from when
+    /// a request's head arrived (or an in-process call began) to when its
+    /// answer was decided, its [`latency`](ServerBuilder::latency)
+    /// included. A client's cap on requests in flight per host is checked
+    /// against it.
+    pub fn peak_in_flight(&self) -> usize {
+        self.inner.app.peak_in_flight.load(Ordering::SeqCst)
+    }
+
+    /// How many requests the server is serving now (see
+    /// [`peak_in_flight`](Self::peak_in_flight)).
+    pub fn in_flight(&self) -> usize {
+        self.inner.app.in_flight.load(Ordering::SeqCst)
     }
 
     /// A [`tower_service::Service`] that answers `reqwest::Request`s in
@@ -340,7 +410,9 @@ pub struct ServerBuilder {
     hops: usize,
     changes: Vec<(Duration, Rate)>,
     latency: Duration,
+    latency_per_in_flight: Duration,
     bind: SocketAddr,
+    robots_txt: Option<String>,
 }
 
 impl ServerBuilder {
@@ -493,6 +565,26 @@ impl ServerBuilder {
         self
     }
 
+    /// Service time added for each other request the server is serving
+    /// when one arrives (default none): a server that slows down under
+    /// load, whose latency is [`latency`](Self::latency) alone and grows
+    /// by this much per request it already holds. Each request's is in
+    /// [`RequestRecord::latency`](super::RequestRecord::latency).
+    pub fn latency_per_in_flight(mut self, extra: Duration) -> Self {
+        self.latency_per_in_flight = extra;
+        self
+    }
+
+    /// Serve `body` as `/robots.txt` (default: none, and `/robots.txt` is
+    /// answered `ok` like any path). The request is decided like any other
+    /// (it takes a token, an injected [`Fault`] answers it first, it is
+    /// logged): only an admitted one gets the body, so a test scripts a
+    /// robots.txt that fails with a fault.
+    pub fn robots_txt(mut self, body: impl Into<String>) -> Self {
+        self.robots_txt = Some(body.into());
+        self
+    }
+
     /// The address to listen on (default `127.0.0.1:0`, a free loopback
     /// port).
     pub fn bind(mut self, addr: SocketAddr) -> Self {
@@ -566,7 +658,11 @@ impl ServerBuilder {
             api_key,
             hops: self.hops,
             latency: self.latency,
+            latency_per_in_flight: self.latency_per_in_flight,
             state: Mutex::new(state),
+            in_flight: AtomicUsize::new(0),
+            peak_in_flight: AtomicUsize::new(0),
+            robots_txt: self.robots_txt,
         });
         let stop = CancellationToken::new();
         let stopped = CancellationToken::new();
@@ -680,16 +776,15 @@ async fn handle(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     request: Request,
 ) -> Response {
+    let serving = Serving::start(&app);
     let (parts, body) = request.into_parts();
     let key = client_key(&parts.headers, peer.ip(), &app.api_key, app.hops);
     // Read the body to the end so the connection can be reused; a broken
     // body still gets an answer.
     let mut frames = body.into_data_stream();
     while let Some(Ok(_)) = frames.next().await {}
-    if !app.latency.is_zero() {
-        tokio::time::sleep(app.latency).await;
-    }
-    let answer = app.answer(key, parts.method, parts.uri.path());
+    let latency = serving.serve().await;
+    let answer = app.answer(key, parts.method, parts.uri.path(), latency);
     let mut response = Response::new(Body::from(answer.body));
     *response.status_mut() = answer.status;
     *response.headers_mut() = answer.headers;
@@ -700,7 +795,7 @@ fn respond(style: &Style, verdict: &Verdict, resource: &str, wall: SystemTime) -
     let status = verdict.status();
     let mut headers = HeaderMap::new();
     dialect::write_date(&mut headers, wall);
-    let body = match verdict {
+    let body: &str = match verdict {
         Verdict::Admitted(figures) => {
             dialect::write(style, figures, wall, resource, &mut headers);
             "ok\n"
@@ -729,7 +824,7 @@ fn respond(style: &Style, verdict: &Verdict, resource: &str, wall: SystemTime) -
     Answer {
         status,
         headers,
-        body,
+        body: body.to_owned(),
     }
 }
 
@@ -763,16 +858,16 @@ impl tower_service::Service<reqwest::Request> for ServerService {
     fn call(&mut self, request: reqwest::Request) -> Self::Future {
         let app = Arc::clone(&self.app);
         Box::pin(async move {
+            let serving = Serving::start(&app);
             let key = client_key(request.headers(), LOOPBACK, &app.api_key, app.hops);
-            if !app.latency.is_zero() {
-                tokio::time::sleep(app.latency).await;
-            }
-            let answer = app.answer(key, request.method().clone(), request.url().path());
+            let latency = serving.serve().await;
+            let answer = app.answer(key, request.method().clone(), request.url().path(), latency);
             // A builder with nothing but the URL in it cannot fail.
             let mut response = http::Response::builder()
                 .url(request.url().clone())
-                .body(answer.body)
-                .unwrap_or_else(|_| http::Response::new(answer.body));
+                .body(())
+                .unwrap_or_default()
+                .map(|()| answer.body);
             *response.status_mut() = answer.status;
             *response.headers_mut() = answer.headers;
             Ok(reqwest::Response::from(response))

@@ -48,6 +48,10 @@ pub struct RequestRecord {
     pub method: Method,
     /// The request path, without the query.
     pub path: String,
+    /// How long the server took to answer it: its
+    /// [`latency`](super::ServerBuilder::latency) plus what its load added
+    /// ([`latency_per_in_flight`](super::ServerBuilder::latency_per_in_flight)).
+    pub latency: Duration,
     /// The status answered.
     pub status: StatusCode,
     /// Why that status.
@@ -132,6 +136,8 @@ pub(crate) struct Seen {
     pub(crate) key: ClientKey,
     pub(crate) method: Method,
     pub(crate) path: String,
+    /// How long the server took before deciding (its latency and load).
+    pub(crate) latency: Duration,
 }
 
 /// How the main limiter counts and answers, apart from its algorithm.
@@ -306,6 +312,7 @@ impl State {
             key: seen.key,
             method: seen.method,
             path: seen.path,
+            latency: seen.latency,
             status: verdict.status(),
             outcome,
         });
@@ -419,6 +426,7 @@ mod tests {
             key: ClientKey::ApiKey(key.into()),
             method: Method::GET,
             path: "/".into(),
+            latency: Duration::ZERO,
         }
     }
 
