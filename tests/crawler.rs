@@ -606,6 +606,21 @@ mod robots {
         assert_eq!(times(&server), ms(&[0, 0, 0, 0]));
     }
 
+    /// That `result` is a call refused because its host's robots.txt could
+    /// not be had.
+    fn assert_unavailable(result: Result<reqwest::Response, Error>) {
+        assert!(
+            matches!(
+                result,
+                Err(Error::RobotsDisallowed {
+                    unavailable: true,
+                    ..
+                })
+            ),
+            "{result:?}"
+        );
+    }
+
     /// A robots.txt answered 500 disallows every path for `unavailable_for`
     /// (nothing sent, not even a new fetch), then it is fetched again.
     #[tokio::test(start_paused = true)]
@@ -615,17 +630,7 @@ mod robots {
         let client = polite_client(Robots::new("pacebot").unavailable_for(Duration::from_secs(30)));
         let url = format!("{}/page", server.url());
         for _ in 0..3 {
-            let refused = client.get(&url).send().await;
-            assert!(
-                matches!(
-                    refused,
-                    Err(Error::RobotsDisallowed {
-                        unavailable: true,
-                        ..
-                    })
-                ),
-                "{refused:?}"
-            );
+            assert_unavailable(client.get(&url).send().await);
             tokio::time::sleep(Duration::from_secs(10)).await;
         }
         // 30 s after the 500: fetched again, and allowed.
@@ -647,17 +652,7 @@ mod robots {
             .unwrap();
         let client = polite_client(Robots::new("pacebot").fetch_timeout(Duration::from_secs(5)));
         let start = Instant::now();
-        let refused = client.get(format!("{}/page", server.url())).send().await;
-        assert!(
-            matches!(
-                refused,
-                Err(Error::RobotsDisallowed {
-                    unavailable: true,
-                    ..
-                })
-            ),
-            "{refused:?}"
-        );
+        assert_unavailable(client.get(format!("{}/page", server.url())).send().await);
         assert_eq!(start.elapsed(), Duration::from_secs(5));
     }
 
