@@ -243,9 +243,7 @@ impl Pacer {
                 match take_permit(in_flight, until).await {
                     Ok(permit) => permits.push(permit),
                     Err(e) => {
-                        for (m, &seq) in members.iter().zip(&seqs) {
-                            m.state.adapt().on_no_response(seq);
-                        }
+                        no_longer_in_flight(members, &seqs);
                         return Err(e);
                     }
                 }
@@ -253,9 +251,7 @@ impl Pacer {
             let grant = match self.wait_for_member(m, until, &mut probes).await {
                 Ok(grant) => grant,
                 Err(e) => {
-                    for (m, &seq) in members.iter().zip(&seqs) {
-                        m.state.adapt().on_no_response(seq);
-                    }
+                    no_longer_in_flight(members, &seqs);
                     return Err(e);
                 }
             };
@@ -264,9 +260,7 @@ impl Pacer {
         if let Some((origin, gate)) = gate {
             let t0 = Instant::now();
             if let Err(e) = gate.wait(until).await {
-                for (m, &seq) in members.iter().zip(&seqs) {
-                    m.state.adapt().on_no_response(seq);
-                }
+                no_longer_in_flight(members, &seqs);
                 return Err(e);
             }
             if !t0.elapsed().is_zero() {
@@ -395,17 +389,33 @@ fn refusal(status: u16, spent_quota: bool, wait: Duration, cap: Duration) -> Err
     }
 }
 
+/// The attempt's sends `seqs`, counted on the first of `members`, went
+/// nowhere (a wait after them failed): they are in flight no more.
+fn no_longer_in_flight(members: &[Member], seqs: &[u64]) {
+    for (m, &seq) in members.iter().zip(seqs) {
+        m.state.adapt().on_no_response(seq);
+    }
+}
+
+/// `wait`'s output, or a deadline error once `until` passes first.
+async fn by_deadline<F: std::future::Future>(
+    until: Option<(Instant, Duration)>,
+    wait: F,
+) -> Result<F::Output, WaitError> {
+    match until {
+        None => Ok(wait.await),
+        Some((at, limit)) => tokio::time::timeout_at(at, wait)
+            .await
+            .map_err(|_| WaitError::Deadline { wait: None, limit }),
+    }
+}
+
 /// A turn to book on a limiter of the caller's, by `until`.
 async fn book(
     booking: &tokio::sync::Semaphore,
     until: Option<(Instant, Duration)>,
 ) -> Result<tokio::sync::SemaphorePermit<'_>, WaitError> {
-    let permit = match until {
-        None => booking.acquire().await,
-        Some((at, limit)) => tokio::time::timeout_at(at, booking.acquire())
-            .await
-            .map_err(|_| WaitError::Deadline { wait: None, limit })?,
-    };
+    let permit = by_deadline(until, booking.acquire()).await?;
     // Never closed: the semaphore lives as long as the key's state.
     permit.map_err(|_| WaitError::Failed(Error::config("the key's booking queue closed")))
 }
@@ -455,12 +465,7 @@ impl Spacer {
             *last = Some(Instant::now());
             Ok(())
         };
-        match until {
-            None => turn.await,
-            Some((at, limit)) => tokio::time::timeout_at(at, turn)
-                .await
-                .map_err(|_| WaitError::Deadline { wait: None, limit })?,
-        }
+        by_deadline(until, turn).await?
     }
 }
 
@@ -473,12 +478,7 @@ async fn take_permit(
     permits: &Arc<Semaphore>,
     until: Option<(Instant, Duration)>,
 ) -> Result<OwnedSemaphorePermit, WaitError> {
-    let permit = match until {
-        None => Arc::clone(permits).acquire_owned().await,
-        Some((at, limit)) => tokio::time::timeout_at(at, Arc::clone(permits).acquire_owned())
-            .await
-            .map_err(|_| WaitError::Deadline { wait: None, limit })?,
-    };
+    let permit = by_deadline(until, Arc::clone(permits).acquire_owned()).await?;
     // Never closed: the semaphore lives as long as the key's state.
     permit.map_err(|_| WaitError::Failed(Error::config("the key's in-flight permits closed")))
 }
