@@ -123,7 +123,11 @@ impl Politeness {
     /// A response came `latency` after its send; `ok` when its status is
     /// a 2xx or 3xx. Returns the new delay when it changed.
     pub(crate) fn on_response(&mut self, latency: Duration, ok: bool) -> Option<Duration> {
-        let target = latency.div_f64(self.tuning.target_in_flight);
+        // A quotient past what a duration holds (a tiny target) is the
+        // longest delay allowed.
+        let target =
+            Duration::try_from_secs_f64(latency.as_secs_f64() / self.tuning.target_in_flight)
+                .unwrap_or(self.tuning.max_delay);
         let next = if self.measured {
             ((self.delay + target) / 2).max(target)
         } else {

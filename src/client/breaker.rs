@@ -300,7 +300,7 @@ impl Breaker {
 
     fn open(&self, now: Instant, cool_down: Duration) -> State {
         State::Open {
-            until: now + cool_down,
+            until: super::later_by(now, cool_down),
             cool_down,
         }
     }

@@ -47,6 +47,13 @@ use crate::headers::Dimension;
 use crate::retry::RetryPolicy;
 use crate::Error;
 
+/// `wait` after `at`; a wait past what the clock can hold (a configured
+/// `Duration::MAX`) is a century: nothing the key will live to see.
+pub(crate) fn later_by(at: tokio::time::Instant, wait: Duration) -> tokio::time::Instant {
+    const CENTURY: Duration = Duration::from_secs(100 * 365 * 86_400);
+    at.checked_add(wait).unwrap_or_else(|| at + CENTURY)
+}
+
 /// What a request spends from the buckets it passes through: one request by
 /// default, plus any amount in other dimensions (tokens for a
 /// token-metered API). A scope spends the amount of its own

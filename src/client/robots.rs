@@ -158,7 +158,7 @@ enum Access {
 #[derive(Debug)]
 pub(crate) struct Rules {
     access: Access,
-    /// The least time between two requests to the host.
+    /// The least time between two requests to the host (a day at most).
     pub(crate) interval: Option<Duration>,
     /// Whether the robots.txt could not be read (429, 5xx, unreachable).
     unavailable: bool,
@@ -220,9 +220,12 @@ pub(crate) fn rules(fetched: &Fetched, config: &Robots) -> Rules {
     let crawl_delay = robot
         .delay
         .and_then(|d| Duration::try_from_secs_f32(d).ok());
+    // A day at most: the longest wait the crate believes of a server
+    // (`MAX_WAIT`), and one the clock can always add to an instant.
     let interval = crawl_delay
         .max(request_rate(body, &config.user_agent))
-        .filter(|d| !d.is_zero());
+        .filter(|d| !d.is_zero())
+        .map(|d| d.min(crate::headers::MAX_WAIT));
     Rules {
         access: Access::Rules(Box::new(robot)),
         interval,
@@ -406,7 +409,7 @@ impl Pacer {
                     );
                     *cached = Some(Cached {
                         rules: Arc::clone(&rules),
-                        until: Instant::now() + rules.keep_for,
+                        until: super::later_by(Instant::now(), rules.keep_for),
                     });
                     rules
                 }
@@ -549,6 +552,19 @@ mod tests {
         let garbage = rules(&answer(200, "\u{0}\u{1}<html>not robots</html>"), &c);
         assert!(garbage.allows(&url("/anything")));
         assert_eq!(garbage.interval, None);
+    }
+
+    /// A `Crawl-delay` or `Request-rate` past what an instant can hold
+    /// is a day: never a panic when the next send is timed.
+    #[test]
+    fn an_enormous_interval_is_a_day() {
+        for txt in [
+            "User-agent: *\nCrawl-delay: 1e19\n",
+            "User-agent: *\nRequest-rate: 1/18446744073709551615\n",
+        ] {
+            let r = rules(&answer(200, txt), &config());
+            assert_eq!(r.interval, Some(crate::headers::MAX_WAIT), "{txt}");
+        }
     }
 
     #[test]
