@@ -36,7 +36,7 @@ use crate::Error;
 /// - a disallowed path fails at once with [`Error::RobotsDisallowed`],
 ///   nothing sent (`/robots.txt` itself is always allowed);
 /// - `Crawl-delay: d` and `Request-rate: n/p` (the longer interval of the
-///   two; a `Request-rate`'s time-of-day window is ignored) become the
+///   two, a day at most; a `Request-rate`'s time-of-day window is ignored) become the
 ///   host's ceiling: its sends, retries and the next fetch of its
 ///   robots.txt included, are spaced by at least that interval, whatever
 ///   any scope learns or allows.
