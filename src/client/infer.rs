@@ -758,7 +758,7 @@ impl Series {
         let full = level > 0 && level.saturating_add(1) >= top;
         let b = &mut self.bucket;
         // What the readings prove the refill is at least: a measure over a
-        // stretch, or the bounds of every stretch.
+        // stretch, or the lower bound read over all of them.
         let proven = b.measured.unwrap_or(0.0).max(self.refill.lo);
         if b.per_second <= 0.0 {
             b.per_second = 1.0;
