@@ -25,6 +25,11 @@
 //!   threshold). The same regime paces a key that sends headers when a
 //!   refusal comes without them: a limiter in front of the server (a proxy,
 //!   a WAF) is slower than the headers say, and its rate caps theirs.
+//! - **Either way, a server that spaces the key's requests** (a bucket of
+//!   one, whose `remaining` is always 0) is read from the gaps between
+//!   the key's sends: refusals and admissions bracket its interval, and
+//!   once they agree it paces the key, whatever else would (see
+//!   [`spacing`](super::spacing)); readings that contradict it let go.
 //!
 //! Growth counts only time spent sending at the current pace (at most two
 //! intervals between responses), never time spent blocked, so a long
@@ -54,6 +59,7 @@ use tokio::time::Instant;
 
 use super::headerless::{Admitted, Congestion, Phase, Tuning};
 use super::infer::{Reading, Series};
+use super::spacing::{self, Spacing};
 use crate::headers::{Dimension, Limit, RateLimitSignal, MAX_WAIT};
 use crate::limiter::{Adjustment, Grant, Rate};
 
@@ -112,6 +118,9 @@ pub(crate) struct Adaptive {
     /// Whether a wait beyond the horizon was seen (warned once per key).
     warned_horizon: bool,
     congestion: Congestion,
+    /// The gaps between this key's admissions: a server that spaces them
+    /// (a bucket of one) is paced by them.
+    spacing: Spacing,
     /// Where other processes share the key's limiter: its rate as of this
     /// process's latest grant, per second (whoever set it), and the rate a
     /// server last refused, as the process that saw it named it.
@@ -335,6 +344,7 @@ impl Adaptive {
             fleet_too_fast: None,
             fleet_peak: None,
             congestion: Congestion::open(),
+            spacing: Spacing::default(),
         }
     }
 
@@ -475,9 +485,20 @@ impl Adaptive {
         // The header-less regime paces a key without headers, one whose
         // headers do not say how fast (no reset, no window, a bucket of
         // one: their `remaining` still bounds it), and a limiter in front.
-        if self.front || (!header_paced && (has_headers || !self.header_driven)) {
+        // A key its gaps show to be spaced is paced by them: the
+        // header-less regime waits meanwhile (it would read a refused
+        // probe of the spacing as its own ceiling, and cut).
+        let spaced = this
+            .filter(|_| counted.is_none())
+            .and_then(|this| self.spaced(seq, this.at, signal));
+        if spaced.is_none()
+            && (self.front || (!header_paced && (has_headers || !self.header_driven)))
+        {
             let granted_rate = this.and_then(|r| r.granted_rate);
             self.congestion(now, (seq, granted_rate), signal, success, &mut out);
+        }
+        if let Some(interval) = spaced {
+            self.pace_every(interval, &mut out);
         }
         if let (true, Some(wait)) = (signal.is_throttled(), signal.believable_retry_after()) {
             out.push(Adjustment::BlockUntil(now + wait));
@@ -490,6 +511,38 @@ impl Adaptive {
             }
         }
         out
+    }
+
+    /// Reads the gap before the request `seq`, sent at `sent`, and returns
+    /// the interval to space the key's sends by where the gaps show a
+    /// server that spaces them (see [`spacing`](super::spacing)). Only for
+    /// a key no other process spends: a fleet's admissions fall between
+    /// this process's.
+    fn spaced(&mut self, seq: u64, sent: Instant, signal: &RateLimitSignal) -> Option<Duration> {
+        let t = &spacing::Tuning::DEFAULT;
+        let refused = signal.is_throttled();
+        if refused || counted_by_server(signal) {
+            let earlier_unanswered = self.in_flight.iter().any(|r| r.seq < seq);
+            self.spacing.observe(sent, !refused, earlier_unanswered, t);
+        }
+        self.spacing.interval(sent, t)
+    }
+
+    /// Paces the key at one send per `interval`, whatever else paced it.
+    fn pace_every(&mut self, interval: Duration, out: &mut Vec<Adjustment>) {
+        // Exactly the interval, not within a percent of it: a bucket of
+        // one refuses any gap shorter.
+        let mut per_second = 1.0 / (interval.as_secs_f64() + 1e-6);
+        if let Some(c) = self.ceiling {
+            per_second = per_second.min(c.per_second_f64());
+        }
+        if let Ok(rate) = Rate::from_per_second_f64(per_second) {
+            if self.applied != Some(rate.per_second_f64()) {
+                self.applied = Some(rate.per_second_f64());
+                out.push(Adjustment::SetRate(rate));
+            }
+        }
+        out.extend(self.capacity_adjustment(1));
     }
 
     /// Requests sent after the one with send number `seq` (`this`, while

@@ -25,6 +25,7 @@ mod request;
 mod robots;
 mod scope;
 mod server_clock;
+mod spacing;
 mod wait;
 
 use std::time::Duration;

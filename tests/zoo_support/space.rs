@@ -81,18 +81,39 @@ pub async fn default_client_in_process_against(
     run: std::time::Duration,
     sustained: Option<f64>,
 ) -> RunFigures {
+    let server = builder.start().await.expect("server starts");
+    let sustained = sustained.unwrap_or_else(|| server.algorithm().sustained_per_second());
+    default_client_against(&server, tasks, run, sustained).await
+}
+
+/// The figures of the default client on `server`, already started (to
+/// read its records after), measured against its own limit.
+#[allow(dead_code)] // Not every test binary that shares this module uses it.
+pub async fn default_client_in_process_on(
+    server: &reqwest_pace::testing::RateLimitedServer,
+    tasks: usize,
+    run: std::time::Duration,
+) -> RunFigures {
+    let sustained = server.algorithm().sustained_per_second();
+    default_client_against(server, tasks, run, sustained).await
+}
+
+async fn default_client_against(
+    server: &reqwest_pace::testing::RateLimitedServer,
+    tasks: usize,
+    run: std::time::Duration,
+    sustained: f64,
+) -> RunFigures {
     use reqwest_pace::{PaceLayer, ThrottledClient};
     use tower_layer::Layer;
 
-    let server = builder.start().await.expect("server starts");
-    let sustained = sustained.unwrap_or_else(|| server.algorithm().sustained_per_second());
     let client = ThrottledClient::builder(reqwest::Client::new())
         .random(|| 0.5)
         .build()
         .expect("default client");
     Workload::new(tasks, run)
         .run(
-            &server,
+            server,
             sustained,
             PaceLayer::new(client).layer(server.service()),
         )

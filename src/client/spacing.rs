@@ -1,0 +1,295 @@
+//! A server that spaces a key's requests: a bucket of one (a GCRA or token
+//! bucket with no burst, nginx's `limit_req` without `burst`), which admits
+//! a request exactly when the time since the last one it admitted is at
+//! least its interval. Neither its headers (`remaining` is always 0) nor a
+//! second's average of refusals tell that interval well; the gaps do:
+//!
+//! - a request admitted `g` after the previous admission proves the
+//!   interval is at most `g`;
+//! - one refused `g` after it proves the interval is more than `g`.
+//!
+//! So the interval lies in `(longest refused gap, shortest admitted gap]`,
+//! and each send can halve that bracket (in ratio): while it is wide the
+//! key is paced at its geometric middle, once it is narrow at its top,
+//! which the server has admitted.
+//!
+//! A refilling bucket driven at its rate reads the same, and its interval
+//! is its rate: the same pace is right for it. Any other limiter soon
+//! contradicts the bracket (a window admits short gaps and then refuses
+//! one as long; a bucket with a burst admits a gap shorter than one it
+//! refused): the bracket starts over from that reading, and it paces
+//! nothing until it holds refusals and admissions that agree again
+//! (see [`Tuning::agreeing_refusals`] and [`Tuning::agreeing_admissions`]).
+//! Nothing latches.
+//!
+//! A gap is read only when every request sent before it has been answered:
+//! otherwise an admission not yet seen may lie between.
+//!
+//! Pure arithmetic on the instants the caller passes.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// The thresholds of reading a spacer, each a trade-off.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Tuning {
+    /// Refusals that agree with the bracket before it paces the key. Fewer
+    /// pace a bucket of one sooner; more keep a window's refusals at its
+    /// end (one per gap, growing) from pacing it for a while.
+    pub(crate) agreeing_refusals: u32,
+    /// Admissions that agree with the bracket before it paces the key.
+    /// Fewer pace a bucket of one sooner; more make sure the gaps admitted
+    /// are the key's pace, not one long gap after a window's lockout.
+    pub(crate) agreeing_admissions: u32,
+    /// The bracket is narrow, and the key is paced at its top, once the
+    /// top is within this share of the bottom. Smaller is closer to the
+    /// interval, at the cost of a refused probe or two more.
+    pub(crate) narrow: f64,
+    /// A timer wakes on its tick (tokio's: a millisecond): a bracket no
+    /// wider than this is narrow too, since a pace between its ends sends
+    /// at one end or the other.
+    pub(crate) tick: Duration,
+    /// The share of a gap two readings may differ by and still agree (a
+    /// request's time to reach the server varies). Larger tolerates a
+    /// noisier path; smaller tells a bucket with a burst (which admits a
+    /// gap and later refuses one as long) from a spacer sooner.
+    pub(crate) jitter: f64,
+    /// Each time the readings contradicted a spacer, the admissions that
+    /// must agree before it paces again double, up to this many times: a
+    /// bucket with a burst, driven near its rate, reads as a spacer for a
+    /// while, and each time it paces it costs refusals.
+    pub(crate) max_doublings: u32,
+    /// Once narrow, the bracket's bottom is trusted this long after the
+    /// refusal that set it; then one send probes a gap shorter by
+    /// [`probe`](Self::probe) (the server's capacity may have grown, or it
+    /// is a moving window, which admits the probe and so lets go of the
+    /// key). A probe refused again doubles this, up to
+    /// [`max_hold`](Self::max_hold).
+    pub(crate) first_hold: Duration,
+    /// The longest hold: one refused probe per this long against a steady
+    /// spacer, and the longest a grown capacity goes unnoticed.
+    pub(crate) max_hold: Duration,
+    /// How much shorter than the bracket's top a probe's gap is.
+    pub(crate) probe: f64,
+}
+
+impl Tuning {
+    /// The tuning every key uses.
+    pub(crate) const DEFAULT: Tuning = Tuning {
+        agreeing_refusals: 2,
+        agreeing_admissions: 4,
+        narrow: 0.02,
+        tick: Duration::from_millis(1),
+        jitter: 0.005,
+        max_doublings: 6,
+        first_hold: Duration::from_secs(32),
+        max_hold: Duration::from_secs(64),
+        probe: 0.05,
+    };
+
+    /// How much two gaps must differ by to tell them apart: a refusal
+    /// agrees with an admission only at a gap shorter by more than this,
+    /// and the other way round.
+    fn slack(&self, gap: Duration) -> Duration {
+        gap.mul_f64(self.jitter)
+    }
+}
+
+/// What the gaps between this key's admissions show.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Spacing {
+    /// When the latest admitted request (in send order) was sent.
+    last_admitted: Option<Instant>,
+    /// The shortest gap after an admission that the server admitted.
+    admitted: Option<Duration>,
+    /// The longest gap after an admission that it refused.
+    refused: Option<Duration>,
+    /// Refusals that agree with the bracket since it started over.
+    refusals: u32,
+    /// Admissions that agree with it since then.
+    admissions: u32,
+    /// How often the readings contradicted a spacer.
+    contradictions: u32,
+    /// When the latest agreeing refusal's request was sent.
+    refused_at: Option<Instant>,
+    /// How long the bottom is trusted after it (zero: the first hold).
+    hold: Duration,
+}
+
+impl Spacing {
+    /// A response to the request sent at `sent`: `admitted` or refused,
+    /// with `earlier_unanswered` whether a request sent before it is still
+    /// unanswered (its gap is then not known).
+    pub(crate) fn observe(
+        &mut self,
+        sent: Instant,
+        admitted: bool,
+        earlier_unanswered: bool,
+        t: &Tuning,
+    ) {
+        let gap = self
+            .last_admitted
+            .filter(|&last| last < sent && !earlier_unanswered)
+            .map(|last| sent - last);
+        if admitted {
+            self.last_admitted = Some(self.last_admitted.map_or(sent, |l| l.max(sent)));
+        }
+        let Some(gap) = gap else {
+            return;
+        };
+        if admitted {
+            let agrees = self.refused.is_none_or(|r| gap > r + t.slack(r));
+            if !agrees {
+                *self = Spacing {
+                    admitted: Some(gap),
+                    admissions: 1,
+                    ..self.started_over()
+                };
+                return;
+            }
+            self.admitted = Some(self.admitted.map_or(gap, |a| a.min(gap)));
+            self.admissions = self.admissions.saturating_add(1);
+        } else {
+            let agrees = self.admitted.is_none_or(|a| gap + t.slack(a) < a);
+            if !agrees {
+                *self = Spacing {
+                    refused: Some(gap),
+                    refusals: 1,
+                    ..self.started_over()
+                };
+                return;
+            }
+            self.refused = Some(self.refused.map_or(gap, |r| r.max(gap)));
+            self.refusals = self.refusals.saturating_add(1);
+            // A probe refused: the spacer stands, and is probed less often.
+            if self.probing(sent, t) {
+                self.hold = (self.hold(t) * 2).min(t.max_hold);
+            }
+            self.refused_at = Some(sent);
+        }
+    }
+
+    /// Contradicted: nothing of the bracket is kept but that it was.
+    fn started_over(&self) -> Spacing {
+        Spacing {
+            last_admitted: self.last_admitted,
+            contradictions: self.contradictions.saturating_add(1),
+            ..Spacing::default()
+        }
+    }
+
+    fn hold(&self, t: &Tuning) -> Duration {
+        if self.hold.is_zero() {
+            t.first_hold
+        } else {
+            self.hold
+        }
+    }
+
+    /// Whether the bottom has been trusted for a whole hold at `now`.
+    fn probing(&self, now: Instant, t: &Tuning) -> bool {
+        self.refused_at
+            .is_some_and(|at| now.saturating_duration_since(at) > self.hold(t))
+    }
+
+    /// The interval to space the key's sends by at `now`, once the bracket
+    /// holds enough refusals and admissions that agree: its middle while
+    /// wide, its top once narrow, and a probe below it after each hold.
+    pub(crate) fn interval(&self, now: Instant, t: &Tuning) -> Option<Duration> {
+        let (Some(top), Some(bottom)) = (self.admitted, self.refused) else {
+            return None;
+        };
+        let admissions = t.agreeing_admissions << self.contradictions.min(t.max_doublings);
+        if self.refusals < t.agreeing_refusals || self.admissions < admissions || top.is_zero() {
+            return None;
+        }
+        let (top_s, bottom_s) = (top.as_secs_f64(), bottom.as_secs_f64());
+        if top_s <= bottom_s * (1.0 + t.narrow) || top <= bottom + t.tick {
+            if self.probing(now, t) {
+                return Some(top.mul_f64(1.0 - t.probe));
+            }
+            return Some(top);
+        }
+        Some(Duration::from_secs_f64((top_s * bottom_s).sqrt()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: Tuning = Tuning::DEFAULT;
+
+    /// A server that admits a request at least `interval` after the last
+    /// one it admitted, driven by the pace the spacing asks for (by
+    /// `start_pace` before it asks for one). Returns the spacing and the
+    /// refusals once it paced.
+    fn drive(interval: Duration, start_pace: Duration, sends: usize) -> (Spacing, usize) {
+        let mut spacing = Spacing::default();
+        let start = Instant::now();
+        let (mut at, mut last_admitted, mut refused) = (start, None::<Instant>, 0);
+        for _ in 0..sends {
+            let ok = last_admitted.is_none_or(|l| at - l >= interval);
+            if ok {
+                last_admitted = Some(at);
+            }
+            let paced = spacing.interval(at, &T);
+            refused += usize::from(!ok && paced.is_some());
+            spacing.observe(at, ok, false, &T);
+            at += spacing.interval(at, &T).unwrap_or(start_pace);
+        }
+        (spacing, refused)
+    }
+
+    /// From a pace a fifth too fast (where a cut leaves a header-less
+    /// key), the bracket closes on the interval within a few refusals, and
+    /// then paces at what was admitted, within the bracket's narrowness of
+    /// the interval.
+    #[test]
+    fn a_bucket_of_one_is_paced_at_its_interval_after_a_few_refusals() {
+        let interval = Duration::from_micros(333_333);
+        let (spacing, refused) = drive(interval, Duration::from_millis(280), 200);
+        let paced = spacing.interval(spacing.refused_at.expect("refused"), &T);
+        let paced = paced.expect("a spacer");
+        assert!(paced >= interval, "{paced:?}");
+        assert!(
+            paced.as_secs_f64() <= interval.as_secs_f64() * (1.0 + T.narrow),
+            "{paced:?}"
+        );
+        assert!(refused <= 4, "{refused} refused once paced");
+    }
+
+    /// A fixed window of 10 a second, sent to every 50 ms: it admits
+    /// short gaps and then refuses gaps that grow until the window ends.
+    /// It never paces the key, not even after its lockouts.
+    #[test]
+    fn a_window_contradicts_the_bracket_and_paces_nothing() {
+        let mut spacing = Spacing::default();
+        let start = Instant::now();
+        let (mut at, mut used, mut window) = (start, 0, 0);
+        for _ in 0..400 {
+            let w = (at - start).as_millis() / 1_000;
+            if w != window {
+                (window, used) = (w, 0);
+            }
+            let ok = used < 10;
+            used += u32::from(ok);
+            spacing.observe(at, ok, false, &T);
+            assert_eq!(spacing.interval(at, &T), None, "at {:?}", at - start);
+            at += Duration::from_millis(50);
+        }
+    }
+
+    /// A gap read while an earlier request is unanswered is not read.
+    #[test]
+    fn a_gap_past_an_unanswered_request_is_not_read() {
+        let mut spacing = Spacing::default();
+        let start = Instant::now();
+        spacing.observe(start, true, false, &T);
+        spacing.observe(start + Duration::from_millis(10), false, true, &T);
+        spacing.observe(start + Duration::from_millis(20), false, true, &T);
+        assert_eq!(spacing.refused, None);
+        assert_eq!(spacing.interval(start, &T), None);
+    }
+}
