@@ -19,7 +19,10 @@
 //!
 //! - Refill: `admitted + remaining_now − remaining_before` over an interval
 //!   is what the server gave back in it. In a fixed window it is zero but
-//!   for one jump per window; anything else refills.
+//!   for one jump per window; anything else refills. Nothing latches: a
+//!   series read as refilling reads a fixed window again when two jumps
+//!   back to the quota in a row come with nothing given back between
+//!   them (see [`Tuning::quiet_jumps`]).
 //! - A fixed window's length is bounded by the time between two window
 //!   starts (each start is seen as the jump); until two are seen, by the
 //!   earliest `now + reset` seen in the window (resets are rounded up, so
@@ -122,6 +125,15 @@ pub(crate) struct Tuning {
     /// out of order. Lower bounds tighter; a bound above the refill waits
     /// too little for the next unit and is refused.
     pub(crate) refill_slack: f64,
+    /// Read as refilling, this many jumps back to the quota in a row, each
+    /// with at most one unit come back since the one before, read it as a
+    /// fixed window again: a bucket trickles back between jumps. More
+    /// keeps a bucket that is blocked between its readings a bucket;
+    /// fewer lets go of a misreading sooner.
+    pub(crate) quiet_jumps: u32,
+    /// ... each of at least this many units (and half the quota): a small
+    /// bucket fills from empty between two readings.
+    pub(crate) quiet_jump_units: i64,
 }
 
 impl Tuning {
@@ -142,6 +154,8 @@ impl Tuning {
         refill_horizon: Duration::from_secs(10),
         refill_min_span: Duration::from_millis(500),
         refill_slack: 2.0,
+        quiet_jumps: 2,
+        quiet_jump_units: 5,
     };
 }
 
@@ -259,6 +273,11 @@ struct WindowTrack {
     /// The most a reading of a shared count has shown the server counting
     /// ahead of the grants in the current window (see `track_window`).
     disorder: i64,
+    /// Read as refilling: what came back since the last jump to the quota,
+    /// and how many such jumps in a row had nothing come back before them
+    /// (a fixed window after all: see [`Tuning::quiet_jumps`]).
+    trickle: i64,
+    quiet_jumps: u32,
 }
 
 /// A moving window's bounds: its length is in `(lo, hi]`.
@@ -505,9 +524,15 @@ impl Series {
         // gives back at least two at once (one is a bucket's trickle).
         let least = if self.quota == 1 { 1 } else { 2 };
         let half = i64::try_from(self.quota / 2).unwrap_or(i64::MAX);
-        let jump = !self.refilling
-            && moved_on
-            && refill.is_some_and(|r| r >= least && (fresh || r >= half));
+        let back_to_quota = moved_on && refill.is_some_and(|r| r >= least && (fresh || r >= half));
+        if self.refilling {
+            // Only a jump of several units tells a window from a small
+            // bucket, which fills from empty between two readings.
+            let several = refill.is_some_and(|r| r >= T.quiet_jump_units && r >= half);
+            self.window_after_all(back_to_quota && several, refill);
+        }
+        let w = &mut self.window;
+        let jump = !self.refilling && back_to_quota;
         let guess = whole_seconds(w.outlived, w.length).filter(|_| !w.guess_failed);
         // Past a predicted end and no new window (well past it, or refused
         // at it): the prediction was wrong.
@@ -572,6 +597,27 @@ impl Series {
         if let Some(reset) = reading.reset {
             let at = now + reset;
             w.boundary = Some(w.boundary.map_or(at, |b| b.min(at)));
+        }
+    }
+
+    /// Read as refilling, whether the readings show a fixed window after
+    /// all: jumps back to the quota with nothing come back between them
+    /// (see [`Tuning::quiet_jumps`]). Then the series starts over as a
+    /// window: what it measured of a refill was not one.
+    fn window_after_all(&mut self, back_to_quota: bool, refill: Option<i64>) {
+        let w = &mut self.window;
+        if !back_to_quota {
+            w.trickle = w.trickle.saturating_add(refill.unwrap_or(0).max(0));
+            return;
+        }
+        w.quiet_jumps = if w.trickle <= 1 { w.quiet_jumps + 1 } else { 0 };
+        w.trickle = 0;
+        if w.quiet_jumps >= T.quiet_jumps {
+            self.refilling = false;
+            self.bucket = BucketTrack::default();
+            self.moving = MovingTrack::default();
+            self.refill = RefillBounds::default();
+            self.window.quiet_jumps = 0;
         }
     }
 
@@ -1221,6 +1267,46 @@ mod tests {
         assert_eq!(pace.shape, Shape::Bucket);
         assert!((18.0..=22.5).contains(&pace.per_second), "{pace:?}");
         assert!(refused <= 0.01, "{refused}");
+    }
+
+    /// A series read as refilling (a limiter that gave back what it took
+    /// at first, as a bucket does) whose later readings are a fixed
+    /// window, 20 per 2 s: nothing comes back within a window, and all of
+    /// it at each window's start. Two such starts in a row after the
+    /// trickle (the third and fourth windows') read it as a window again;
+    /// nothing latches.
+    #[test]
+    fn a_refilling_reading_gives_way_to_a_window_that_only_jumps() {
+        let origin = Instant::now();
+        let mut series = Series::default();
+        let read = |ms: u64, remaining: u64, reset_ms: u64| Reading {
+            at: origin + Duration::from_millis(ms),
+            limit: Some(20),
+            remaining,
+            ahead: 0,
+            reset: Some(Duration::from_millis(reset_ms)),
+            window: None,
+            admitted: true,
+            counted: None,
+            weight: 1,
+        };
+        // A bucket's trickle: every admission given back.
+        let mut pace = None;
+        for k in 0..6 {
+            pace = series.observe(read(k * 100, 15, 500));
+        }
+        assert_eq!(pace.map(|p| p.shape), Some(Shape::Bucket));
+        assert!(series.refilling);
+        // Then windows of 20 per 2 s, from 1 s on, spent at 10 a second.
+        for window in 0..4u64 {
+            let start = 1_000 + window * 2_000;
+            for k in 0..20 {
+                let at = start + k * 100;
+                pace = series.observe(read(at, 19 - k, start + 2_000 - at));
+            }
+        }
+        assert!(!series.refilling, "{series:?}");
+        assert_eq!(pace.map(|p| p.shape), Some(Shape::FixedWindow));
     }
 
     #[test]
