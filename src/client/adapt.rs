@@ -57,19 +57,15 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::headerless::{Admitted, Congestion, Phase, Tuning};
+use super::headerless::{Admitted, Congestion, Phase};
 use super::infer::{Reading, Series};
-use super::spacing::{self, Spacing};
+use super::spacing::Spacing;
+use super::tuning::TUNING;
 use crate::headers::{Dimension, Limit, RateLimitSignal, MAX_WAIT};
 use crate::limiter::{Adjustment, Grant, Rate};
 
-/// A shared rate below this share of the highest one a process saw since
-/// the last cut means a process cut it (by the tuning's decreases); a
-/// learned rate's rounding to whole nanoseconds per
-/// token is far less.
-const FLEET_CUT: f64 = 0.95;
 /// The slowest rate the header-less regime goes down to.
-const MIN_RATE: f64 = Tuning::DEFAULT.min_rate;
+const MIN_RATE: f64 = TUNING.header_less.min_rate;
 /// The fastest rate any regime sets: a server that says more is not
 /// believed, and the rate cannot run away.
 const MAX_RATE: f64 = 1_000_000.0;
@@ -159,8 +155,6 @@ struct SendRate {
 }
 
 const SLOT: Duration = Duration::from_secs(1);
-/// How many of its latest sends measure the rate a key sends at now.
-const LATEST_SENDS: usize = 8;
 /// A shared count this far behind the latest one seen started again (its
 /// key expired or its store restarted): more than the grants a fleet's
 /// answers can come back out of order by.
@@ -333,7 +327,7 @@ impl Adaptive {
             sent: 0,
             sends: SendRate::default(),
             oks: SendRate::default(),
-            latest_sends: VecDeque::with_capacity(LATEST_SENDS),
+            latest_sends: VecDeque::with_capacity(TUNING.latest_sends),
             header_driven: false,
             admitted_before: false,
             header_rate: None,
@@ -370,7 +364,7 @@ impl Adaptive {
             self.fleet_too_fast = Some(too_fast.per_second_f64());
         }
         self.sends.record(now, shared_count);
-        if self.latest_sends.len() == LATEST_SENDS {
+        if self.latest_sends.len() == TUNING.latest_sends {
             self.latest_sends.pop_front();
         }
         self.latest_sends.push_back(now);
@@ -463,7 +457,7 @@ impl Adaptive {
             self.admitted_before = true;
             // Whichever regime paces, the header-less one keeps count: a
             // limiter in front may take over from the headers.
-            self.congestion.admitted(now, &Tuning::DEFAULT);
+            self.congestion.admitted(now, &TUNING.header_less);
         }
         self.warn_if_beyond_horizon(signal);
         let ahead = self.ahead_of(now, seq, this);
@@ -519,7 +513,7 @@ impl Adaptive {
     /// a key no other process spends: a fleet's admissions fall between
     /// this process's.
     fn spaced(&mut self, seq: u64, sent: Instant, signal: &RateLimitSignal) -> Option<Duration> {
-        let t = &spacing::Tuning::DEFAULT;
+        let t = &TUNING.spacing;
         let refused = signal.is_throttled();
         if refused || counted_by_server(signal) {
             let earlier_unanswered = self.in_flight.iter().any(|r| r.seq < seq);
@@ -588,12 +582,15 @@ impl Adaptive {
             }
             Phase::Open => {}
             Phase::SlowStart | Phase::Steady => {
-                if !self.fleet_peak.is_some_and(|p| fleet < p * FLEET_CUT) {
+                if !self
+                    .fleet_peak
+                    .is_some_and(|p| fleet < p * TUNING.fleet_cut)
+                {
                     return;
                 }
                 // What the cut came from, as the process that cut measured
                 // it: the fleet's rate before its cut's factor.
-                let t = &Tuning::DEFAULT;
+                let t = &TUNING.header_less;
                 let factor = if c.phase == Phase::Steady {
                     t.later_decrease
                 } else {
@@ -745,9 +742,9 @@ impl Adaptive {
             // pace, not a cold start.
         } else if success {
             self.grow(now, out);
-            let outgrown = self
-                .header_rate
-                .is_some_and(|h| self.congestion.rate > h * (1.0 + Tuning::DEFAULT.same_ceiling));
+            let outgrown = self.header_rate.is_some_and(|h| {
+                self.congestion.rate > h * (1.0 + TUNING.header_less.same_ceiling)
+            });
             if self.front && outgrown {
                 // The front limiter let the probe past the headers' rate:
                 // it no longer binds.
@@ -767,7 +764,7 @@ impl Adaptive {
         signal: &RateLimitSignal,
         out: &mut Vec<Adjustment>,
     ) {
-        let t = &Tuning::DEFAULT;
+        let t = &TUNING.header_less;
         let c = self.congestion;
         // A server that has never admitted the key is failing, not
         // limiting: cut once (from slow start), it is left to the retry
@@ -837,7 +834,7 @@ impl Adaptive {
         c: &Congestion,
         granted_rate: Option<f64>,
     ) -> Option<Admitted> {
-        let t = &Tuning::DEFAULT;
+        let t = &TUNING.header_less;
         let measures = (c.phase != Phase::Steady || c.climbing())
             && granted_rate.is_none()
             && self.oks.recent(now) as f64 >= t.min_sample;
@@ -884,7 +881,7 @@ impl Adaptive {
     /// interval of sending per response, as a lone process's responses
     /// would.
     fn grow(&mut self, now: Instant, out: &mut Vec<Adjustment>) {
-        let t = &Tuning::DEFAULT;
+        let t = &TUNING.header_less;
         let c = self.congestion;
         if c.phase == Phase::Open && self.ceiling.is_some() {
             // A configured ceiling is the starting point, not a cold start.
@@ -1103,14 +1100,14 @@ mod tests {
         let seq = a.on_send(t0, Grant::default(), 1);
         // The first success starts slow start at the cold-start rate.
         let adj = a.on_response(t0, seq, &signal(200, vec![]), true);
-        assert_eq!(rate_in(&adj), Some(Tuning::DEFAULT.cold_start));
+        assert_eq!(rate_in(&adj), Some(TUNING.header_less.cold_start));
         // 2 s later (a Retry-After block, say) one success grows the rate
         // by at most two intervals of slow start, not 2^8.
         let later = t0 + Duration::from_secs(2);
         let seq = a.on_send(later, Grant::default(), 1);
         let adj = a.on_response(later, seq, &signal(200, vec![]), true);
         let grown = rate_in(&adj).unwrap();
-        let t = Tuning::DEFAULT;
+        let t = TUNING.header_less;
         let most = t.cold_start * 2f64.powf(0.2 / t.slow_start_doubling.as_secs_f64());
         assert!((grown - most).abs() < 0.01, "{grown} vs {most}");
     }
@@ -1146,7 +1143,7 @@ mod tests {
         }
         let seq = a.on_send(at, Grant::default(), 1);
         let second = rate_in(&a.on_response(at, seq, &refused, false)).unwrap();
-        let t = Tuning::DEFAULT;
+        let t = TUNING.header_less;
         assert!(
             second >= 0.9 * first * t.first_decrease,
             "cut to {second} from {first}"

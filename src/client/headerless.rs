@@ -139,7 +139,7 @@ impl Tuning {
         t / (s * std::f64::consts::LN_2) * (1.0 - 2f64.powf(-s / t))
     }
 
-    /// The tuning every key uses.
+    /// The default (in force through [`TUNING`](super::tuning::TUNING)).
     pub(crate) const DEFAULT: Tuning = Tuning {
         cold_start: 10.0,
         slow_start_doubling: Duration::from_millis(500),
@@ -243,7 +243,7 @@ impl Congestion {
             target: 0.0,
             cut_to: 0.0,
             guess: None,
-            hold: Tuning::DEFAULT.first_hold,
+            hold: super::tuning::TUNING.header_less.first_hold,
             held_since: None,
             admitted_since_cut: true,
             climb_after_hold: false,
@@ -261,7 +261,7 @@ impl Congestion {
             phase,
             too_fast,
             rate,
-            target: too_fast * Tuning::DEFAULT.recover_to,
+            target: too_fast * super::tuning::TUNING.header_less.recover_to,
             cut_to: rate,
             ..Congestion::open()
         }
@@ -515,7 +515,7 @@ impl Congestion {
 mod tests {
     use super::*;
 
-    const T: Tuning = Tuning::DEFAULT;
+    const T: Tuning = crate::client::tuning::TUNING.header_less;
 
     /// A rate that doubles every half second, averaged over its last
     /// second, reads 3/(8 ln 2) of where it ended; over no time, all of it.

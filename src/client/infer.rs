@@ -137,7 +137,7 @@ pub(crate) struct Tuning {
 }
 
 impl Tuning {
-    /// The tuning every series uses.
+    /// The default (in force through [`TUNING`](super::tuning::TUNING)).
     pub(crate) const DEFAULT: Tuning = Tuning {
         refill_evidence: 3,
         moving_evidence: 8,
@@ -160,7 +160,7 @@ impl Tuning {
 }
 
 /// The tuning in force.
-const T: Tuning = Tuning::DEFAULT;
+const T: Tuning = super::tuning::TUNING.headers;
 
 /// One response's figures for one limit.
 #[derive(Clone, Copy, Debug)]

@@ -26,6 +26,7 @@ mod robots;
 mod scope;
 mod server_clock;
 mod spacing;
+mod tuning;
 mod wait;
 
 use std::time::Duration;

@@ -75,7 +75,7 @@ pub(crate) struct Tuning {
 }
 
 impl Tuning {
-    /// The tuning every key uses.
+    /// The default (in force through [`TUNING`](super::tuning::TUNING)).
     pub(crate) const DEFAULT: Tuning = Tuning {
         agreeing_refusals: 2,
         agreeing_admissions: 4,
@@ -219,7 +219,7 @@ impl Spacing {
 mod tests {
     use super::*;
 
-    const T: Tuning = Tuning::DEFAULT;
+    const T: Tuning = crate::client::tuning::TUNING.spacing;
 
     /// A server that admits a request at least `interval` after the last
     /// one it admitted, driven by the pace the spacing asks for (by

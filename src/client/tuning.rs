@@ -1,0 +1,39 @@
+//! Every threshold the client reads a server with, in one place: what
+//! rate-limit headers mean ([`infer`](super::infer)), how a key without
+//! them finds its rate ([`headerless`](super::headerless)), and how the
+//! gaps between a key's sends read a server that spaces them
+//! ([`spacing`](super::spacing)). Each part's fields say what they trade
+//! off; [`TUNING`] is the one in force, and the modules read theirs from
+//! it, never a number of their own.
+
+use super::{headerless, infer, spacing};
+
+/// The thresholds of reading a server.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Tuning {
+    /// Reading `limit`, `remaining` and `reset`: a window's shape, a
+    /// bucket's refill.
+    pub(crate) headers: infer::Tuning,
+    /// A key without headers: slow start, cuts, recovery, holds and probes.
+    pub(crate) header_less: headerless::Tuning,
+    /// A server that spaces a key's requests, read from their gaps.
+    pub(crate) spacing: spacing::Tuning,
+    /// Where processes share a key's limiter, a shared rate below this
+    /// share of the highest one a process saw since the last cut means a
+    /// process cut it (the header-less decreases are 0.9 at most); a
+    /// learned rate's rounding to whole nanoseconds per token is far less.
+    /// Higher follows a cut sooner; lower mistakes less for one.
+    pub(crate) fleet_cut: f64,
+    /// How many of its latest sends measure the rate a key sends at now.
+    /// More measure a slow key more exactly; fewer follow a change sooner.
+    pub(crate) latest_sends: usize,
+}
+
+/// The tuning in force.
+pub(crate) const TUNING: Tuning = Tuning {
+    headers: infer::Tuning::DEFAULT,
+    header_less: headerless::Tuning::DEFAULT,
+    spacing: spacing::Tuning::DEFAULT,
+    fleet_cut: 0.95,
+    latest_sends: 8,
+};
