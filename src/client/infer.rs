@@ -581,7 +581,15 @@ impl Series {
                     .disorder
                     .max(r.unsigned_abs().min(MAX_ADMISSIONS as u64) as i64);
             }
-            if w.refill >= T.refill_evidence + w.disorder && !self.refilling {
+            // A limit of several that never showed more than nothing left
+            // is no window (a new one would show its quota less one): one
+            // unit given back is a bucket of one refilling.
+            let evidence = if self.top <= 1 && self.quota > 1 {
+                1
+            } else {
+                T.refill_evidence
+            };
+            if w.refill >= evidence + w.disorder && !self.refilling {
                 self.refilling = true;
                 // What came back since the window began is a floor on the
                 // refill rate (less, if the server was full meanwhile).
@@ -1267,6 +1275,32 @@ mod tests {
         assert_eq!(pace.shape, Shape::Bucket);
         assert!((18.0..=22.5).contains(&pace.per_second), "{pace:?}");
         assert!(refused <= 0.01, "{refused}");
+    }
+
+    /// A limit of 41 that shows nothing left after the key's first request,
+    /// and again after its reset: a window would have shown 40 at its
+    /// start. The one unit given back reads it as refilling (a bucket of
+    /// one stating its rate), not as a window of 41 to wait out each
+    /// second.
+    #[test]
+    fn a_limit_of_several_that_never_shows_more_than_nothing_left_refills() {
+        let origin = Instant::now();
+        let mut series = Series::default();
+        let read = |ms: u64| Reading {
+            at: origin + Duration::from_millis(ms),
+            limit: Some(41),
+            remaining: 0,
+            ahead: 0,
+            reset: Some(Duration::from_secs(1)),
+            window: None,
+            admitted: true,
+            counted: None,
+            weight: 1,
+        };
+        series.observe(read(0));
+        assert!(!series.refilling);
+        series.observe(read(1_050));
+        assert!(series.refilling, "{series:?}");
     }
 
     /// A series read as refilling (a limiter that gave back what it took
