@@ -439,6 +439,11 @@ impl Congestion {
     /// The last refusal held the key for `wait` (its `Retry-After`): the
     /// next probe is no sooner than [`Tuning::blocked_hold`] times that.
     pub(crate) fn blocked_for(&mut self, wait: Duration, t: &Tuning) {
+        // A wait of nothing (`Retry-After: 0`, a few milliseconds rounded
+        // down) holds nothing, and costs a refused probe nothing either.
+        if wait.is_zero() {
+            return;
+        }
         let hold = wait.mul_f64(t.blocked_hold).min(t.max_hold);
         self.hold = self.hold.max(hold);
         // Climbing to slow start's guess is a probe, and a refused probe
@@ -602,6 +607,28 @@ mod tests {
         // Then the climb.
         let climbed = rate_at(T.recovery + hold + T.guess_climb * 2, &mut rate, &mut at);
         assert_eq!(climbed, 20.0);
+    }
+
+    /// A `Retry-After: 0` (a wait of milliseconds rounded down) holds
+    /// nothing: the climb to slow start's guess goes on at once, as after
+    /// a refusal without one.
+    #[test]
+    fn a_retry_after_of_zero_does_not_put_the_climb_off() {
+        let start = Instant::now();
+        let mut c = Congestion::resumed(Phase::SlowStart, 40.0, 0.0);
+        let admitted = Admitted {
+            average: 11.0,
+            at_end: 20.0,
+        };
+        let mut rate = c.cut(start, 1, (25.0, Some(admitted)), &T);
+        c.blocked_for(Duration::ZERO, &T);
+        let step = 0.05;
+        let mut at = start;
+        while at < start + T.recovery + T.guess_climb * 2 {
+            at += Duration::from_secs_f64(step);
+            rate = c.grow(at, rate, step, &T);
+        }
+        assert_eq!(rate, 20.0);
     }
 
     /// A window of 100 spent in the first second of a ten-second cycle,
