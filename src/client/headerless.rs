@@ -574,18 +574,26 @@ mod tests {
         assert_eq!(c.too_fast, at_end);
     }
 
-    /// A refusal that holds the key (a `Retry-After`) ends slow start with
-    /// the climb put off until the hold is over: a refused climb costs the
-    /// block, as any probe does.
-    #[test]
-    fn a_refusal_that_holds_the_key_puts_the_climb_off_until_the_hold() {
+    /// Slow start cut where the server was seen to admit 11 a second on
+    /// average and the ramp had reached 20: the instant, the regime and
+    /// the rate it cut to.
+    fn slow_start_cut_at_11_of_20() -> (Instant, Congestion, f64) {
         let start = Instant::now();
         let mut c = Congestion::resumed(Phase::SlowStart, 40.0, 0.0);
         let admitted = Admitted {
             average: 11.0,
             at_end: 20.0,
         };
-        let mut rate = c.cut(start, 1, (25.0, Some(admitted)), &T);
+        let rate = c.cut(start, 1, (25.0, Some(admitted)), &T);
+        (start, c, rate)
+    }
+
+    /// A refusal that holds the key (a `Retry-After`) ends slow start with
+    /// the climb put off until the hold is over: a refused climb costs the
+    /// block, as any probe does.
+    #[test]
+    fn a_refusal_that_holds_the_key_puts_the_climb_off_until_the_hold() {
+        let (start, mut c, mut rate) = slow_start_cut_at_11_of_20();
         c.blocked_for(Duration::from_secs(1), &T);
         let hold = Duration::from_secs(1).mul_f64(T.blocked_hold);
         let step = 0.05;
@@ -614,13 +622,7 @@ mod tests {
     /// a refusal without one.
     #[test]
     fn a_retry_after_of_zero_does_not_put_the_climb_off() {
-        let start = Instant::now();
-        let mut c = Congestion::resumed(Phase::SlowStart, 40.0, 0.0);
-        let admitted = Admitted {
-            average: 11.0,
-            at_end: 20.0,
-        };
-        let mut rate = c.cut(start, 1, (25.0, Some(admitted)), &T);
+        let (start, mut c, mut rate) = slow_start_cut_at_11_of_20();
         c.blocked_for(Duration::ZERO, &T);
         let step = 0.05;
         let mut at = start;
