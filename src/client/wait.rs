@@ -25,9 +25,8 @@ pub(crate) struct Member {
     pub(crate) scope: usize,
     pub(crate) state: Arc<KeyState>,
     pub(crate) weight: u64,
-    /// The scope's key before any server bucket, and the request's route.
+    /// The scope's key before any server bucket.
     pub(crate) base: String,
-    pub(crate) route: String,
     /// The server bucket this request is paced in, when known for its route.
     pub(crate) bucket: Option<String>,
 }
@@ -263,11 +262,12 @@ impl Pacer {
                 no_longer_in_flight(members, &seqs);
                 return Err(e);
             }
-            if !t0.elapsed().is_zero() {
-                self.emit(Event::Waited {
+            let waited = t0.elapsed();
+            if !waited.is_zero() {
+                self.emit_with(tracing::Level::DEBUG, || Event::Waited {
                     scope: "robots".to_owned(),
                     key: origin.clone(),
-                    waited: t0.elapsed(),
+                    waited,
                 });
             }
         }
@@ -316,7 +316,7 @@ impl Pacer {
         }
         let waited = t0.elapsed();
         if !waited.is_zero() {
-            self.emit(Event::Waited {
+            self.emit_with(tracing::Level::DEBUG, || Event::Waited {
                 scope: scope.config.name.clone(),
                 key: m.state.key.clone(),
                 waited,

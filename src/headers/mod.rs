@@ -315,6 +315,22 @@ impl RateLimitSignal {
         }
     }
 
+    /// The signal of a response head that carries no rate-limit field (see
+    /// [`may_carry_signal`]): its status alone, as
+    /// [`parse`](Self::parse) reads such a head, without looking up each
+    /// dialect's fields.
+    pub(crate) fn of_status(status: u16) -> RateLimitSignal {
+        RateLimitSignal {
+            status,
+            retry_after: None,
+            global: false,
+            scope: None,
+            bucket: None,
+            limits: Vec::new(),
+            ignored: Vec::new(),
+        }
+    }
+
     /// Reads the rate-limit signal of a `reqwest` response, received now.
     pub fn from_response(response: &reqwest::Response) -> RateLimitSignal {
         Self::parse(
@@ -482,5 +498,91 @@ impl Ignored {
 impl fmt::Display for Ignored {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.header, self.reason)
+    }
+}
+
+/// Whether a response head may carry a rate-limit signal: whether one of
+/// its field names is one that a dialect reads. Every such name contains
+/// `ratelimit` (the IETF fields, `X-RateLimit-*` and its families,
+/// Anthropic's), `rate-limit` (`X-Rate-Limit-*`) or `retry-after`
+/// (`Retry-After`, `retry-after-ms`, `x-ms-retry-after-ms`), or is
+/// Shopify's `X-Shopify-Shop-Api-Call-Limit`. A head with none reads as
+/// its status alone ([`RateLimitSignal::of_status`]), which the client
+/// takes without parsing: most responses of an unthrottled client are such.
+pub(crate) fn may_carry_signal(headers: &HeaderMap) -> bool {
+    headers.keys().any(|name| {
+        let name = name.as_str();
+        name.contains("ratelimit")
+            || name.contains("rate-limit")
+            || name.contains("retry-after")
+            || name == "x-shopify-shop-api-call-limit"
+    })
+}
+
+#[cfg(test)]
+mod signal_fields {
+    use super::*;
+    use http::HeaderValue;
+
+    /// Every field name a dialect reads makes a head that may carry a
+    /// signal; a head of other fields parses to its status alone, as the
+    /// client takes it without parsing.
+    #[test]
+    fn a_head_without_a_rate_limit_field_is_its_status_alone() {
+        let read = [
+            ("retry-after", "30"),
+            ("retry-after-ms", "300"),
+            ("x-ms-retry-after-ms", "300"),
+            ("ratelimit", "limit=10, remaining=5, reset=3"),
+            ("ratelimit-limit", "10"),
+            ("ratelimit-remaining", "5"),
+            ("ratelimit-reset", "3"),
+            ("ratelimit-name", "a"),
+            ("ratelimit-resettime", "3"),
+            ("x-ratelimit-limit", "10"),
+            ("x-ratelimit-remaining", "5"),
+            ("x-ratelimit-reset", "3"),
+            ("x-ratelimit-reset-after", "3"),
+            ("x-ratelimit-used", "5"),
+            ("x-ratelimit-bucket", "b"),
+            ("x-ratelimit-resource", "core"),
+            ("x-ratelimit-scope", "user"),
+            ("x-ratelimit-global", "true"),
+            ("x-ratelimit-limit-requests", "60"),
+            ("x-ratelimit-remaining-tokens", "60"),
+            ("x-rate-limit-limit", "10"),
+            ("x-rate-limit-remaining", "5"),
+            ("anthropic-ratelimit-requests-limit", "50"),
+            ("x-shopify-shop-api-call-limit", "32/40"),
+        ];
+        let now = std::time::SystemTime::now();
+        for (name, value) in read {
+            let mut headers = HeaderMap::new();
+            headers.insert(
+                http::HeaderName::from_static(name),
+                HeaderValue::from_static(value),
+            );
+            assert!(may_carry_signal(&headers), "{name}");
+        }
+        let mut other = HeaderMap::new();
+        for (name, value) in [
+            ("date", "Sun, 06 Nov 1994 08:49:37 GMT"),
+            ("content-type", "application/json"),
+            ("content-length", "12"),
+            ("x-request-id", "abc"),
+            ("cache-control", "no-cache"),
+        ] {
+            other.insert(
+                http::HeaderName::from_static(name),
+                HeaderValue::from_static(value),
+            );
+        }
+        assert!(!may_carry_signal(&other));
+        for status in [200, 403, 429, 503] {
+            assert_eq!(
+                RateLimitSignal::parse(status, &other, now),
+                RateLimitSignal::of_status(status)
+            );
+        }
     }
 }
