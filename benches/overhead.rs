@@ -33,6 +33,9 @@
 //! clock ticks of 10 ms), which is what a measurement with the server in
 //! the same process sees.
 //!
+//! Run by `cargo test --benches` (without `--bench`) it is a smoke run of
+//! 200 requests per contender.
+//!
 //! A `harness = false` binary printing a table rather than criterion
 //! groups: criterion times one closure per iteration, and what is measured
 //! here is the throughput and CPU of 64 concurrent loops, in rounds that
@@ -360,6 +363,7 @@ fn args() -> Result<Args, BoxError> {
         only: Vec::new(),
         verbose: false,
     };
+    let mut bench = false;
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -372,9 +376,16 @@ fn args() -> Result<Args, BoxError> {
             "--only" => args.only.push(it.next().ok_or("--only NAME")?),
             "--verbose" => args.verbose = true,
             // What `cargo bench` passes to every bench binary.
-            "--bench" => {}
+            "--bench" => bench = true,
             other => return Err(format!("unknown argument {other:?}").into()),
         }
+    }
+    if !bench && std::env::args().len() == 1 {
+        // Run by `cargo test --benches`, which passes no `--bench`: a smoke
+        // run that only checks the bench still runs.
+        args.rounds = 1;
+        args.requests = 200;
+        args.warm_up = Duration::from_millis(200);
     }
     Ok(args)
 }
