@@ -279,12 +279,27 @@ impl RateLimitSignal {
         clock: Clock,
         mut notes: Notes,
     ) -> RateLimitSignal {
-        let retry_after = retry_after::parse(headers, &clock, &mut notes);
+        // Each dialect looks its fields up by name (each lookup parses and
+        // hashes the name): only the dialects a field of the head belongs
+        // to are asked.
+        let families = Families::of(headers);
+        let retry_after = families
+            .retry_after
+            .then(|| retry_after::parse(headers, &clock, &mut notes))
+            .flatten();
 
         let mut limits = Vec::new();
-        let flags = xratelimit::parse(headers, &clock, &mut notes, &mut limits);
-        ietf::parse(headers, &clock, &mut notes, &mut limits);
-        vendors::parse(headers, &clock, &mut notes, &mut limits);
+        let flags = if families.x_ratelimit {
+            xratelimit::parse(headers, &clock, &mut notes, &mut limits)
+        } else {
+            xratelimit::Flags::default()
+        };
+        if families.ietf {
+            ietf::parse(headers, &clock, &mut notes, &mut limits);
+        }
+        if families.vendors {
+            vendors::parse(headers, &clock, &mut notes, &mut limits);
+        }
 
         // Servers that send two dialects with the same numbers (old and new
         // IETF fields, say) describe one limit, not two.
@@ -501,22 +516,48 @@ impl fmt::Display for Ignored {
     }
 }
 
+/// Which dialects' fields a response head has, by the names each dialect
+/// reads: `Retry-After`, `retry-after-ms` and `x-ms-retry-after-ms` (all
+/// containing `retry-after`); `X-RateLimit-*` and Twitter's
+/// `X-Rate-Limit-*`; the IETF fields (`RateLimit`, `RateLimit-*`); the
+/// vendors' (`anthropic-ratelimit-*`, Shopify's
+/// `X-Shopify-Shop-Api-Call-Limit`). A dialect none of whose fields is
+/// there reads nothing, and is not asked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Families {
+    retry_after: bool,
+    x_ratelimit: bool,
+    ietf: bool,
+    vendors: bool,
+}
+
+impl Families {
+    fn of(headers: &HeaderMap) -> Families {
+        let mut families = Families::default();
+        for name in headers.keys() {
+            let name = name.as_str();
+            families.retry_after |= name.contains("retry-after");
+            families.x_ratelimit |=
+                name.starts_with("x-ratelimit-") || name.starts_with("x-rate-limit-");
+            families.ietf |= name.starts_with("ratelimit");
+            families.vendors |=
+                name.starts_with("anthropic-ratelimit-") || name == "x-shopify-shop-api-call-limit";
+        }
+        families
+    }
+
+    fn any(self) -> bool {
+        self != Families::default()
+    }
+}
+
 /// Whether a response head may carry a rate-limit signal: whether one of
-/// its field names is one that a dialect reads. Every such name contains
-/// `ratelimit` (the IETF fields, `X-RateLimit-*` and its families,
-/// Anthropic's), `rate-limit` (`X-Rate-Limit-*`) or `retry-after`
-/// (`Retry-After`, `retry-after-ms`, `x-ms-retry-after-ms`), or is
-/// Shopify's `X-Shopify-Shop-Api-Call-Limit`. A head with none reads as
-/// its status alone ([`RateLimitSignal::of_status`]), which the client
-/// takes without parsing: most responses of an unthrottled client are such.
+/// its field names is one that a dialect reads (see [`Families`]). A head
+/// with none reads as its status alone ([`RateLimitSignal::of_status`]),
+/// which the client takes without parsing: most responses of an
+/// unthrottled client are such.
 pub(crate) fn may_carry_signal(headers: &HeaderMap) -> bool {
-    headers.keys().any(|name| {
-        let name = name.as_str();
-        name.contains("ratelimit")
-            || name.contains("rate-limit")
-            || name.contains("retry-after")
-            || name == "x-shopify-shop-api-call-limit"
-    })
+    Families::of(headers).any()
 }
 
 #[cfg(test)]
