@@ -376,6 +376,7 @@ impl<A: Algorithm> RateLimiter<A> {
             id: None,
             sleep: None,
             scheduled: None,
+            yields: 0,
         }
     }
 
@@ -495,11 +496,24 @@ pub struct Acquire<'a, A: Algorithm> {
     sleep: Option<Pin<Box<Sleep>>>,
     /// The instant our timer was set for, while we are the head.
     scheduled: Option<Nanos>,
+    /// How many times we yielded instead of setting a timer, as the head.
+    yields: u32,
 }
 
 /// How late tokio's timer may fire: it counts whole milliseconds, so a
 /// sleep until an instant wakes up to a millisecond after it.
 const TIMER_RESOLUTION: Nanos = 1_000_000;
+
+/// How many times the head yields to the runtime, instead of setting a
+/// timer, for a wait shorter than [`TIMER_RESOLUTION`]: the timer would
+/// wake it up to a millisecond late, and a bucket of one at thousands a
+/// second (a rate learned from a fast server) would hold every request
+/// behind it that long; each yield lets the runtime's other tasks run,
+/// and the head tries again when they have (a few microseconds later on a
+/// busy runtime). After that many it sets the timer: on a paused clock,
+/// which does not move while the runtime is busy, the wait then ends as it
+/// would have.
+const MAX_YIELDS: u32 = 16;
 
 /// The instant the head is admitted at: the one its timer was set for when
 /// the timer fired at most [`TIMER_RESOLUTION`] after it, else `now`. A
@@ -587,6 +601,11 @@ impl<A: Algorithm> Future for Acquire<'_, A> {
                             head.waker = Some(cx.waker().clone());
                         }
                         drop(state);
+                        if ready - now < TIMER_RESOLUTION && this.yields < MAX_YIELDS {
+                            this.yields += 1;
+                            cx.waker().wake_by_ref();
+                            return Poll::Pending;
+                        }
                         let deadline = limiter.instant(ready);
                         match this.sleep.as_mut() {
                             Some(sleep) => sleep.as_mut().reset(deadline),
