@@ -619,7 +619,9 @@ fn spacing(delay: Duration) -> Result<Rate, Error> {
 pub(crate) struct KeyState {
     pub(crate) key: String,
     pub(crate) limiter: Result<Arc<dyn Limiter>, String>,
-    local: Option<Arc<TokenBucket>>,
+    /// The key's own token bucket (the same as `limiter`), unless its
+    /// scope makes limiters of the caller's.
+    pub(crate) local: Option<Arc<TokenBucket>>,
     pub(crate) adapt: Mutex<Adaptive>,
     /// Held by a key's first request until its response is in.
     pub(crate) probe: tokio::sync::Mutex<()>,

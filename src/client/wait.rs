@@ -338,6 +338,18 @@ impl Pacer {
         limiter: &dyn Limiter,
         until: Option<(Instant, Duration)>,
     ) -> Result<Grant, WaitError> {
+        if let Some(bucket) = &m.state.local {
+            // The key's own bucket with the tokens at hand and nobody
+            // queued admits at once, as the acquisition below would on its
+            // first poll: decided here, without its futures and the watch
+            // on the key's block.
+            if let Some(e) = self.blocked(m) {
+                return Err(WaitError::Failed(e));
+            }
+            if bucket.try_acquire(m.weight).is_ok() {
+                return Ok(Grant::default());
+            }
+        }
         let scope = &self.inner.scopes[m.scope];
         let cap = self.inner.policy.max_retry_after();
         // The limiter holds a server's block until its end and the release
