@@ -159,8 +159,10 @@ pub struct KeyStatus {
     pub auto_throttle_delay: Option<Duration>,
 }
 
-/// Something that can become a [`reqwest::Request`]: a `Request` or a
-/// `RequestBuilder`.
+/// Something that can become a [`reqwest::Request`]: a `Request`, a
+/// `RequestBuilder`, a [`PacedRequestBuilder`] (with its cost and
+/// deadline), or an `http::Request` (with the [`Cost`] and [`Deadline`] in
+/// its extensions).
 pub trait IntoRequest {
     /// Build the request.
     fn into_request(self) -> Result<Request, reqwest::Error>;
