@@ -73,7 +73,7 @@ pub mod redis;
 pub mod testing;
 
 #[cfg(feature = "tower")]
-pub use crate::tower::{PaceLayer, PaceService};
+pub use crate::tower::{PaceHttpService, PaceLayer, PaceService};
 #[cfg(feature = "metrics")]
 pub use client::describe_metrics;
 #[cfg(feature = "robots")]

@@ -4,7 +4,7 @@ use http::Extensions;
 use reqwest::{Request, Response};
 use reqwest_middleware::{Middleware, Next};
 
-use crate::client::{Cost, Deadline, SendFailure};
+use crate::client::{from_extensions, SendFailure};
 use crate::Pacer;
 
 /// A [`reqwest_middleware::Middleware`] that runs a [`Pacer`]'s pacing,
@@ -12,10 +12,12 @@ use crate::Pacer;
 ///
 /// Each attempt runs the middlewares after this one (so a tracing
 /// middleware placed after it sees every attempt; one placed before sees
-/// the whole call); the chain's client sends. Every call costs one request
-/// (there is no per-call [`Cost`](crate::Cost) in a chain; use
-/// [`ThrottledClient::send_with_cost`](crate::ThrottledClient::send_with_cost)
-/// for weighted calls), and each attempt
+/// the whole call); the chain's client sends. A call costs the
+/// [`Cost`](crate::Cost) in its extensions (`.with_extension(cost)`; one
+/// request without one) and waits by the [`Deadline`](crate::Deadline)
+/// there, as a [`ThrottledClient`](crate::ThrottledClient)'s builder's
+/// [`cost`](crate::PacedRequestBuilder::cost) and
+/// [`deadline`](crate::PacedRequestBuilder::deadline) do; each attempt
 /// runs the rest of the chain with a fresh copy of the call's extensions,
 /// so what a later middleware writes into them is not seen here. Errors of
 /// this crate come out as
@@ -59,10 +61,10 @@ impl Middleware for PaceMiddleware {
         next: Next<'_>,
     ) -> reqwest_middleware::Result<Response> {
         let template = extensions.clone();
-        let deadline = extensions.get::<Deadline>().map(|d| d.0);
+        let (cost, deadline) = from_extensions(extensions);
         let result = self
             .pacer
-            .run(req, &Cost::default(), deadline, |attempt| {
+            .run(req, &cost.unwrap_or_default(), deadline, |attempt| {
                 let next = next.clone();
                 let mut ext = template.clone();
                 async move {

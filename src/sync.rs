@@ -25,6 +25,16 @@ pub(crate) fn lock<T: ?Sized>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGu
     recover(mutex.lock())
 }
 
+/// Read `lock`, as [`lock`] takes a mutex (a poisoned lock still usable).
+pub(crate) fn read<T: ?Sized>(lock: &std::sync::RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    recover(lock.read())
+}
+
+/// Write `lock`, as [`lock`] takes a mutex.
+pub(crate) fn write<T: ?Sized>(lock: &std::sync::RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    recover(lock.write())
+}
+
 /// [`lock`] for the limiter's mutex, which is loom's under `pace_loom`.
 pub(crate) fn lock_model<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     recover(mutex.lock())

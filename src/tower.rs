@@ -2,6 +2,7 @@
 //! reqwest requests (a `reqwest::Client` is one).
 
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Mutex;
 use std::task::{Context, Poll};
@@ -9,7 +10,7 @@ use std::task::{Context, Poll};
 use reqwest::{Request, Response};
 use tower_service::Service;
 
-use crate::client::{Cost, SendFailure};
+use crate::client::{from_extensions, Cost, SendFailure};
 use crate::sync::lock;
 use crate::{Error, Pacer};
 
@@ -17,9 +18,13 @@ use crate::{Error, Pacer};
 /// retries around the service it wraps: each attempt is one call of that
 /// service (on a clone of it, made ready first).
 ///
-/// Every call costs one request, by the pacer's own
-/// [`deadline`](crate::PaceBuilder::deadline) if it has one (a
-/// `reqwest::Request` carries no per-call settings a layer could read).
+/// A `reqwest::Request` costs one request, by the pacer's own
+/// [`deadline`](crate::PaceBuilder::deadline) if it has one: its
+/// extensions are reqwest's own, which no layer can read. For a
+/// [`Cost`](crate::Cost) or a [`Deadline`](crate::Deadline) per call,
+/// send `http::Request`s with them in their extensions through
+/// [`PaceService::for_http_requests`], as a
+/// [`PaceMiddleware`](crate::PaceMiddleware)'s calls carry theirs.
 ///
 /// ```
 /// use reqwest_pace::{PaceLayer, Pacer, Rate};
@@ -82,14 +87,31 @@ where
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
+        self.paced(request, None, None)
+    }
+}
+
+impl<S> PaceService<S>
+where
+    S: Service<Request, Response = Response, Error = reqwest::Error> + Clone + Send + 'static,
+    S::Future: Send,
+{
+    /// The call of `request`, spending `cost` (one request without one) by
+    /// `deadline` (the pacer's without one).
+    fn paced(
+        &mut self,
+        request: Request,
+        cost: Option<Cost>,
+        deadline: Option<std::time::Duration>,
+    ) -> Pin<Box<dyn Future<Output = Result<Response, Error>> + Send>> {
         let pacer = self.pacer.clone();
         // Behind a mutex only so that the call's future is `Send` without
         // asking `S` to be `Sync`: each attempt clones the service out.
         let inner = Mutex::new(self.inner.clone());
         Box::pin(async move {
-            let cost = Cost::default();
+            let cost = cost.unwrap_or_default();
             pacer
-                .run(request, &cost, None, |attempt| {
+                .run(request, &cost, deadline, |attempt| {
                     let mut service = lock(&inner).clone();
                     async move {
                         futures::future::poll_fn(|cx| service.poll_ready(cx))
@@ -100,5 +122,86 @@ where
                 })
                 .await
         })
+    }
+}
+
+impl<S> PaceService<S> {
+    /// The same service, taking `http::Request<B>`s instead of reqwest's:
+    /// each is converted as reqwest converts one, and its extensions'
+    /// [`Cost`](crate::Cost) and [`Deadline`](crate::Deadline) are the
+    /// call's. One that does not convert (a URL reqwest does not take)
+    /// fails with [`Error::Transport`] after no attempt.
+    ///
+    /// ```
+    /// use reqwest_pace::{headers::Dimension, Cost, Deadline, PaceLayer, Pacer};
+    /// use std::time::Duration;
+    /// use tower_layer::Layer;
+    ///
+    /// let pacer = Pacer::builder().build()?;
+    /// let service = PaceLayer::new(pacer)
+    ///     .layer(reqwest::Client::new())
+    ///     .for_http_requests::<String>();
+    /// let mut request = http::Request::new(String::from("{}"));
+    /// request.extensions_mut().insert(Cost::default().with(Dimension::Requests, 3));
+    /// request.extensions_mut().insert(Deadline(Duration::from_secs(5)));
+    /// # drop((service, request));
+    /// # Ok::<(), reqwest_pace::Error>(())
+    /// ```
+    pub fn for_http_requests<B>(self) -> PaceHttpService<S, B> {
+        PaceHttpService {
+            service: self,
+            body: PhantomData,
+        }
+    }
+}
+
+/// A [`PaceService`] of `http::Request<B>`s: see
+/// [`PaceService::for_http_requests`].
+pub struct PaceHttpService<S, B = reqwest::Body> {
+    service: PaceService<S>,
+    body: PhantomData<fn(B)>,
+}
+
+impl<S: Clone, B> Clone for PaceHttpService<S, B> {
+    fn clone(&self) -> Self {
+        PaceHttpService {
+            service: self.service.clone(),
+            body: PhantomData,
+        }
+    }
+}
+
+impl<S: std::fmt::Debug, B> std::fmt::Debug for PaceHttpService<S, B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PaceHttpService")
+            .field("service", &self.service)
+            .finish()
+    }
+}
+
+impl<S, B> Service<http::Request<B>> for PaceHttpService<S, B>
+where
+    S: Service<Request, Response = Response, Error = reqwest::Error> + Clone + Send + 'static,
+    S::Future: Send,
+    B: Into<reqwest::Body>,
+{
+    type Response = Response;
+    type Error = Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, Error>> + Send>>;
+
+    /// Always ready, as [`PaceService`] is.
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let (cost, deadline) = from_extensions(request.extensions());
+        match Request::try_from(request) {
+            Ok(request) => self.service.paced(request, cost, deadline),
+            Err(source) => Box::pin(std::future::ready(Err(Error::Transport {
+                attempts: 0,
+                source,
+            }))),
+        }
     }
 }

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::breaker::Health;
-use super::events::{emit, Hook};
+use super::events::{emit, listened, Hook};
 use super::scope::BuiltScope;
 use super::server_clock::ServerClocks;
 use super::wait::{status_or_429, time_limit, Member, Sent};
@@ -88,7 +88,7 @@ pub(crate) struct Inner {
 /// One call's progress through its attempts.
 pub(crate) struct Call {
     method: Method,
-    url: String,
+    url: reqwest::Url,
     /// The call's own deadline, as an instant and the limit it came from.
     deadline: Option<(Instant, Duration)>,
     pub(crate) first_send: Option<Instant>,
@@ -103,13 +103,18 @@ impl Call {
     fn new(request: &Request, deadline: Option<Duration>) -> Call {
         Call {
             method: request.method().clone(),
-            url: request.url().to_string(),
+            url: request.url().clone(),
             deadline: deadline.map(|d| (Instant::now() + d, d)),
             first_send: None,
             attempt: 0,
             previous_delay: None,
             last_status: None,
         }
+    }
+
+    /// The call's route, as far as server buckets go: method and path.
+    pub(crate) fn route(&self) -> String {
+        scope::route_of(&self.method, &self.url)
     }
 
     /// The instant no wait of this call may pass, with the limit it comes
@@ -226,6 +231,15 @@ impl Pacer {
         emit(self.inner.hook.as_ref(), event);
     }
 
+    /// Emit the event `make` builds, if anyone receives an event logged at
+    /// `level` (see [`listened`]): the calls of every request build theirs
+    /// this way, so that an unthrottled call nobody watches builds none.
+    pub(crate) fn emit_with(&self, level: tracing::Level, make: impl FnOnce() -> Event) {
+        if listened(self.inner.hook.as_ref(), level) {
+            self.emit(make());
+        }
+    }
+
     pub(crate) fn draw(&self) -> f64 {
         (self.inner.random)()
     }
@@ -315,7 +329,7 @@ impl Pacer {
             self.judge(&members, &mut sent, health(&result));
             self.measure_latency(&members, &result, sent_at);
             let paced = self
-                .learn(&members, &sent, read.signal.as_ref(), read.outcome)
+                .learn(&members, &sent, (&call, read.signal.as_ref()), read.outcome)
                 .await;
             drop(sent);
             call.last_status = result
@@ -377,8 +391,7 @@ impl Pacer {
                     return None;
                 }
                 let base = scope.key(request)?;
-                let route = scope::route(request);
-                let bucket = scope.bucket(&base, &route);
+                let bucket = scope.bucket(&base, request);
                 let key = match &bucket {
                     Some(bucket) => format!("{base}~{bucket}"),
                     None => base.clone(),
@@ -388,7 +401,6 @@ impl Pacer {
                     state: scope.keyed.get(&key),
                     weight,
                     base,
-                    route,
                     bucket,
                 })
             })
@@ -407,10 +419,10 @@ impl Pacer {
         F: FnMut(Request) -> Fut,
         Fut: Future<Output = Result<Response, SendFailure>>,
     {
-        self.emit(Event::Sent {
+        self.emit_with(tracing::Level::DEBUG, || Event::Sent {
             attempt: call.attempt,
-            method: call.method.to_string(),
-            url: call.url.clone(),
+            method: request.method().to_string(),
+            url: request.url().to_string(),
         });
         match send(request).await {
             Ok(response) => Ok(Ok(response)),
@@ -428,7 +440,7 @@ impl Pacer {
         sent_at: Instant,
     ) -> Read {
         if let Ok(response) = result {
-            self.emit(Event::Received {
+            self.emit_with(tracing::Level::DEBUG, || Event::Received {
                 attempt: call.attempt,
                 status: response.status().as_u16(),
             });
@@ -448,6 +460,10 @@ impl Pacer {
     fn signal(&self, response: &Response, sent_at: Instant) -> RateLimitSignal {
         let status = response.status().as_u16();
         let headers = response.headers();
+        if !crate::headers::may_carry_signal(headers) {
+            // No field to read, nor a time to place on the server's clock.
+            return RateLimitSignal::of_status(status);
+        }
         let (Some(date), Some(origin)) =
             (crate::headers::date(headers), scope::origin(response.url()))
         else {
@@ -506,7 +522,7 @@ impl Pacer {
     ) -> Result<Response, Error> {
         match result {
             Ok(response) => {
-                self.emit(Event::Completed {
+                self.emit_with(tracing::Level::DEBUG, || Event::Completed {
                     attempts: call.attempt,
                     status: response.status().as_u16(),
                 });

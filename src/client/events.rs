@@ -108,6 +108,23 @@ pub enum Event {
 
 pub(crate) type Hook = Arc<dyn Fn(&Event) + Send + Sync>;
 
+/// Whether an event logged at `level` reaches anyone: the hook, the
+/// `metrics` facade (feature `metrics`, which counts every event), or a
+/// `tracing` subscriber interested in the crate's target at that level.
+/// An event nobody receives is not built: the hot path of an unthrottled
+/// call then formats no method, URL or key.
+pub(crate) fn listened(hook: Option<&Hook>, level: tracing::Level) -> bool {
+    if hook.is_some() || cfg!(feature = "metrics") {
+        return true;
+    }
+    match level {
+        tracing::Level::DEBUG => tracing::enabled!(target: "reqwest_pace", tracing::Level::DEBUG),
+        tracing::Level::INFO => tracing::enabled!(target: "reqwest_pace", tracing::Level::INFO),
+        tracing::Level::WARN => tracing::enabled!(target: "reqwest_pace", tracing::Level::WARN),
+        _ => true,
+    }
+}
+
 pub(crate) fn emit(hook: Option<&Hook>, event: Event) {
     match &event {
         Event::Waited { scope, key, waited } => {

@@ -4,7 +4,7 @@ use std::sync::atomic::Ordering;
 
 use tokio::time::Instant;
 
-use super::engine::Pacer;
+use super::engine::{Call, Pacer};
 use super::scope::BuiltScope;
 use super::wait::{Member, Sent};
 use super::Event;
@@ -27,7 +27,7 @@ impl Pacer {
         &self,
         members: &[Member],
         sent: &Sent<'_>,
-        signal: Option<&RateLimitSignal>,
+        (call, signal): (&Call, Option<&RateLimitSignal>),
         outcome: Outcome,
     ) -> bool {
         let mut paced = false;
@@ -41,7 +41,7 @@ impl Pacer {
             m.state.seen_response.store(true, Ordering::Release);
             match signal.filter(|_| Some(m.scope) == target) {
                 Some(signal) => {
-                    self.teach(m, seq, signal, outcome == Outcome::Success, now)
+                    self.teach(m, (call, seq), signal, outcome == Outcome::Success, now)
                         .await;
                     paced = signal.is_throttled()
                         && self.inner.scopes[m.scope].adaptive()
@@ -57,7 +57,7 @@ impl Pacer {
     async fn teach(
         &self,
         m: &Member,
-        seq: u64,
+        (call, seq): (&Call, u64),
         signal: &RateLimitSignal,
         success: bool,
         now: Instant,
@@ -72,7 +72,7 @@ impl Pacer {
             // describes that bucket, so it teaches the key only when the
             // request was paced in it (the first response of a key names
             // its default bucket, which the key itself paces).
-            scope.remember_bucket(&m.base, &m.route, named);
+            scope.remember_bucket(&m.base, &call.route(), named);
             if !scope.paced_in(&m.base, m.bucket.as_deref(), named) {
                 m.state.adapt().on_no_response(seq);
                 return;

@@ -62,6 +62,12 @@ pub(crate) fn later_by(at: tokio::time::Instant, wait: Duration) -> tokio::time:
 /// [`dimension`](Scope::dimension); a scope whose dimension the cost does
 /// not name is not charged.
 ///
+/// A call carries it as a [`Deadline`] does: [`PacedRequestBuilder::cost`]
+/// on the client's own builder, or in the request's extensions
+/// (`reqwest-middleware`'s for [`PaceMiddleware`](crate::PaceMiddleware),
+/// an `http::Request`'s for the tower service and
+/// [`ThrottledClient::send`]).
+///
 /// ```
 /// use reqwest_pace::{headers::Dimension, Cost};
 ///
@@ -71,14 +77,19 @@ pub(crate) fn later_by(at: tokio::time::Instant, wait: Duration) -> tokio::time:
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cost {
-    weights: Vec<(Dimension, u64)>,
+    /// The amount in requests, apart: every call has one, and the default
+    /// cost of one request then allocates nothing.
+    requests: u64,
+    /// The amounts in other dimensions.
+    others: Vec<(Dimension, u64)>,
 }
 
 impl Default for Cost {
     /// One request.
     fn default() -> Self {
         Cost {
-            weights: vec![(Dimension::Requests, 1)],
+            requests: 1,
+            others: Vec::new(),
         }
     }
 }
@@ -86,25 +97,35 @@ impl Default for Cost {
 impl Cost {
     /// Spend `amount` in `dimension` (replacing any earlier amount).
     pub fn with(mut self, dimension: Dimension, amount: u64) -> Self {
-        self.weights.retain(|(d, _)| d != &dimension);
-        self.weights.push((dimension, amount));
+        if dimension == Dimension::Requests {
+            self.requests = amount;
+        } else {
+            self.others.retain(|(d, _)| d != &dimension);
+            self.others.push((dimension, amount));
+        }
         self
     }
 
     /// The amount spent in `dimension` (0 if not named).
     pub fn get(&self, dimension: &Dimension) -> u64 {
-        self.weights
+        if *dimension == Dimension::Requests {
+            return self.requests;
+        }
+        self.others
             .iter()
             .find(|(d, _)| d == dimension)
             .map_or(0, |(_, n)| *n)
     }
 }
 
-/// A deadline for one call, for [`PaceMiddleware`](crate::PaceMiddleware):
-/// put it in the request's `reqwest-middleware` extensions
-/// (`.with_extension(Deadline(..))`); a [`ThrottledClient`]'s own requests
-/// take [`PacedRequestBuilder::deadline`] instead. It overrides the
-/// client's [`deadline`](ThrottledClientBuilder::deadline).
+/// A deadline for one call, from when it is sent, in a request's
+/// extensions: `reqwest-middleware`'s for
+/// [`PaceMiddleware`](crate::PaceMiddleware)
+/// (`.with_extension(Deadline(..))`), an `http::Request`'s for the tower
+/// service and for [`ThrottledClient::send`]; a [`ThrottledClient`]'s own
+/// builder takes [`PacedRequestBuilder::deadline`]. It overrides the
+/// client's [`deadline`](ThrottledClientBuilder::deadline). A [`Cost`] in
+/// the same extensions is honoured the same way.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Deadline(pub Duration);
 
@@ -140,8 +161,10 @@ pub struct KeyStatus {
     pub auto_throttle_delay: Option<Duration>,
 }
 
-/// Something that can become a [`reqwest::Request`]: a `Request` or a
-/// `RequestBuilder`.
+/// Something that can become a [`reqwest::Request`]: a `Request`, a
+/// `RequestBuilder`, a [`PacedRequestBuilder`] (with its cost and
+/// deadline), or an `http::Request` (with the [`Cost`] and [`Deadline`] in
+/// its extensions).
 pub trait IntoRequest {
     /// Build the request.
     fn into_request(self) -> Result<Request, reqwest::Error>;
@@ -166,6 +189,27 @@ impl IntoRequest for RequestBuilder {
     fn into_request(self) -> Result<Request, reqwest::Error> {
         self.build()
     }
+}
+
+/// An `http::Request`: its extensions' [`Cost`] and [`Deadline`] are the
+/// call's, as a middleware chain's are.
+impl<B: Into<reqwest::Body>> IntoRequest for http::Request<B> {
+    fn into_request(self) -> Result<Request, reqwest::Error> {
+        Request::try_from(self)
+    }
+
+    fn into_call(self) -> Result<(Request, Option<Cost>, Option<Duration>), reqwest::Error> {
+        let (cost, deadline) = from_extensions(self.extensions());
+        Ok((Request::try_from(self)?, cost, deadline))
+    }
+}
+
+/// The [`Cost`] and [`Deadline`] a request's extensions carry.
+pub(crate) fn from_extensions(extensions: &http::Extensions) -> (Option<Cost>, Option<Duration>) {
+    (
+        extensions.get::<Cost>().cloned(),
+        extensions.get::<Deadline>().map(|d| d.0),
+    )
 }
 
 /// A failure of one attempt's transport, as the retry loop sees it.
@@ -253,6 +297,11 @@ impl ThrottledClient {
     /// A PUT request.
     pub fn put(&self, url: impl reqwest::IntoUrl) -> PacedRequestBuilder {
         self.request(reqwest::Method::PUT, url)
+    }
+
+    /// A PATCH request.
+    pub fn patch(&self, url: impl reqwest::IntoUrl) -> PacedRequestBuilder {
+        self.request(reqwest::Method::PATCH, url)
     }
 
     /// A DELETE request.

@@ -4,8 +4,11 @@
 //! reqwest's own `RequestBuilder::send` would go around the client's
 //! buckets, so [`ThrottledClient::get`] and its siblings return this builder
 //! instead: there is no path through the crate's client that skips pacing.
-//! The methods most requests need are forwarded; any other is reachable
-//! through [`PacedRequestBuilder::with`].
+//! Every method of reqwest's builder is forwarded, those reqwest gates
+//! behind a feature (`json`, `query`, `form`, `multipart`) behind this
+//! crate's feature of the same name, which turns reqwest's on; any change
+//! of the reqwest builder is also reachable through
+//! [`PacedRequestBuilder::with`].
 
 use std::fmt;
 use std::time::Duration;
@@ -93,6 +96,50 @@ impl PacedRequestBuilder {
         self.with(|b| b.timeout(timeout))
     }
 
+    /// The HTTP version (as [`reqwest::RequestBuilder::version`]).
+    pub fn version(self, version: reqwest::Version) -> Self {
+        self.with(|b| b.version(version))
+    }
+
+    /// Append `query` to the URL's query string (as
+    /// [`reqwest::RequestBuilder::query`]; feature `query`).
+    #[cfg(feature = "query")]
+    pub fn query<T: serde::Serialize + ?Sized>(self, query: &T) -> Self {
+        self.with(|b| b.query(query))
+    }
+
+    /// A URL-encoded form body (as [`reqwest::RequestBuilder::form`];
+    /// feature `form`).
+    #[cfg(feature = "form")]
+    pub fn form<T: serde::Serialize + ?Sized>(self, form: &T) -> Self {
+        self.with(|b| b.form(form))
+    }
+
+    /// A JSON body (as [`reqwest::RequestBuilder::json`]; feature `json`).
+    #[cfg(feature = "json")]
+    pub fn json<T: serde::Serialize + ?Sized>(self, json: &T) -> Self {
+        self.with(|b| b.json(json))
+    }
+
+    /// A multipart form body (as [`reqwest::RequestBuilder::multipart`];
+    /// feature `multipart`). Its body is a stream: the request is sent
+    /// once and never retried.
+    #[cfg(feature = "multipart")]
+    pub fn multipart(self, form: reqwest::multipart::Form) -> Self {
+        self.with(|b| b.multipart(form))
+    }
+
+    /// A copy of the builder, with its cost and deadline, when its body
+    /// can be copied (as [`reqwest::RequestBuilder::try_clone`]).
+    pub fn try_clone(&self) -> Option<Self> {
+        Some(PacedRequestBuilder {
+            client: self.client.clone(),
+            inner: self.inner.try_clone()?,
+            cost: self.cost.clone(),
+            deadline: self.deadline,
+        })
+    }
+
     /// What the request spends from the buckets it passes (one request by
     /// default); see [`Cost`].
     pub fn cost(mut self, cost: Cost) -> Self {
@@ -120,6 +167,12 @@ impl PacedRequestBuilder {
     /// Build the request without sending it.
     pub fn build(self) -> Result<Request, reqwest::Error> {
         self.inner.build()
+    }
+
+    /// Build the request without sending it, and give back the client it
+    /// was made on (as [`reqwest::RequestBuilder::build_split`]).
+    pub fn build_split(self) -> (ThrottledClient, Result<Request, reqwest::Error>) {
+        (self.client, self.inner.build())
     }
 
     /// Send the request: paced, adapted and retried as

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use http::HeaderName;
@@ -457,7 +457,7 @@ impl Scope {
         Ok(BuiltScope {
             config,
             keyed,
-            buckets: Mutex::new(HashMap::new()),
+            buckets: RwLock::new(Buckets::default()),
             memory,
         })
     }
@@ -484,8 +484,10 @@ pub(crate) struct BuiltScope {
     pub(crate) config: Arc<Scope>,
     pub(crate) keyed: KeyedLimiter<String, KeyState>,
     /// Which server bucket (GitHub's resource, Discord's bucket) each route
-    /// of each key was last counted in.
-    buckets: Mutex<HashMap<(String, String), String>>,
+    /// of each key was last counted in. Read by every call, written only
+    /// by a response that names a bucket: behind a read-write lock, looked
+    /// up by borrowed key and route.
+    buckets: RwLock<Buckets>,
     /// What the scope's keys learned, kept after their state is dropped.
     pub(crate) memory: Arc<Memory>,
 }
@@ -496,7 +498,29 @@ const MAX_ROUTES: usize = 10_000;
 
 /// A request's route, as far as server buckets go: method and path.
 pub(crate) fn route(request: &Request) -> String {
-    format!("{} {}", request.method(), request.url().path())
+    route_of(request.method(), request.url())
+}
+
+/// The route of a request of `method` to `url`.
+pub(crate) fn route_of(method: &reqwest::Method, url: &reqwest::Url) -> String {
+    format!("{} {}", method, url.path())
+}
+
+/// The server buckets of a scope's keys: per key, the bucket its first
+/// response named (its default, which the key itself paces) and the
+/// routes counted in another.
+#[derive(Default)]
+struct Buckets {
+    keys: HashMap<String, KeyBuckets>,
+    /// Routes remembered across all keys (a key's default counting as
+    /// one), bounded by [`MAX_ROUTES`].
+    routes: usize,
+}
+
+#[derive(Default)]
+struct KeyBuckets {
+    default: Option<String>,
+    routes: HashMap<String, String>,
 }
 
 impl BuiltScope {
@@ -504,14 +528,16 @@ impl BuiltScope {
         (self.config.key)(request)
     }
 
-    /// The server bucket `route` of `key` is counted in, when it is not the
-    /// key's default bucket.
-    pub(crate) fn bucket(&self, key: &str, route: &str) -> Option<String> {
-        if route.is_empty() {
+    /// The server bucket the request's route on `key` is counted in, when
+    /// it is not the key's default bucket. Allocates nothing unless the
+    /// key has routes in buckets of their own.
+    pub(crate) fn bucket(&self, key: &str, request: &Request) -> Option<String> {
+        let buckets = crate::sync::read(&self.buckets);
+        let routes = &buckets.keys.get(key)?.routes;
+        if routes.is_empty() {
             return None;
         }
-        let buckets = crate::sync::lock(&self.buckets);
-        buckets.get(&(key.to_owned(), route.to_owned())).cloned()
+        routes.get(&route(request)).cloned()
     }
 
     /// Remember that `route` of `key` is counted in `bucket`. The first
@@ -520,17 +546,26 @@ impl BuiltScope {
     /// (`key~bucket`), so a server that names one bucket for everything
     /// (GitHub's `core`) costs nothing.
     pub(crate) fn remember_bucket(&self, key: &str, route: &str, bucket: &str) {
-        let mut buckets = crate::sync::lock(&self.buckets);
-        if buckets.len() >= MAX_ROUTES {
-            buckets.clear();
+        let mut buckets = crate::sync::write(&self.buckets);
+        if buckets.routes >= MAX_ROUTES {
+            *buckets = Buckets::default();
         }
-        let default = buckets
-            .entry((key.to_owned(), String::new()))
-            .or_insert_with(|| bucket.to_owned());
+        let Buckets { keys, routes } = &mut *buckets;
+        let entry = keys.entry(key.to_owned()).or_default();
+        if entry.default.is_none() {
+            *routes += 1;
+        }
+        let default = entry.default.get_or_insert_with(|| bucket.to_owned());
         if default == bucket {
-            buckets.remove(&(key.to_owned(), route.to_owned()));
-        } else {
-            buckets.insert((key.to_owned(), route.to_owned()), bucket.to_owned());
+            if entry.routes.remove(route).is_some() {
+                *routes -= 1;
+            }
+        } else if entry
+            .routes
+            .insert(route.to_owned(), bucket.to_owned())
+            .is_none()
+        {
+            *routes += 1;
         }
     }
 
@@ -540,9 +575,11 @@ impl BuiltScope {
         match paced_in {
             Some(bucket) => bucket == named,
             None => {
-                let buckets = crate::sync::lock(&self.buckets);
+                let buckets = crate::sync::read(&self.buckets);
                 buckets
-                    .get(&(key.to_owned(), String::new()))
+                    .keys
+                    .get(key)
+                    .and_then(|k| k.default.as_deref())
                     .is_some_and(|default| default == named)
             }
         }
@@ -582,7 +619,9 @@ fn spacing(delay: Duration) -> Result<Rate, Error> {
 pub(crate) struct KeyState {
     pub(crate) key: String,
     pub(crate) limiter: Result<Arc<dyn Limiter>, String>,
-    local: Option<Arc<TokenBucket>>,
+    /// The key's own token bucket (the same as `limiter`), unless its
+    /// scope makes limiters of the caller's.
+    pub(crate) local: Option<Arc<TokenBucket>>,
     pub(crate) adapt: Mutex<Adaptive>,
     /// Held by a key's first request until its response is in.
     pub(crate) probe: tokio::sync::Mutex<()>,

@@ -25,9 +25,8 @@ pub(crate) struct Member {
     pub(crate) scope: usize,
     pub(crate) state: Arc<KeyState>,
     pub(crate) weight: u64,
-    /// The scope's key before any server bucket, and the request's route.
+    /// The scope's key before any server bucket.
     pub(crate) base: String,
-    pub(crate) route: String,
     /// The server bucket this request is paced in, when known for its route.
     pub(crate) bucket: Option<String>,
 }
@@ -263,11 +262,12 @@ impl Pacer {
                 no_longer_in_flight(members, &seqs);
                 return Err(e);
             }
-            if !t0.elapsed().is_zero() {
-                self.emit(Event::Waited {
+            let waited = t0.elapsed();
+            if !waited.is_zero() {
+                self.emit_with(tracing::Level::DEBUG, || Event::Waited {
                     scope: "robots".to_owned(),
                     key: origin.clone(),
-                    waited: t0.elapsed(),
+                    waited,
                 });
             }
         }
@@ -316,7 +316,7 @@ impl Pacer {
         }
         let waited = t0.elapsed();
         if !waited.is_zero() {
-            self.emit(Event::Waited {
+            self.emit_with(tracing::Level::DEBUG, || Event::Waited {
                 scope: scope.config.name.clone(),
                 key: m.state.key.clone(),
                 waited,
@@ -338,6 +338,18 @@ impl Pacer {
         limiter: &dyn Limiter,
         until: Option<(Instant, Duration)>,
     ) -> Result<Grant, WaitError> {
+        if let Some(bucket) = &m.state.local {
+            // The key's own bucket with the tokens at hand and nobody
+            // queued admits at once, as the acquisition below would on its
+            // first poll: decided here, without its futures and the watch
+            // on the key's block.
+            if let Some(e) = self.blocked(m) {
+                return Err(WaitError::Failed(e));
+            }
+            if bucket.try_acquire(m.weight).is_ok() {
+                return Ok(Grant::default());
+            }
+        }
         let scope = &self.inner.scopes[m.scope];
         let cap = self.inner.policy.max_retry_after();
         // The limiter holds a server's block until its end and the release

@@ -279,12 +279,27 @@ impl RateLimitSignal {
         clock: Clock,
         mut notes: Notes,
     ) -> RateLimitSignal {
-        let retry_after = retry_after::parse(headers, &clock, &mut notes);
+        // Each dialect looks its fields up by name (each lookup parses and
+        // hashes the name): only the dialects a field of the head belongs
+        // to are asked.
+        let families = Families::of(headers);
+        let retry_after = families
+            .retry_after
+            .then(|| retry_after::parse(headers, &clock, &mut notes))
+            .flatten();
 
         let mut limits = Vec::new();
-        let flags = xratelimit::parse(headers, &clock, &mut notes, &mut limits);
-        ietf::parse(headers, &clock, &mut notes, &mut limits);
-        vendors::parse(headers, &clock, &mut notes, &mut limits);
+        let flags = if families.x_ratelimit {
+            xratelimit::parse(headers, &clock, &mut notes, &mut limits)
+        } else {
+            xratelimit::Flags::default()
+        };
+        if families.ietf {
+            ietf::parse(headers, &clock, &mut notes, &mut limits);
+        }
+        if families.vendors {
+            vendors::parse(headers, &clock, &mut notes, &mut limits);
+        }
 
         // Servers that send two dialects with the same numbers (old and new
         // IETF fields, say) describe one limit, not two.
@@ -312,6 +327,22 @@ impl RateLimitSignal {
             bucket: flags.bucket,
             limits: unique,
             ignored,
+        }
+    }
+
+    /// The signal of a response head that carries no rate-limit field (see
+    /// [`may_carry_signal`]): its status alone, as
+    /// [`parse`](Self::parse) reads such a head, without looking up each
+    /// dialect's fields.
+    pub(crate) fn of_status(status: u16) -> RateLimitSignal {
+        RateLimitSignal {
+            status,
+            retry_after: None,
+            global: false,
+            scope: None,
+            bucket: None,
+            limits: Vec::new(),
+            ignored: Vec::new(),
         }
     }
 
@@ -482,5 +513,117 @@ impl Ignored {
 impl fmt::Display for Ignored {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.header, self.reason)
+    }
+}
+
+/// Which dialects' fields a response head has, by the names each dialect
+/// reads: `Retry-After`, `retry-after-ms` and `x-ms-retry-after-ms` (all
+/// containing `retry-after`); `X-RateLimit-*` and Twitter's
+/// `X-Rate-Limit-*`; the IETF fields (`RateLimit`, `RateLimit-*`); the
+/// vendors' (`anthropic-ratelimit-*`, Shopify's
+/// `X-Shopify-Shop-Api-Call-Limit`). A dialect none of whose fields is
+/// there reads nothing, and is not asked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Families {
+    retry_after: bool,
+    x_ratelimit: bool,
+    ietf: bool,
+    vendors: bool,
+}
+
+impl Families {
+    fn of(headers: &HeaderMap) -> Families {
+        let mut families = Families::default();
+        for name in headers.keys() {
+            let name = name.as_str();
+            families.retry_after |= name.contains("retry-after");
+            families.x_ratelimit |=
+                name.starts_with("x-ratelimit-") || name.starts_with("x-rate-limit-");
+            families.ietf |= name.starts_with("ratelimit");
+            families.vendors |=
+                name.starts_with("anthropic-ratelimit-") || name == "x-shopify-shop-api-call-limit";
+        }
+        families
+    }
+
+    fn any(self) -> bool {
+        self != Families::default()
+    }
+}
+
+/// Whether a response head may carry a rate-limit signal: whether one of
+/// its field names is one that a dialect reads (see [`Families`]). A head
+/// with none reads as its status alone ([`RateLimitSignal::of_status`]),
+/// which the client takes without parsing: most responses of an
+/// unthrottled client are such.
+pub(crate) fn may_carry_signal(headers: &HeaderMap) -> bool {
+    Families::of(headers).any()
+}
+
+#[cfg(test)]
+mod signal_fields {
+    use super::*;
+    use http::HeaderValue;
+
+    /// Every field name a dialect reads makes a head that may carry a
+    /// signal; a head of other fields parses to its status alone, as the
+    /// client takes it without parsing.
+    #[test]
+    fn a_head_without_a_rate_limit_field_is_its_status_alone() {
+        let read = [
+            ("retry-after", "30"),
+            ("retry-after-ms", "300"),
+            ("x-ms-retry-after-ms", "300"),
+            ("ratelimit", "limit=10, remaining=5, reset=3"),
+            ("ratelimit-limit", "10"),
+            ("ratelimit-remaining", "5"),
+            ("ratelimit-reset", "3"),
+            ("ratelimit-name", "a"),
+            ("ratelimit-resettime", "3"),
+            ("x-ratelimit-limit", "10"),
+            ("x-ratelimit-remaining", "5"),
+            ("x-ratelimit-reset", "3"),
+            ("x-ratelimit-reset-after", "3"),
+            ("x-ratelimit-used", "5"),
+            ("x-ratelimit-bucket", "b"),
+            ("x-ratelimit-resource", "core"),
+            ("x-ratelimit-scope", "user"),
+            ("x-ratelimit-global", "true"),
+            ("x-ratelimit-limit-requests", "60"),
+            ("x-ratelimit-remaining-tokens", "60"),
+            ("x-rate-limit-limit", "10"),
+            ("x-rate-limit-remaining", "5"),
+            ("anthropic-ratelimit-requests-limit", "50"),
+            ("x-shopify-shop-api-call-limit", "32/40"),
+        ];
+        let now = std::time::SystemTime::now();
+        for (name, value) in read {
+            let mut headers = HeaderMap::new();
+            headers.insert(
+                http::HeaderName::from_static(name),
+                HeaderValue::from_static(value),
+            );
+            assert!(may_carry_signal(&headers), "{name}");
+        }
+        let mut other = HeaderMap::new();
+        for (name, value) in [
+            ("date", "Sun, 06 Nov 1994 08:49:37 GMT"),
+            ("content-type", "application/json"),
+            ("content-length", "12"),
+            ("x-request-id", "abc"),
+            ("cache-control", "no-cache"),
+        ] {
+            other.insert(
+                http::HeaderName::from_static(name),
+                HeaderValue::from_static(value),
+            );
+        }
+        assert!(!may_carry_signal(&other));
+        for status in [200, 403, 429, 503] {
+            assert_eq!(
+                RateLimitSignal::parse(status, &other, now),
+                RateLimitSignal::of_status(status)
+            );
+        }
     }
 }

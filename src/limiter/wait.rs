@@ -112,6 +112,37 @@ struct State<A> {
     queue: VecDeque<Waiter>,
     queued_weight: u64,
     next_id: u64,
+    /// The instant the last waiter was admitted at, when that was earlier
+    /// than the instant it was admitted (its timer fired late): the next
+    /// head goes at its own instant from there, if that has passed too.
+    /// Cleared by any other admission.
+    caught_up: Option<Nanos>,
+}
+
+impl<A: Algorithm> State<A> {
+    /// The instant a head that set no timer of its own (it moved up when
+    /// the waiter before it was admitted) is admitted at: its own instant
+    /// after the one the waiter before it went at, when the timer that
+    /// admitted that one fired late and this one's instant has passed
+    /// too; else `now`. Without it a bucket of one faster than the timer
+    /// (above 1 000/s) would admit one waiter per timer tick, and lose the
+    /// rest; with it the admissions keep to the algorithm's instants,
+    /// at most [`TIMER_RESOLUTION`] before the instant they are made, as
+    /// [`admitted_at`] keeps the head's.
+    fn catch_up(&self, now: Nanos, weight: u64) -> Nanos {
+        let Some(floor) = self
+            .caught_up
+            .filter(|&at| at <= now && now - at <= TIMER_RESOLUTION)
+        else {
+            return now;
+        };
+        let due = self.algorithm.earliest(floor, weight).max(floor);
+        if due <= now {
+            due
+        } else {
+            now
+        }
+    }
 }
 
 impl<A> State<A> {
@@ -235,6 +266,7 @@ impl<A: Algorithm> RateLimiter<A> {
                 queue: VecDeque::new(),
                 queued_weight: 0,
                 next_id: 0,
+                caught_up: None,
             }),
             hint: AtomicU64::new(0),
         }
@@ -321,6 +353,7 @@ impl<A: Algorithm> RateLimiter<A> {
         let mut state = self.lock_at(now);
         Self::check_weight(&state.algorithm, weight)?;
         let outcome = if state.queue.is_empty() {
+            state.caught_up = None;
             state.algorithm.try_admit(now, weight)
         } else {
             Err(state.algorithm.earliest(now, state.queued_weight + weight))
@@ -343,6 +376,7 @@ impl<A: Algorithm> RateLimiter<A> {
             id: None,
             sleep: None,
             scheduled: None,
+            yields: 0,
         }
     }
 
@@ -462,11 +496,24 @@ pub struct Acquire<'a, A: Algorithm> {
     sleep: Option<Pin<Box<Sleep>>>,
     /// The instant our timer was set for, while we are the head.
     scheduled: Option<Nanos>,
+    /// How many times we yielded instead of setting a timer, as the head.
+    yields: u32,
 }
 
 /// How late tokio's timer may fire: it counts whole milliseconds, so a
 /// sleep until an instant wakes up to a millisecond after it.
 const TIMER_RESOLUTION: Nanos = 1_000_000;
+
+/// How many times the head yields to the runtime, instead of setting a
+/// timer, for a wait shorter than [`TIMER_RESOLUTION`]: the timer would
+/// wake it up to a millisecond late, and a bucket of one at thousands a
+/// second (a rate learned from a fast server) would hold every request
+/// behind it that long; each yield lets the runtime's other tasks run,
+/// and the head tries again when they have (a few microseconds later on a
+/// busy runtime). After that many it sets the timer: on a paused clock,
+/// which does not move while the runtime is busy, the wait then ends as it
+/// would have.
+const MAX_YIELDS: u32 = 16;
 
 /// The instant the head is admitted at: the one its timer was set for when
 /// the timer fired at most [`TIMER_RESOLUTION`] after it, else `now`. A
@@ -513,6 +560,7 @@ impl<A: Algorithm> Future for Acquire<'_, A> {
                     }
                     if state.queue.is_empty() && state.algorithm.try_admit(now, this.weight).is_ok()
                     {
+                        state.caught_up = None;
                         return Poll::Ready(Ok(()));
                     }
                     let id = state.next_id;
@@ -536,19 +584,28 @@ impl<A: Algorithm> Future for Acquire<'_, A> {
             }
             // The capacity may have been lowered below our weight while we
             // queued: say so rather than wait for ever (and hold the queue).
+            let at = match this.scheduled {
+                Some(_) => admitted_at(this.scheduled, now),
+                None => state.catch_up(now, this.weight),
+            };
             let outcome = match RateLimiter::check_weight(&state.algorithm, this.weight) {
                 Err(e) => Err(e),
-                Ok(()) => match state
-                    .algorithm
-                    .try_admit(admitted_at(this.scheduled, now), this.weight)
-                {
-                    Ok(()) => Ok(()),
+                Ok(()) => match state.algorithm.try_admit(at, this.weight) {
+                    Ok(()) => {
+                        state.caught_up = (at < now).then_some(at);
+                        Ok(())
+                    }
                     Err(ready) => {
                         this.scheduled = Some(ready);
                         if let Some(head) = state.queue.front_mut() {
                             head.waker = Some(cx.waker().clone());
                         }
                         drop(state);
+                        if ready - now < TIMER_RESOLUTION && this.yields < MAX_YIELDS {
+                            this.yields += 1;
+                            cx.waker().wake_by_ref();
+                            return Poll::Pending;
+                        }
                         let deadline = limiter.instant(ready);
                         match this.sleep.as_mut() {
                             Some(sleep) => sleep.as_mut().reset(deadline),
@@ -594,6 +651,41 @@ mod tests {
 
     fn armed(limiter: &TokenBucket) -> bool {
         limiter.fast.is_armed()
+    }
+
+    /// A bucket of one at 10 000/s, faster than tokio's millisecond timer:
+    /// 50 queued waiters go at the bucket's rate (the last 4.9 ms after
+    /// the first), not one or two per timer tick (25 ms and more), and
+    /// none before its own instant.
+    #[tokio::test(start_paused = true)]
+    async fn a_bucket_faster_than_the_timer_keeps_its_rate() {
+        let bucket = std::sync::Arc::new(
+            TokenBucket::with_initial(Rate::per_second(10_000).unwrap(), 1, 0).unwrap(),
+        );
+        let start = Instant::now();
+        let waiters: Vec<_> = (0..50)
+            .map(|_| {
+                let bucket = std::sync::Arc::clone(&bucket);
+                tokio::spawn(async move {
+                    bucket.acquire(1).await.unwrap();
+                    start.elapsed()
+                })
+            })
+            .collect();
+        let mut times = Vec::new();
+        for waiter in waiters {
+            times.push(waiter.await.unwrap());
+        }
+        times.sort();
+        let interval = Duration::from_micros(100);
+        for (i, t) in times.iter().enumerate() {
+            let due = interval * (i as u32 + 1);
+            assert!(*t >= due, "waiter {i} went at {t:?}, before {due:?}");
+            assert!(
+                *t <= due + Duration::from_millis(1),
+                "waiter {i} went at {t:?}, more than the timer's millisecond after {due:?}"
+            );
+        }
     }
 
     #[tokio::test(start_paused = true)]
