@@ -124,6 +124,16 @@ async fn the_client_spends_the_builders_cost() {
     assert_eq!(times(&server), ms(&[0, 1_000]));
 }
 
+/// A `GET` of `server` as an `http::Request` whose extensions carry a
+/// deadline of half a second.
+fn with_half_a_second_deadline(server: &RateLimitedServer) -> http::Request<Vec<u8>> {
+    let mut request = http::Request::get(server.url()).body(Vec::new()).unwrap();
+    request
+        .extensions_mut()
+        .insert(Deadline(Duration::from_millis(500)));
+    request
+}
+
 /// `ThrottledClient::send` of an `http::Request` reads its extensions.
 #[tokio::test(start_paused = true)]
 async fn the_client_spends_the_cost_in_an_http_requests_extensions() {
@@ -135,10 +145,7 @@ async fn the_client_spends_the_cost_in_an_http_requests_extensions() {
     client.get(server.url()).send().await.unwrap();
     assert_eq!(times(&server), ms(&[0, 1_000]));
     // A deadline there bounds the wait: the next token is a second away.
-    let mut request = http::Request::get(server.url()).body(Vec::new()).unwrap();
-    request
-        .extensions_mut()
-        .insert(Deadline(Duration::from_millis(500)));
+    let request = with_half_a_second_deadline(&server);
     let start = tokio::time::Instant::now();
     let err = client.send(request).await.unwrap_err();
     assert!(matches!(err, Error::DeadlineExceeded { .. }), "{err:?}");
@@ -190,10 +197,7 @@ async fn the_tower_service_spends_the_cost_and_keeps_the_deadline_in_an_http_req
     service.call(request).await.unwrap();
     assert_eq!(times(&server), ms(&[0, 1_000]));
     // A deadline shorter than the next token's second fails at once.
-    let mut request = http::Request::get(server.url()).body(Vec::new()).unwrap();
-    request
-        .extensions_mut()
-        .insert(Deadline(Duration::from_millis(500)));
+    let request = with_half_a_second_deadline(&server);
     let start = tokio::time::Instant::now();
     poll_fn(|cx| service.poll_ready(cx)).await.unwrap();
     let err = service.call(request).await.unwrap_err();

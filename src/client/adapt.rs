@@ -932,13 +932,8 @@ mod tests {
 
     fn signal(status: u16, limits: Vec<Limit>) -> RateLimitSignal {
         RateLimitSignal {
-            status,
-            retry_after: None,
-            global: false,
-            scope: None,
-            bucket: None,
             limits,
-            ignored: Vec::new(),
+            ..RateLimitSignal::of_status(status)
         }
     }
 
