@@ -516,7 +516,8 @@ impl Adaptive {
         let t = &TUNING.spacing;
         let refused = signal.is_throttled();
         if refused || counted_by_server(signal) {
-            let earlier_unanswered = self.in_flight.iter().any(|r| r.seq < seq);
+            // In flight in send order: the oldest unanswered is the front.
+            let earlier_unanswered = self.in_flight.front().is_some_and(|r| r.seq < seq);
             self.spacing.observe(sent, !refused, earlier_unanswered, t);
         }
         self.spacing.interval(sent, t)
