@@ -152,14 +152,19 @@ async fn the_client_spends_the_cost_in_an_http_requests_extensions() {
     assert_eq!(start.elapsed(), Duration::ZERO);
 }
 
+/// A middleware chain paced by [`three_per_burst`].
+fn paced_chain() -> reqwest_middleware::ClientWithMiddleware {
+    ClientBuilder::new(reqwest::Client::new())
+        .with(PaceMiddleware::new(three_per_burst()))
+        .build()
+}
+
 /// Without a cost in the extensions a call spends one request: the
 /// second of two goes at once from the bucket of three.
 #[tokio::test(start_paused = true)]
 async fn the_middleware_spends_one_request_without_a_cost() {
     let server = RateLimitedServer::builder().start().await.unwrap();
-    let chain = ClientBuilder::new(reqwest::Client::new())
-        .with(PaceMiddleware::new(three_per_burst()))
-        .build();
+    let chain = paced_chain();
     chain.get(server.url()).send().await.unwrap();
     chain.get(server.url()).send().await.unwrap();
     assert_eq!(times(&server), ms(&[0, 0]));
@@ -168,9 +173,7 @@ async fn the_middleware_spends_one_request_without_a_cost() {
 #[tokio::test(start_paused = true)]
 async fn the_middleware_spends_the_cost_in_its_extensions() {
     let server = RateLimitedServer::builder().start().await.unwrap();
-    let chain = ClientBuilder::new(reqwest::Client::new())
-        .with(PaceMiddleware::new(three_per_burst()))
-        .build();
+    let chain = paced_chain();
     chain
         .get(server.url())
         .with_extension(three())

@@ -1277,6 +1277,27 @@ mod tests {
         assert!(refused <= 0.01, "{refused}");
     }
 
+    /// An admitted request's reading `ms` after `origin`: its stated
+    /// `limit` and what `remaining`, the reset `reset_ms` away.
+    fn admitted(
+        origin: Instant,
+        ms: u64,
+        (limit, remaining): (u64, u64),
+        reset_ms: u64,
+    ) -> Reading {
+        Reading {
+            at: origin + Duration::from_millis(ms),
+            limit: Some(limit),
+            remaining,
+            ahead: 0,
+            reset: Some(Duration::from_millis(reset_ms)),
+            window: None,
+            admitted: true,
+            counted: None,
+            weight: 1,
+        }
+    }
+
     /// A limit of 41 that shows nothing left after the key's first request,
     /// and again after its reset: a window would have shown 40 at its
     /// start. The one unit given back reads it as refilling (a bucket of
@@ -1286,17 +1307,7 @@ mod tests {
     fn a_limit_of_several_that_never_shows_more_than_nothing_left_refills() {
         let origin = Instant::now();
         let mut series = Series::default();
-        let read = |ms: u64| Reading {
-            at: origin + Duration::from_millis(ms),
-            limit: Some(41),
-            remaining: 0,
-            ahead: 0,
-            reset: Some(Duration::from_secs(1)),
-            window: None,
-            admitted: true,
-            counted: None,
-            weight: 1,
-        };
+        let read = |ms: u64| admitted(origin, ms, (41, 0), 1_000);
         series.observe(read(0));
         assert!(!series.refilling);
         series.observe(read(1_050));
@@ -1313,16 +1324,8 @@ mod tests {
     fn a_refilling_reading_gives_way_to_a_window_that_only_jumps() {
         let origin = Instant::now();
         let mut series = Series::default();
-        let read = |ms: u64, remaining: u64, reset_ms: u64| Reading {
-            at: origin + Duration::from_millis(ms),
-            limit: Some(20),
-            remaining,
-            ahead: 0,
-            reset: Some(Duration::from_millis(reset_ms)),
-            window: None,
-            admitted: true,
-            counted: None,
-            weight: 1,
+        let read = |ms: u64, remaining: u64, reset_ms: u64| {
+            admitted(origin, ms, (20, remaining), reset_ms)
         };
         // A bucket's trickle: every admission given back.
         let mut pace = None;
