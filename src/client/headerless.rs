@@ -15,7 +15,10 @@
 //!   [`Tuning::guess_climb`]: the limit lies between (a window that let a
 //!   whole quota through before refusing reads the same as a bucket
 //!   refusing the ramp as it crossed its rate); after a refusal that holds
-//!   the key, the climb waits out the hold, as a probe does. The rate drops
+//!   the key, the climb waits [`Tuning::blocked_hold`] times that, as a
+//!   probe does. A refusal at or below the rate climbed to keeps the guess:
+//!   a window overrun by slow start refuses until its count of the
+//!   overshoot runs out. The rate drops
 //!   by [`Tuning::first_decrease`] from slow start or when refused at or
 //!   below its target (which was then too high; no lower than what the
 //!   server let through over a cycle of [`Tuning::min_cycle`] or more), and
@@ -214,9 +217,11 @@ pub(crate) struct Congestion {
     held_since: Option<Instant>,
     /// Whether a request was admitted since the last cut.
     admitted_since_cut: bool,
-    /// Whether the climb to slow start's guess waits out the hold (the
-    /// refusal that ended slow start held the key).
-    climb_after_hold: bool,
+    /// How long the climb to slow start's guess waits once recovered: the
+    /// refusal that ended slow start held the key, and the climb is a
+    /// probe that costs the same hold again if refused (see
+    /// [`Tuning::blocked_hold`]). Zero: it climbs at once.
+    climb_hold: Duration,
     /// Whether the key is locked out: refused again with nothing admitted
     /// since the cut before.
     locked: bool,
@@ -246,7 +251,7 @@ impl Congestion {
             hold: super::tuning::TUNING.header_less.first_hold,
             held_since: None,
             admitted_since_cut: true,
-            climb_after_hold: false,
+            climb_hold: Duration::ZERO,
             locked: false,
             lockouts: 0,
             last_refused: None,
@@ -399,9 +404,14 @@ impl Congestion {
             // tightened, or the rate refused was overestimated).
             // Not below what the server let through over the cycle so far,
             // though: a refusal soon after a block (a window not yet
-            // reopened) is not a rate a few sends measured.
+            // reopened) is not a rate a few sends measured. Climbing to
+            // slow start's guess, the guess stands where it is above the
+            // rate refused: a window or log that slow start overran goes
+            // on refusing until its count of the overshoot runs out, and
+            // that says nothing of what it allows after.
             Phase::Steady => {
                 let from = self.rate.min(measured).max(self.cycle_rate(now, t));
+                guess = self.guess.filter(|&g| g > from * (1.0 + t.same_ceiling));
                 (from, from * t.recover_to, from * t.first_decrease)
             }
         };
@@ -417,7 +427,7 @@ impl Congestion {
             guess,
             held_since: None,
             admitted_since_cut: false,
-            climb_after_hold: false,
+            climb_hold: Duration::ZERO,
             ..*self
         };
         rate
@@ -447,8 +457,12 @@ impl Congestion {
         let hold = wait.mul_f64(t.blocked_hold).min(t.max_hold);
         self.hold = self.hold.max(hold);
         // Climbing to slow start's guess is a probe, and a refused probe
-        // here costs the block: it waits out the hold, as any probe does.
-        self.climb_after_hold = self.guess.is_some();
+        // here costs the block: it waits as long as a probe would after
+        // this block (not the whole first hold: a block of milliseconds
+        // holds the climb for no more than that many times as long).
+        if self.guess.is_some() {
+            self.climb_hold = self.climb_hold.max(hold);
+        }
     }
 
     /// While locked out, how long the key holds every call after a
@@ -488,7 +502,7 @@ impl Congestion {
         }
         if let Some(guess) = self.guess {
             let since = *self.held_since.get_or_insert(now);
-            if self.climb_after_hold && now.saturating_duration_since(since) < self.hold {
+            if now.saturating_duration_since(since) < self.climb_hold {
                 return current.max(target);
             }
             let climbed =
@@ -615,6 +629,44 @@ mod tests {
         // Then the climb.
         let climbed = rate_at(T.recovery + hold + T.guess_climb * 2, &mut rate, &mut at);
         assert_eq!(climbed, 20.0);
+    }
+
+    /// A block of 10 ms puts the climb off for [`Tuning::blocked_hold`]
+    /// times that, not for the whole first hold: the climb is done well
+    /// before the first hold would have ended.
+    #[test]
+    fn a_short_block_puts_the_climb_off_for_its_share_only() {
+        let (start, mut c, mut rate) = slow_start_cut_at_11_of_20();
+        let wait = Duration::from_millis(10);
+        c.blocked_for(wait, &T);
+        let step = 0.05;
+        let mut at = start;
+        let until = T.recovery + wait.mul_f64(T.blocked_hold) + T.guess_climb * 2;
+        assert!(until < T.first_hold);
+        while at < start + until {
+            at += Duration::from_secs_f64(step);
+            rate = c.grow(at, rate, step, &T);
+        }
+        assert_eq!(rate, 20.0);
+    }
+
+    /// A window that slow start overran refuses again soon after the cut,
+    /// at a rate below the target: the rate is cut, and the climb to slow
+    /// start's guess goes on once recovered.
+    #[test]
+    fn a_refusal_below_the_target_keeps_slow_starts_guess() {
+        let (start, mut c, rate) = slow_start_cut_at_11_of_20();
+        c.admitted(start + Duration::from_millis(10), &T);
+        let mut at = start + Duration::from_millis(30);
+        let mut rate = c.cut(at, 2, (rate, None), &T);
+        assert!(rate < 11.0 * T.first_decrease);
+        assert!(c.climbing());
+        let step = 0.05;
+        while at < start + T.recovery * 2 + T.guess_climb * 2 {
+            at += Duration::from_secs_f64(step);
+            rate = c.grow(at, rate, step, &T);
+        }
+        assert_eq!(rate, 20.0);
     }
 
     /// A `Retry-After: 0` (a wait of milliseconds rounded down) holds

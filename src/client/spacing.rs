@@ -55,10 +55,12 @@ pub(crate) struct Tuning {
     /// noisier path; smaller tells a bucket with a burst (which admits a
     /// gap and later refuses one as long) from a spacer sooner.
     pub(crate) jitter: f64,
-    /// Each time the readings contradicted a spacer, the admissions that
-    /// must agree before it paces again double, up to this many times: a
-    /// bucket with a burst, driven near its rate, reads as a spacer for a
-    /// while, and each time it paces it costs refusals.
+    /// Each time the readings contradicted a spacer, the refusals and the
+    /// admissions that must agree before it paces again double, up to this
+    /// many times: a bucket with a burst, driven near its rate, reads as a
+    /// spacer for a while, and each time it paces it costs refusals; a log
+    /// that slow start overran refuses every gap until its count runs out,
+    /// which reads as a spacer at the pace the cut left.
     pub(crate) max_doublings: u32,
     /// Once narrow, the bracket's bottom is trusted this long after the
     /// refusal that set it; then one send probes a gap shorter by
@@ -200,8 +202,10 @@ impl Spacing {
         let (Some(top), Some(bottom)) = (self.admitted, self.refused) else {
             return None;
         };
-        let admissions = t.agreeing_admissions << self.contradictions.min(t.max_doublings);
-        if self.refusals < t.agreeing_refusals || self.admissions < admissions || top.is_zero() {
+        let doublings = self.contradictions.min(t.max_doublings);
+        let admissions = t.agreeing_admissions << doublings;
+        let refusals = t.agreeing_refusals << doublings;
+        if self.refusals < refusals || self.admissions < admissions || top.is_zero() {
             return None;
         }
         let (top_s, bottom_s) = (top.as_secs_f64(), bottom.as_secs_f64());
@@ -279,6 +283,39 @@ mod tests {
             assert_eq!(spacing.interval(at, &T), None, "at {:?}", at - start);
             at += Duration::from_millis(50);
         }
+    }
+
+    /// A log overrun by slow start: it admitted 5 ms gaps, then refuses
+    /// gaps up to 14 ms while its count runs out, and admits the 15 ms the
+    /// cut paces at. The contradiction doubles the refusals it takes to
+    /// pace as much as the admissions: two refusals and eight admissions
+    /// do not pace the key, four refusals do.
+    #[test]
+    fn after_a_contradiction_it_takes_twice_the_refusals_to_pace() {
+        fn send(spacing: &mut Spacing, at: &mut Instant, gap_ms: u64, ok: bool) {
+            *at += Duration::from_millis(gap_ms);
+            spacing.observe(*at, ok, false, &T);
+        }
+        let mut spacing = Spacing::default();
+        let mut at = Instant::now();
+        for _ in 0..10 {
+            send(&mut spacing, &mut at, 5, true);
+        }
+        // Each refused gap counts from the last admission.
+        send(&mut spacing, &mut at, 13, false);
+        send(&mut spacing, &mut at, 2, true);
+        send(&mut spacing, &mut at, 14, false);
+        for _ in 0..8 {
+            send(&mut spacing, &mut at, 15, true);
+        }
+        assert_eq!(spacing.contradictions, 1);
+        assert_eq!(spacing.interval(at, &T), None);
+        for _ in 0..2 {
+            send(&mut spacing, &mut at, 14, false);
+            send(&mut spacing, &mut at, 1, true);
+        }
+        let paced = spacing.interval(at, &T).expect("a spacer");
+        assert!(paced > Duration::from_millis(14) && paced <= Duration::from_millis(15));
     }
 
     /// A gap read while an earlier request is unanswered is not read.
