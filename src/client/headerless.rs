@@ -15,9 +15,8 @@
 //!   [`Tuning::guess_climb`]: the limit lies between (a window that let a
 //!   whole quota through before refusing reads the same as a bucket
 //!   refusing the ramp as it crossed its rate); after a refusal that holds
-//!   the key, the climb waits until holding below the guess has cost as
-//!   much as a refused climb's block would (no longer than a probe waits,
-//!   [`Tuning::blocked_hold`] times the block). A refusal at or below the rate climbed to keeps the guess:
+//!   the key, the climb waits [`Tuning::blocked_hold`] times that, as a
+//!   probe does. A refusal at or below the rate climbed to keeps the guess:
 //!   a window overrun by slow start refuses until its count of the
 //!   overshoot runs out. The rate drops
 //!   by [`Tuning::first_decrease`] from slow start or when refused at or
@@ -219,9 +218,9 @@ pub(crate) struct Congestion {
     /// Whether a request was admitted since the last cut.
     admitted_since_cut: bool,
     /// How long the climb to slow start's guess waits once recovered: the
-    /// refusal that ended slow start held the key, and a refused climb
-    /// costs that block again; holding at the target costs the share of
-    /// the guess it lies below. Zero: it climbs at once.
+    /// refusal that ended slow start held the key, and the climb is a
+    /// probe that costs the same hold again if refused (see
+    /// [`Tuning::blocked_hold`]). Zero: it climbs at once.
     climb_hold: Duration,
     /// Whether the key is locked out: refused again with nothing admitted
     /// since the cut before.
@@ -458,13 +457,11 @@ impl Congestion {
         let hold = wait.mul_f64(t.blocked_hold).min(t.max_hold);
         self.hold = self.hold.max(hold);
         // Climbing to slow start's guess is a probe, and a refused probe
-        // here costs the block. Held at the target, the key loses the
-        // share of the guess the target lies below: the climb waits until
-        // that loss equals the block (a target at half the guess waits
-        // two blocks), and no longer than a probe would.
-        if let Some(guess) = self.guess {
-            let gain = (1.0 - self.target / guess).max(1.0 / t.blocked_hold);
-            self.climb_hold = self.climb_hold.max(wait.div_f64(gain).min(hold));
+        // here costs the block: it waits as long as a probe would after
+        // this block (not the whole first hold: a block of milliseconds
+        // holds the climb for no more than that many times as long).
+        if self.guess.is_some() {
+            self.climb_hold = self.climb_hold.max(hold);
         }
     }
 
@@ -606,16 +603,13 @@ mod tests {
     }
 
     /// A refusal that holds the key (a `Retry-After`) ends slow start with
-    /// the climb put off: a refused climb costs the block, and holding at
-    /// the target costs the share of the guess it lies below. The climb
-    /// waits until the two are even: a 1 s block, 11 admitted of a guess of
-    /// 20, about 2.1 s.
+    /// the climb put off until the hold is over: a refused climb costs the
+    /// block, as any probe does.
     #[test]
     fn a_refusal_that_holds_the_key_puts_the_climb_off_until_the_hold() {
         let (start, mut c, mut rate) = slow_start_cut_at_11_of_20();
         c.blocked_for(Duration::from_secs(1), &T);
-        let hold = Duration::from_secs(1).div_f64(1.0 - 11.0 * T.recover_to / 20.0);
-        assert!(hold < Duration::from_secs(1).mul_f64(T.blocked_hold));
+        let hold = Duration::from_secs(1).mul_f64(T.blocked_hold);
         let step = 0.05;
         let mut at = start;
         let mut rate_at = |until: Duration, rate: &mut f64, at: &mut Instant| {
@@ -627,7 +621,7 @@ mod tests {
         };
         // Recovered to what was admitted, and held there through the hold.
         let held = rate_at(
-            T.recovery + hold - Duration::from_millis(100),
+            T.recovery + hold - Duration::from_secs(1),
             &mut rate,
             &mut at,
         );
