@@ -27,7 +27,8 @@
 //!   lockout: a spent window, or a limiter that counts refusals, which
 //!   every request sent meanwhile extends. The rate drops by
 //!   [`Tuning::lockout_decrease`] and the key holds its calls for a wait
-//!   that doubles from [`Tuning::first_lockout_wait`] to
+//!   that doubles from [`Tuning::first_lockout_wait`] (or
+//!   [`Tuning::lockout_intervals`] of the rate, if longer) to
 //!   [`Tuning::max_lockout_wait`], one probe per wait. When one is
 //!   admitted again, what the server let through since the last lockout
 //!   (up to the last refusal) is the rate that is too fast: the limit of a
@@ -80,6 +81,13 @@ pub(crate) struct Tuning {
     /// ... and at most this long. Longer waits cost fewer refusals while a
     /// window runs out; shorter ones notice its end sooner.
     pub(crate) max_lockout_wait: Duration,
+    /// The first wait is at least this many intervals of the rate the
+    /// lockout went down to: a key sending 3 a second waits as many of its
+    /// own sends as one sending 30 (a fixed wait is most of a window at a
+    /// slow rate's window and a whole second's refusals at a fast one's).
+    /// More costs fewer refusals while a slow window runs out; fewer
+    /// notices its end sooner.
+    pub(crate) lockout_intervals: f64,
     /// After a cut the rate climbs back to this share of the rate that was
     /// too fast. Higher is closer to the limit; lower leaves more room for
     /// a server whose limit wavers.
@@ -151,6 +159,7 @@ impl Tuning {
         lockout_decrease: 0.7,
         first_lockout_wait: Duration::from_millis(100),
         max_lockout_wait: Duration::from_secs(8),
+        lockout_intervals: 2.0,
         recover_to: 0.97,
         recovery: Duration::from_millis(1_000),
         guess_climb: Duration::from_secs(2),
@@ -474,7 +483,10 @@ impl Congestion {
             return None;
         }
         let doublings = self.lockouts.saturating_sub(1).min(16);
-        Some((t.first_lockout_wait * 2u32.pow(doublings)).min(t.max_lockout_wait))
+        let first = t.first_lockout_wait.max(Duration::from_secs_f64(
+            t.lockout_intervals / self.rate.max(t.min_rate),
+        ));
+        Some((first * 2u32.pow(doublings)).min(t.max_lockout_wait))
     }
 
     /// The rate after a success at `now`, from `current`, with `dt` seconds
@@ -729,6 +741,27 @@ mod tests {
         assert_eq!(c.hold, T.first_hold);
     }
 
+    /// Locked out at a slow rate, the first wait is a few of the key's own
+    /// intervals, not the fixed first wait that is shorter than one of
+    /// them; at a fast rate, the fixed first wait.
+    #[test]
+    fn a_lockout_waits_a_few_intervals_of_a_slow_rate() {
+        let now = Instant::now();
+        let lockout = |rate: f64| {
+            let mut c = Congestion::resumed(Phase::Steady, rate, rate * 1.1);
+            c.admitted(now, &T);
+            c.cut(now, 1, (rate, None), &T);
+            assert_eq!(c.lockout_wait(&T), None, "admitted before the cut");
+            let cut_to = c.cut(now, 2, (rate, None), &T);
+            (cut_to, c.lockout_wait(&T).expect("locked out"))
+        };
+        let (cut_to, slow) = lockout(3.0);
+        assert!(slow > T.first_lockout_wait, "{slow:?}");
+        assert!(slow.as_secs_f64() >= T.lockout_intervals / cut_to - 1e-9);
+        let (_, fast) = lockout(300.0);
+        assert_eq!(fast, T.first_lockout_wait);
+    }
+
     #[test]
     fn a_refusal_without_an_admission_since_the_cut_cuts_again() {
         let now = Instant::now();
@@ -760,13 +793,22 @@ mod tests {
         }
         c.cut(at(1_000), 100, (100.0, None), &T);
         assert_eq!(c.lockout_wait(&T), None, "one refusal is no lockout");
-        let mut waits = Vec::new();
+        let (mut waits, mut expected) = (Vec::new(), Vec::new());
         for (k, ms) in [1_100, 1_300, 1_700, 2_500, 4_100].into_iter().enumerate() {
-            c.cut(at(ms), 101 + k as u64, (50.0, None), &T);
+            let rate = c.cut(at(ms), 101 + k as u64, (50.0, None), &T);
             waits.extend(c.lockout_wait(&T));
+            // Doubling from the first wait, or from two of the key's
+            // intervals where those are longer.
+            let first = T
+                .first_lockout_wait
+                .max(Duration::from_secs_f64(T.lockout_intervals / rate));
+            expected.push((first * 2u32.pow(k as u32)).min(T.max_lockout_wait));
         }
-        let ms = Duration::from_millis;
-        assert_eq!(waits, [ms(100), ms(200), ms(400), ms(800), ms(1_600)]);
+        assert_eq!(waits, expected);
+        assert_eq!(
+            waits[..2],
+            [Duration::from_millis(100), Duration::from_millis(200)]
+        );
         assert!(c.rate < 10.0, "{}", c.rate);
         c.admitted(at(5_700), &T);
         assert_eq!(c.too_fast, 100.0 / 4.1);
