@@ -103,12 +103,17 @@ pub(crate) struct Tuning {
     /// Shorter finds a fast bucket sooner; longer overshoots less.
     pub(crate) bucket_doubling: Duration,
     /// The most a bucket's pace keeps in reserve (a tenth of what it
-    /// holds, at least one unit): enough for a response that comes back out
-    /// of order. Holding more costs nothing against a real bucket, whose
-    /// refill is the same at any level, but a window read as a bucket (a
-    /// sliding counter's `remaining` sits wherever the pace puts it) leaves
-    /// the reserve unused for good.
+    /// holds, at least [`bucket_least_reserve`](Self::bucket_least_reserve)):
+    /// enough for a response that comes back out of order. Holding more
+    /// costs nothing against a real bucket, whose refill is the same at any
+    /// level, but a window read as a bucket (a sliding counter's
+    /// `remaining` sits wherever the pace puts it) leaves the reserve
+    /// unused for good.
     pub(crate) bucket_reserve: f64,
+    /// The least reserve, in units. A whole unit is a ninth of a sliding
+    /// counter of 9 left unused for good; less than half a unit and a
+    /// `remaining` rounded down reads the reserve as spent at every level.
+    pub(crate) bucket_least_reserve: f64,
     /// The shortest stretch a bucket's refill is measured over. Shorter
     /// follows a change sooner; longer measures more exactly.
     pub(crate) bucket_min_span: Duration,
@@ -149,6 +154,7 @@ impl Tuning {
         guess_margin: Duration::from_millis(100),
         bucket_doubling: Duration::from_millis(250),
         bucket_reserve: 2.0,
+        bucket_least_reserve: 0.5,
         bucket_min_span: Duration::from_millis(500),
         bucket_correction: Duration::from_secs(1),
         refill_horizon: Duration::from_secs(10),
@@ -872,7 +878,7 @@ impl Series {
                 b.measured = Some((refill / span.as_secs_f64()).max(0.0));
             }
             if let Some(rate) = b.measured.map(|m| m.max(self.refill.lo)) {
-                let reserve = (top as f64 / 10.0).clamp(1.0, T.bucket_reserve);
+                let reserve = (top as f64 / 10.0).clamp(T.bucket_least_reserve, T.bucket_reserve);
                 let correction = (left as f64 - reserve) / T.bucket_correction.as_secs_f64();
                 let corrected = (rate + correction).max(rate / 2.0);
                 // Empty yet admitting every request, the server takes what
@@ -1025,6 +1031,40 @@ mod tests {
         }
         fn limit(&self) -> u64 {
             self.capacity as u64
+        }
+    }
+
+    /// A sliding counter (Cloudflare's, `limits`' moving window
+    /// approximated): the count is the current fixed window's plus the
+    /// previous one's, weighted by how much of it the sliding window still
+    /// covers.
+    struct Counter {
+        limit: u64,
+        window: f64,
+        index: i64,
+        previous: u64,
+        current: u64,
+        admitted: u64,
+    }
+
+    impl Model for Counter {
+        fn decide(&mut self, t: f64) -> (u64, bool, f64) {
+            let k = (t / self.window).floor() as i64;
+            if k != self.index {
+                self.previous = if k == self.index + 1 { self.current } else { 0 };
+                self.current = 0;
+                self.index = k;
+            }
+            let into = t / self.window - k as f64;
+            let count = |current: u64| self.previous as f64 * (1.0 - into) + current as f64;
+            let admitted = count(self.current + 1) <= self.limit as f64;
+            self.current += u64::from(admitted);
+            self.admitted += u64::from(admitted);
+            let left = (self.limit as f64 - count(self.current)).max(0.0).floor() as u64;
+            (left, admitted, (k + 1) as f64 * self.window - t)
+        }
+        fn limit(&self) -> u64 {
+            self.limit
         }
     }
 
@@ -1274,6 +1314,29 @@ mod tests {
         let (pace, refused) = drive(&mut model, 10.0);
         assert_eq!(pace.shape, Shape::Bucket);
         assert!((18.0..=22.5).contains(&pace.per_second), "{pace:?}");
+        assert!(refused <= 0.01, "{refused}");
+    }
+
+    /// A sliding counter of 9 a second: its `remaining` sits wherever the
+    /// pace puts it, so a reserve of a whole unit would leave a ninth of it
+    /// unused for good. Over a minute, within 5 % of what it sustains (8 a
+    /// second), with at most 1 % refused.
+    #[test]
+    #[ignore = "known gap: 7.05 a second (0.88; 6.68 with a whole unit in reserve): read as a \
+                bucket, the counter's refill is whatever the pace is, and the correction to \
+                the reserve is all that raises it"]
+    fn a_small_sliding_counter_is_paced_near_what_it_sustains() {
+        let mut model = Counter {
+            limit: 9,
+            window: 1.0,
+            index: 0,
+            previous: 0,
+            current: 0,
+            admitted: 0,
+        };
+        let (pace, refused) = drive(&mut model, 60.0);
+        let per_second = model.admitted as f64 / 60.0;
+        assert!(per_second >= 0.95 * 8.0, "{per_second} a second; {pace:?}");
         assert!(refused <= 0.01, "{refused}");
     }
 
