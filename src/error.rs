@@ -22,6 +22,7 @@ pub enum Error {
     /// A request asked for more tokens than the limiter can ever hold, so it
     /// could never be admitted. Waiting for it would hang forever.
     #[error("weight {weight} exceeds the limiter's capacity {capacity}")]
+    #[non_exhaustive]
     WeightExceedsCapacity {
         /// The weight asked for.
         weight: u64,
@@ -32,6 +33,7 @@ pub enum Error {
     /// A non-blocking acquisition was refused; `wait` is how long until the
     /// same request would be admitted if nothing else changes.
     #[error("throttled: retry in {wait:?}")]
+    #[non_exhaustive]
     Throttled {
         /// Time until the request would be admitted.
         wait: Duration,
@@ -43,6 +45,7 @@ pub enum Error {
     /// nothing was taken. A throttled client reports it as
     /// `RetryAfterTooLong` or `QuotaExhausted`.
     #[error("held by the server for {wait:?} more (status {status}), longer than {max:?}")]
+    #[non_exhaustive]
     Blocked {
         /// Time until the block ends.
         wait: Duration,
@@ -57,6 +60,7 @@ pub enum Error {
     /// A shared limiter's backend (Redis) could not give a decision and its
     /// fault policy says to fail closed.
     #[error("limiter backend unavailable: {message}")]
+    #[non_exhaustive]
     Backend {
         /// What failed, in a few words.
         message: String,
@@ -70,6 +74,7 @@ pub enum Error {
     /// instead of sleeping.
     #[cfg(feature = "client")]
     #[error("server asked to wait {wait:?} (status {status}), longer than the cap of {cap:?}")]
+    #[non_exhaustive]
     RetryAfterTooLong {
         /// The wait the server asked for (after the parser's own clamp).
         wait: Duration,
@@ -88,6 +93,7 @@ pub enum Error {
     /// of waiting and failing later.
     #[cfg(feature = "client")]
     #[error("the wait{} would pass the time limit of {limit:?} (after {attempts} attempt(s); last status {})", show_wait(*.wait), show_status(*.last_status))]
+    #[non_exhaustive]
     DeadlineExceeded {
         /// How long the wait would have been, when it is known (a bucket's
         /// queue or a key's first response may not say).
@@ -111,6 +117,7 @@ pub enum Error {
     /// reported as a 200).
     #[cfg(feature = "client")]
     #[error("quota spent for {wait:?} more (the server said so with status {status}), longer than the cap of {cap:?}")]
+    #[non_exhaustive]
     QuotaExhausted {
         /// Time until the quota resets.
         wait: Duration,
@@ -126,6 +133,7 @@ pub enum Error {
     /// [`Scope::circuit_breaker`](crate::Scope::circuit_breaker)).
     #[cfg(feature = "client")]
     #[error("circuit open for {key}{} (after {attempts} attempt(s); last status {})", show_retry_in(*.retry_in), show_status(*.last_status))]
+    #[non_exhaustive]
     CircuitOpen {
         /// The scope's key whose breaker is open (a host's
         /// `scheme://host:port`).
@@ -145,6 +153,7 @@ pub enum Error {
     /// [`Robots`](crate::Robots)). Nothing was sent.
     #[cfg(feature = "robots")]
     #[error("{url} is disallowed by its host's robots.txt{}", if *.unavailable { " (which could not be read)" } else { "" })]
+    #[non_exhaustive]
     RobotsDisallowed {
         /// The URL refused.
         url: String,
@@ -157,6 +166,7 @@ pub enum Error {
     /// reached.
     #[cfg(feature = "client")]
     #[error("gave up after {attempts} attempt(s); last status {}", show_status(*.last_status))]
+    #[non_exhaustive]
     RetriesExhausted {
         /// Attempts made, the first included.
         attempts: u32,
@@ -174,6 +184,7 @@ pub enum Error {
     /// failing for many requests, and retrying would add to its load.
     #[cfg(feature = "client")]
     #[error("retry budget exhausted after {attempts} attempt(s); last status {}", show_status(*.last_status))]
+    #[non_exhaustive]
     BudgetExhausted {
         /// Attempts made, the first included.
         attempts: u32,
@@ -191,6 +202,7 @@ pub enum Error {
     /// retried.
     #[cfg(feature = "client")]
     #[error("not retried: {reason}; last status {}", show_status(*.last_status))]
+    #[non_exhaustive]
     NotRetried {
         /// Why it could not be retried.
         reason: NotRetriedReason,
@@ -208,6 +220,7 @@ pub enum Error {
     /// that is retried (or the classifier said it is final).
     #[cfg(feature = "client")]
     #[error("request failed after {attempts} attempt(s)")]
+    #[non_exhaustive]
     Transport {
         /// Attempts made, the first included.
         attempts: u32,
@@ -220,6 +233,7 @@ pub enum Error {
     /// errors are passed through, not retried.
     #[cfg(feature = "middleware")]
     #[error("middleware failed after {attempts} attempt(s)")]
+    #[non_exhaustive]
     Middleware {
         /// Attempts made, the first included.
         attempts: u32,
@@ -434,9 +448,55 @@ impl Error {
         Error::InvalidConfig(message.into())
     }
 
+    /// [`Error::Throttled`]: refused now, and admitted after `wait` if
+    /// nothing else changes. The limiter-side variants' fields may grow
+    /// (they are `#[non_exhaustive]`), so a [`Limiter`](crate::Limiter) of
+    /// your own builds them with this and the three constructors below.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use reqwest_pace::Error;
+    ///
+    /// let refused = Error::throttled(Duration::from_millis(250));
+    /// assert!(matches!(refused, Error::Throttled { wait, .. } if wait == Duration::from_millis(250)));
+    /// ```
+    pub fn throttled(wait: Duration) -> Self {
+        Error::Throttled { wait }
+    }
+
+    /// [`Error::WeightExceedsCapacity`]: `weight` asked of a limiter that
+    /// can never hold more than `capacity`.
+    pub fn weight_exceeds_capacity(weight: u64, capacity: u64) -> Self {
+        Error::WeightExceedsCapacity { weight, capacity }
+    }
+
+    /// [`Error::Blocked`]: held by a server's wait of `wait` more, longer
+    /// than the caller's `max`, asked for by a response of `status` (a
+    /// spent quota when `spent_quota`, else a `Retry-After`).
+    pub fn blocked(wait: Duration, max: Duration, status: u16, spent_quota: bool) -> Self {
+        Error::Blocked {
+            wait,
+            max,
+            status,
+            spent_quota,
+        }
+    }
+
+    /// [`Error::Backend`]: a shared limiter's backend could not decide
+    /// (`message`, in a few words), with its own error as the `source`.
+    pub fn backend(
+        message: impl Into<String>,
+        source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> Self {
+        Error::Backend {
+            message: message.into(),
+            source,
+        }
+    }
+
     /// A refusal at `now` of a call that could go at `ready` (nanoseconds
     /// on one limiter's time line).
-    pub(crate) fn throttled(ready: u64, now: u64) -> Self {
+    pub(crate) fn throttled_at(ready: u64, now: u64) -> Self {
         Error::Throttled {
             wait: std::time::Duration::from_nanos(ready.saturating_sub(now)),
         }

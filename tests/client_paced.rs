@@ -401,6 +401,7 @@ async fn the_last_status_survives_later_connection_errors() {
             source: Some(source),
             // The last attempt got no response to keep.
             last_response: None,
+            ..
         }) => {
             assert_eq!(status, 503);
             assert!(source.is_connect(), "{source}");
@@ -624,6 +625,7 @@ async fn max_elapsed_is_a_deadline_for_every_wait_after_the_first_send() {
             attempts,
             last_status,
             last_response: None,
+            ..
         } => {
             assert_eq!(limit, Duration::from_secs(1));
             assert_eq!(attempts, 1);

@@ -102,8 +102,10 @@ impl Limiter for Counted {
             if let Some(by) = bounds.by {
                 match self.bucket.try_acquire(weight) {
                     Ok(()) => return Ok(self.grant(weight)),
-                    Err(Error::Throttled { wait }) if tokio::time::Instant::now() + wait > by => {
-                        return Err(Error::Throttled { wait })
+                    Err(Error::Throttled { wait, .. })
+                        if tokio::time::Instant::now() + wait > by =>
+                    {
+                        return Err(Error::throttled(wait))
                     }
                     Err(Error::Throttled { .. }) => {}
                     Err(e) => return Err(e),

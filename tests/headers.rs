@@ -1132,50 +1132,43 @@ fn raw_head_keeps_non_ascii_values_for_the_parser_to_report() {
     assert_eq!(notes(&signal), ["retry-after: value is not visible ASCII"]);
 }
 
+/// The line and the reason a head was refused for, when it was refused at
+/// a header line (matched with `..`: `HeadError`'s variants may grow).
+fn bad_header_line(head: &str) -> Option<(usize, String)> {
+    match parse_response_head(head) {
+        Err(HeadError::HeaderLine { line, reason, .. }) => Some((line, reason)),
+        _ => None,
+    }
+}
+
 #[test]
 fn raw_head_errors_say_where() {
     assert_eq!(parse_response_head(""), Err(HeadError::Empty));
     assert_eq!(parse_response_head(" \r\n\r\n"), Err(HeadError::Empty));
-    assert_eq!(
-        parse_response_head("{\"json\": true}"),
-        Err(HeadError::StatusLine {
-            line: "{\"json\": true}".into()
-        })
-    );
-    assert_eq!(
-        parse_response_head("HTTP/1.1 200 OK\r\nRetry-After 30\r\n"),
-        Err(HeadError::HeaderLine {
-            line: 2,
-            reason: "no `:` in header line \"Retry-After 30\"".into()
-        })
-    );
-    assert_eq!(
-        parse_response_head("HTTP/1.1 200 OK\r\nok: 1\r\nbad name: 1\r\n"),
-        Err(HeadError::HeaderLine {
-            line: 3,
-            reason: "invalid header name \"bad name\"".into()
-        })
-    );
-    assert_eq!(
-        parse_response_head("HTTP/1.1 200 OK\r\n folded: 1\r\n"),
-        Err(HeadError::HeaderLine {
-            line: 2,
-            reason: "continuation line before any header".into()
-        })
-    );
-    assert_eq!(
-        parse_response_head("HTTP/1.1 200 OK\r\na: 1\r\nb: x\x01y\r\n"),
-        Err(HeadError::HeaderLine {
-            line: 3,
-            reason: "header b has a control character in its value".into()
-        })
-    );
-    let message = HeadError::HeaderLine {
-        line: 3,
-        reason: "x".into(),
+    match parse_response_head("{\"json\": true}") {
+        Err(HeadError::StatusLine { line, .. }) => assert_eq!(line, "{\"json\": true}"),
+        other => panic!("unexpected {other:?}"),
     }
-    .to_string();
-    assert_eq!(message, "line 3: x");
+    assert_eq!(
+        bad_header_line("HTTP/1.1 200 OK\r\nRetry-After 30\r\n"),
+        Some((2, "no `:` in header line \"Retry-After 30\"".into()))
+    );
+    assert_eq!(
+        bad_header_line("HTTP/1.1 200 OK\r\nok: 1\r\nbad name: 1\r\n"),
+        Some((3, "invalid header name \"bad name\"".into()))
+    );
+    assert_eq!(
+        bad_header_line("HTTP/1.1 200 OK\r\n folded: 1\r\n"),
+        Some((2, "continuation line before any header".into()))
+    );
+    assert_eq!(
+        bad_header_line("HTTP/1.1 200 OK\r\na: 1\r\nb: x\x01y\r\n"),
+        Some((3, "header b has a control character in its value".into()))
+    );
+    let message = parse_response_head("HTTP/1.1 200 OK\r\nRetry-After 30\r\n")
+        .expect_err("a header line without a colon")
+        .to_string();
+    assert_eq!(message, "line 2: no `:` in header line \"Retry-After 30\"");
 }
 
 // --------------------------------------------------------------- Bounded cost

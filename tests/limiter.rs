@@ -192,6 +192,7 @@ async fn weight_over_capacity_is_an_error_not_a_hang() {
         Err(Error::WeightExceedsCapacity {
             weight: 5,
             capacity: 4,
+            ..
         }) => {}
         other => panic!("unexpected {other:?}"),
     }
@@ -211,7 +212,7 @@ async fn try_acquire_does_not_barge_past_waiters() {
     tokio::time::advance(Duration::from_millis(100)).await;
     // The token is there, but it belongs to the queued waiter.
     match bucket.try_acquire(1) {
-        Err(Error::Throttled { wait }) => assert_eq!(wait, Duration::from_millis(100)),
+        Err(Error::Throttled { wait, .. }) => assert_eq!(wait, Duration::from_millis(100)),
         other => panic!("unexpected {other:?}"),
     }
     waiter.await.unwrap().unwrap();
@@ -381,6 +382,7 @@ async fn a_waiter_heavier_than_a_lowered_capacity_fails_and_frees_the_queue() {
         Err(Error::WeightExceedsCapacity {
             weight: 8,
             capacity: 4,
+            ..
         }) => {}
         other => panic!("unexpected {other:?}"),
     }
@@ -395,7 +397,7 @@ async fn a_waiter_heavier_than_a_lowered_capacity_fails_and_frees_the_queue() {
 async fn lock_free_refusals_follow_every_change_exactly() {
     let bucket = TokenBucket::new(Rate::per_second(10).unwrap(), 1).unwrap();
     let wait = |b: &TokenBucket| match b.try_acquire(1) {
-        Err(Error::Throttled { wait }) => Some(wait),
+        Err(Error::Throttled { wait, .. }) => Some(wait),
         Ok(()) => None,
         Err(e) => panic!("unexpected {e:?}"),
     };
@@ -414,7 +416,7 @@ async fn lock_free_refusals_follow_every_change_exactly() {
     // A heavier weight takes the locked path and is just as exact.
     bucket.set_capacity(3).unwrap();
     match bucket.try_acquire(3) {
-        Err(Error::Throttled { wait }) => assert_eq!(wait, Duration::from_millis(150)),
+        Err(Error::Throttled { wait, .. }) => assert_eq!(wait, Duration::from_millis(150)),
         other => panic!("unexpected {other:?}"),
     }
 }

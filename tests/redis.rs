@@ -49,7 +49,7 @@ fn is_backend(result: &Result<(), Error>) -> bool {
 
 fn throttled_wait(result: Result<(), Error>) -> Duration {
     match result {
-        Err(Error::Throttled { wait }) => wait,
+        Err(Error::Throttled { wait, .. }) => wait,
         other => panic!("expected Throttled, got {other:?}"),
     }
 }
@@ -169,7 +169,7 @@ async fn sliding_log_race_keeps_every_window_within_the_limit() {
                     Ok(()) => {
                         granted.fetch_add(1, Ordering::Relaxed);
                     }
-                    Err(Error::Throttled { wait }) => tokio::time::sleep(wait).await,
+                    Err(Error::Throttled { wait, .. }) => tokio::time::sleep(wait).await,
                     Err(e) => panic!("unexpected {e:?}"),
                 }
             }
@@ -280,14 +280,16 @@ async fn weights_are_checked_against_the_shared_capacity() {
         bucket.try_acquire(4).await,
         Err(Error::WeightExceedsCapacity {
             weight: 4,
-            capacity: 3
+            capacity: 3,
+            ..
         })
     ));
     assert!(matches!(
         bucket.acquire(4).await,
         Err(Error::WeightExceedsCapacity {
             weight: 4,
-            capacity: 3
+            capacity: 3,
+            ..
         })
     ));
     bucket.try_acquire(0).await.unwrap();
@@ -303,7 +305,8 @@ async fn weights_are_checked_against_the_shared_capacity() {
         log.acquire(3).await,
         Err(Error::WeightExceedsCapacity {
             weight: 3,
-            capacity: 2
+            capacity: 2,
+            ..
         })
     ));
 
@@ -445,7 +448,7 @@ async fn a_block_longer_than_the_bound_refuses_every_backend_with_its_cause() {
     // bound on the grant's instant refuses that, booking nothing.
     let soon = Bounds::default().by(Instant::now() + Duration::from_secs(5));
     match other.acquire_within(1, soon).await {
-        Err(Error::Throttled { wait }) => assert!(wait > hour - Duration::from_secs(10)),
+        Err(Error::Throttled { wait, .. }) => assert!(wait > hour - Duration::from_secs(10)),
         other => panic!("expected Throttled, got {other:?}"),
     }
     // A later block of a spent quota takes over, with its own cause.
@@ -515,7 +518,7 @@ async fn a_grant_past_its_bound_is_refused_and_books_nothing() {
     for _ in 0..3 {
         let soon = Bounds::default().by(Instant::now() + 100 * MS);
         match bucket.acquire_within(1, soon).await {
-            Err(Error::Throttled { wait }) => {
+            Err(Error::Throttled { wait, .. }) => {
                 assert!(wait > Duration::from_secs(1) && wait <= 2 * Duration::from_secs(1));
             }
             other => panic!("expected Throttled, got {other:?}"),
@@ -548,7 +551,8 @@ async fn learned_limits_are_shared() {
         other.try_acquire(3).await,
         Err(Error::WeightExceedsCapacity {
             weight: 3,
-            capacity: 2
+            capacity: 2,
+            ..
         })
     ));
 
@@ -742,7 +746,7 @@ async fn script_flush_mid_run_is_invisible() {
                     Ok(()) => {
                         granted.fetch_add(1, Ordering::Relaxed);
                     }
-                    Err(Error::Throttled { wait }) => tokio::time::sleep(wait).await,
+                    Err(Error::Throttled { wait, .. }) => tokio::time::sleep(wait).await,
                     Err(e) => panic!("a decision failed across SCRIPT FLUSH: {e:?}"),
                 }
             }
@@ -837,7 +841,7 @@ async fn killed_and_restarted_redis_fails_closed_then_recovers_within_budget() {
     while Instant::now() < deadline {
         match bucket.try_acquire(1).await {
             Ok(()) => granted += 1,
-            Err(Error::Throttled { wait }) => tokio::time::sleep(wait).await,
+            Err(Error::Throttled { wait, .. }) => tokio::time::sleep(wait).await,
             Err(e) => panic!("{e:?}"),
         }
     }
@@ -872,7 +876,7 @@ async fn killed_redis_falls_back_to_a_local_share_and_comes_back() {
         let call = Instant::now();
         match bucket.try_acquire(1).await {
             Ok(()) => granted += 1,
-            Err(Error::Throttled { wait }) => {
+            Err(Error::Throttled { wait, .. }) => {
                 assert!(wait <= 20 * MS, "{wait:?}");
                 tokio::time::sleep(wait).await;
             }

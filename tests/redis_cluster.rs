@@ -454,7 +454,7 @@ async fn cluster_buckets_on_every_master_never_over_admit() {
     while Instant::now() < deadline {
         match log.try_acquire(1).await {
             Ok(()) => granted += 1,
-            Err(Error::Throttled { wait }) => tokio::time::sleep(wait).await,
+            Err(Error::Throttled { wait, .. }) => tokio::time::sleep(wait).await,
             Err(e) => panic!("unexpected {e:?}"),
         }
     }
@@ -489,7 +489,7 @@ async fn cluster_buckets_on_every_master_never_over_admit() {
 
 fn throttled_wait(result: Result<(), Error>) -> Duration {
     match result {
-        Err(Error::Throttled { wait }) => wait,
+        Err(Error::Throttled { wait, .. }) => wait,
         other => panic!("expected Throttled, got {other:?}"),
     }
 }
@@ -645,7 +645,7 @@ async fn cluster_master_restart_fails_closed_then_recovers_within_budget() {
     while Instant::now() < deadline {
         match bucket.try_acquire(1).await {
             Ok(()) => granted += 1,
-            Err(Error::Throttled { wait }) => tokio::time::sleep(wait).await,
+            Err(Error::Throttled { wait, .. }) => tokio::time::sleep(wait).await,
             Err(e) => panic!("{e:?}"),
         }
     }

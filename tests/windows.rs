@@ -84,7 +84,7 @@ async fn the_fixed_window_admits_twice_its_limit_across_a_boundary() {
     // The exact log refuses the 61st until the first of the 60 is a minute
     // old, and says so to the nanosecond.
     match log.try_acquire(1) {
-        Err(Error::Throttled { wait }) => assert_eq!(wait, Duration::from_secs(59)),
+        Err(Error::Throttled { wait, .. }) => assert_eq!(wait, Duration::from_secs(59)),
         other => panic!("unexpected {other:?}"),
     }
     log.acquire(60).await.unwrap();
@@ -421,7 +421,8 @@ async fn a_weight_over_the_limit_is_an_error_not_a_hang() {
         limiter.acquire(4).await,
         Err(Error::WeightExceedsCapacity {
             weight: 4,
-            capacity: 3
+            capacity: 3,
+            ..
         })
     ));
     assert!(matches!(

@@ -108,6 +108,7 @@ impl CircuitBreaker {
 #[non_exhaustive]
 pub enum CircuitState {
     /// Calls go; `failures` in a row so far.
+    #[non_exhaustive]
     Closed {
         /// Consecutive failures counted.
         failures: u32,
@@ -115,6 +116,7 @@ pub enum CircuitState {
     /// Calls fail at once with [`Error::CircuitOpen`](crate::Error::CircuitOpen)
     /// until the cool-down ends (`retry_in` from now: when reported by an
     /// event, the whole cool-down).
+    #[non_exhaustive]
     Open {
         /// Time until a probe may go.
         retry_in: Duration,

@@ -16,6 +16,7 @@ use std::time::Duration;
 pub enum Event {
     /// The request waited for a scope's bucket before it was sent (or,
     /// with scope `robots`, for the interval its host's robots.txt asks).
+    #[non_exhaustive]
     Waited {
         /// The scope's name (`robots` for a robots.txt's interval).
         scope: String,
@@ -25,6 +26,7 @@ pub enum Event {
         waited: Duration,
     },
     /// An attempt went out.
+    #[non_exhaustive]
     Sent {
         /// 1 for the first attempt.
         attempt: u32,
@@ -34,6 +36,7 @@ pub enum Event {
         url: String,
     },
     /// An attempt got a response (any status).
+    #[non_exhaustive]
     Received {
         /// 1 for the first attempt.
         attempt: u32,
@@ -43,6 +46,7 @@ pub enum Event {
     /// The server throttled the request: a 429, a 503, or a 403 with
     /// `Retry-After` or a spent quota
     /// ([`RateLimitSignal::is_throttled`](crate::headers::RateLimitSignal::is_throttled)).
+    #[non_exhaustive]
     Throttled {
         /// The scope's name.
         scope: String,
@@ -54,6 +58,7 @@ pub enum Event {
         retry_after: Option<Duration>,
     },
     /// A scope's bucket was re-paced from what the server said.
+    #[non_exhaustive]
     Paced {
         /// The scope's name.
         scope: String,
@@ -63,6 +68,7 @@ pub enum Event {
         per_second: f64,
     },
     /// A retry is scheduled after `delay`.
+    #[non_exhaustive]
     Retrying {
         /// The attempt that failed (1 for the first).
         attempt: u32,
@@ -74,6 +80,7 @@ pub enum Event {
         status: Option<u16>,
     },
     /// The request failed for good.
+    #[non_exhaustive]
     GaveUp {
         /// Attempts made.
         attempts: u32,
@@ -84,6 +91,7 @@ pub enum Event {
         status: Option<u16>,
     },
     /// The request completed with a final response.
+    #[non_exhaustive]
     Completed {
         /// Attempts made.
         attempts: u32,
@@ -94,6 +102,7 @@ pub enum Event {
     /// ([`Scope::circuit_breaker`](crate::Scope::circuit_breaker)): it
     /// opened (`to` is `Open` with its whole cool-down), a call took the
     /// probe (`HalfOpen`), or the probe's success closed it.
+    #[non_exhaustive]
     Circuit {
         /// The scope's name.
         scope: String,

@@ -12,12 +12,14 @@ pub enum HeadError {
     Empty,
     /// The first line is not `HTTP/<version> <3-digit status> [reason]`.
     #[error("line 1 is not an HTTP status line (expected `HTTP/1.1 <status> <reason>`): {line:?}")]
+    #[non_exhaustive]
     StatusLine {
         /// The offending line (shortened when long).
         line: String,
     },
     /// A header line cannot be read.
     #[error("line {line}: {reason}")]
+    #[non_exhaustive]
     HeaderLine {
         /// The 1-based line number.
         line: usize,

@@ -195,7 +195,7 @@ impl Template {
                 *full_at = next;
                 Ok(())
             }
-            Err(ready) => Err(Error::throttled(ready, now)),
+            Err(ready) => Err(Error::throttled_at(ready, now)),
         }
     }
 }

@@ -65,6 +65,7 @@ pub enum Adjustment {
     /// state is shared it keeps `too_fast` for the processes that did not
     /// see the refusal ([`Grant::shared_too_fast`]); a local limiter sets
     /// the rate alone.
+    #[non_exhaustive]
     Cut {
         /// The rate to go on at.
         to: Rate,
@@ -77,6 +78,7 @@ pub enum Adjustment {
     /// it: where several processes share the limiter, each one's growth
     /// adds to the others' instead of one overwriting another's. Never
     /// lowers the rate. See [`Adjustment::grow_rate`].
+    #[non_exhaustive]
     GrowRate {
         /// The factor, in millionths.
         parts_per_million: u32,
@@ -91,6 +93,21 @@ pub enum Adjustment {
 }
 
 impl Adjustment {
+    /// [`Cut`](Adjustment::Cut) to `to` after a server refused `too_fast`
+    /// (the variant's fields may grow, so a caller outside the crate builds
+    /// it here).
+    ///
+    /// ```
+    /// use reqwest_pace::{Adjustment, Rate};
+    ///
+    /// let cut = Adjustment::cut(Rate::per_second(7)?, Rate::per_second(10)?);
+    /// assert!(matches!(cut, Adjustment::Cut { to, .. } if to == Rate::per_second(7)?));
+    /// # Ok::<(), reqwest_pace::Error>(())
+    /// ```
+    pub fn cut(to: Rate, too_fast: Rate) -> Adjustment {
+        Adjustment::Cut { to, too_fast }
+    }
+
     /// [`GrowRate`](Adjustment::GrowRate) by `factor` (at least 1, at most
     /// about 4 294), up to `at_most`.
     pub fn grow_rate(factor: f64, at_most: Rate) -> Adjustment {

@@ -1,9 +1,12 @@
 //! A sustained rate: "N per duration".
 
 use std::fmt;
+use std::num::NonZeroU32;
 use std::time::Duration;
 
 use crate::Error;
+
+const NANOS_PER_SECOND: u64 = 1_000_000_000;
 
 /// A sustained rate, written as `count` tokens per `per`.
 ///
@@ -78,6 +81,67 @@ impl Rate {
     /// `count` tokens per hour.
     pub fn per_hour(count: u64) -> Result<Rate, Error> {
         Rate::new(count, Duration::from_secs(3600))
+    }
+
+    /// `count` tokens per second, in a `const` (the form of governor's
+    /// `Quota::per_second`): a count that is not zero cannot fail.
+    /// The fastest rate is one token per nanosecond, so a count above
+    /// 10⁹ is 10⁹ per second, where [`per_second`](Rate::per_second)
+    /// refuses it.
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use std::time::Duration;
+    /// use reqwest_pace::Rate;
+    ///
+    /// const API: Rate = Rate::per_second_nonzero(NonZeroU32::new(10).unwrap());
+    /// assert_eq!(API.interval(), Duration::from_millis(100));
+    /// assert_eq!(API, Rate::per_second(10)?);
+    /// # Ok::<(), reqwest_pace::Error>(())
+    /// ```
+    pub const fn per_second_nonzero(count: NonZeroU32) -> Rate {
+        let count = count.get() as u64;
+        let most = NANOS_PER_SECOND;
+        Rate::exact(if count > most { most } else { count }, 1)
+    }
+
+    /// `count` tokens per minute, in a `const`; it cannot fail.
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use std::time::Duration;
+    /// use reqwest_pace::Rate;
+    ///
+    /// const SEARCH: Rate = Rate::per_minute_nonzero(NonZeroU32::new(30).unwrap());
+    /// assert_eq!(SEARCH.interval(), Duration::from_secs(2));
+    /// ```
+    pub const fn per_minute_nonzero(count: NonZeroU32) -> Rate {
+        Rate::exact(count.get() as u64, 60)
+    }
+
+    /// `count` tokens per hour, in a `const`; it cannot fail.
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use std::time::Duration;
+    /// use reqwest_pace::Rate;
+    ///
+    /// const HOURLY: Rate = Rate::per_hour_nonzero(NonZeroU32::new(5_000).unwrap());
+    /// assert_eq!(HOURLY.interval(), Duration::from_micros(720_000));
+    /// ```
+    pub const fn per_hour_nonzero(count: NonZeroU32) -> Rate {
+        Rate::exact(count.get() as u64, 3600)
+    }
+
+    /// `count` per `seconds`, for a count from 1 to one per nanosecond of
+    /// the period, which the callers ensure: the interval is at least
+    /// 1 ns and fits a `u64` (`seconds` is at most an hour).
+    const fn exact(count: u64, seconds: u64) -> Rate {
+        Rate {
+            count,
+            per: Duration::from_secs(seconds),
+            interval_nanos: (seconds * NANOS_PER_SECOND).div_ceil(count),
+        }
     }
 
     /// One token every `interval`.
@@ -157,6 +221,49 @@ mod tests {
         assert_eq!(r.interval_nanos(), 10_000);
         let r = Rate::new(1, Duration::from_secs(86_400)).unwrap();
         assert_eq!(r.interval(), Duration::from_secs(86_400));
+    }
+
+    fn nz(n: u32) -> NonZeroU32 {
+        NonZeroU32::new(n).expect("a test count above zero")
+    }
+
+    #[test]
+    fn const_rates_are_the_fallible_ones() {
+        const TEN: Rate = Rate::per_second_nonzero(NonZeroU32::MIN.saturating_add(9));
+        assert_eq!(TEN, Rate::per_second(10).unwrap());
+        assert_eq!(TEN.interval(), Duration::from_millis(100));
+        for n in [1, 3, 7, 1_000, 999_999_999, 1_000_000_000] {
+            assert_eq!(
+                Rate::per_second_nonzero(nz(n)),
+                Rate::per_second(u64::from(n)).unwrap()
+            );
+        }
+        // Rounded up, as `new` rounds: a third of a second is 333_333_334 ns.
+        assert_eq!(
+            Rate::per_second_nonzero(nz(3)).interval_nanos(),
+            333_333_334
+        );
+        // Above one per nanosecond, where `per_second` refuses, the const
+        // form is the fastest rate there is.
+        assert!(Rate::per_second(1_000_000_001).is_err());
+        assert_eq!(
+            Rate::per_second_nonzero(nz(u32::MAX)),
+            Rate::per_second(1_000_000_000).unwrap()
+        );
+        assert_eq!(Rate::per_second_nonzero(nz(u32::MAX)).interval_nanos(), 1);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn every_const_rate_equals_its_fallible_twin(n in 1..=u32::MAX) {
+            let count = u64::from(n);
+            proptest::prop_assert_eq!(
+                Rate::per_second_nonzero(nz(n)),
+                Rate::per_second(count.min(1_000_000_000)).unwrap()
+            );
+            proptest::prop_assert_eq!(Rate::per_minute_nonzero(nz(n)), Rate::per_minute(count).unwrap());
+            proptest::prop_assert_eq!(Rate::per_hour_nonzero(nz(n)), Rate::per_hour(count).unwrap());
+        }
     }
 
     #[test]

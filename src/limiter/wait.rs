@@ -194,7 +194,7 @@ struct Waiter {
 /// }
 /// // The sixth has to wait one interval; try_acquire says exactly how long.
 /// match bucket.try_acquire(1) {
-///     Err(reqwest_pace::Error::Throttled { wait }) => {
+///     Err(reqwest_pace::Error::Throttled { wait, .. }) => {
 ///         assert_eq!(wait, Duration::from_millis(100))
 ///     }
 ///     other => panic!("unexpected {other:?}"),
@@ -342,12 +342,12 @@ impl<A: Algorithm> RateLimiter<A> {
         }
         let now = self.nanos(at);
         if let Some(decided) = self.try_fast(now, weight) {
-            return decided.map_err(|ready| Error::throttled(ready, now));
+            return decided.map_err(|ready| Error::throttled_at(ready, now));
         }
         if weight == 1 {
             let hint = self.hint.load(Ordering::Acquire);
             if now < hint {
-                return Err(Error::throttled(hint, now));
+                return Err(Error::throttled_at(hint, now));
             }
         }
         let mut state = self.lock_at(now);
@@ -358,7 +358,7 @@ impl<A: Algorithm> RateLimiter<A> {
         } else {
             Err(state.algorithm.earliest(now, state.queued_weight + weight))
         };
-        outcome.map_err(|ready| Error::throttled(ready, now))
+        outcome.map_err(|ready| Error::throttled_at(ready, now))
     }
 
     /// Wait until `weight` tokens can be taken, in FIFO order, then take

@@ -26,6 +26,7 @@ pub enum GiveUp {
     /// The server asked for a wait longer than the policy's
     /// [`max_retry_after`](RetryPolicy::max_retry_after).
     #[error("the server asked for {wait:?}, over the cap of {cap:?}")]
+    #[non_exhaustive]
     ServerWaitTooLong {
         /// The wait the server asked for.
         wait: Duration,
@@ -46,6 +47,7 @@ pub enum GiveUp {
     /// past the call's time limit (its deadline, or the policy's
     /// `max_elapsed` from the first send).
     #[error("a wait would pass the time limit of {limit:?}")]
+    #[non_exhaustive]
     TimeLimit {
         /// How long the wait would have been, when known.
         wait: Option<Duration>,
@@ -113,12 +115,14 @@ pub struct Attempted<'a> {
 
 /// What to do after an attempt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Decision {
     /// Return the attempt's result as it is: a success, or a failure the
     /// classifier says is final (a 404 is returned as a response, a final
     /// transport error gives up with [`GiveUp::NotRetryable`]).
     Return,
     /// Sleep `delay`, then send again.
+    #[non_exhaustive]
     Retry {
         /// How long to sleep.
         delay: Duration,
@@ -151,8 +155,10 @@ impl RetryPolicy {
     ///     previous_delay: None,
     ///     draw: 0.0,
     /// };
-    /// let retry = Decision::Retry { delay: Duration::from_secs(2), from_server: true };
-    /// assert_eq!(policy.decide(&attempt, ReleaseJitter::default()), retry);
+    /// assert!(matches!(
+    ///     policy.decide(&attempt, ReleaseJitter::default()),
+    ///     Decision::Retry { delay, from_server: true, .. } if delay == Duration::from_secs(2)
+    /// ));
     /// let last = Attempted { number: 4, ..attempt };
     /// assert_eq!(
     ///     policy.decide(&last, ReleaseJitter::default()),

@@ -53,6 +53,7 @@ use crate::Error;
 /// # Ok::<(), reqwest_pace::Error>(())
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Dialect {
     /// `X-RateLimit-Limit`, `-Remaining` and `-Reset` as a delay in seconds.
     #[default]

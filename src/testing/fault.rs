@@ -6,6 +6,7 @@ use http::StatusCode;
 
 /// A `Retry-After` value for an injected [`Fault`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RetryAfter {
     /// `Retry-After: <n>`, a delay in seconds.
     Seconds(u64),

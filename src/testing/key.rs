@@ -8,6 +8,7 @@ use http::HeaderMap;
 
 /// The identity the server limits by: each key has its own bucket.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
 pub enum ClientKey {
     /// The value of the API key header (non-UTF-8 bytes replaced by
     /// `U+FFFD`).

@@ -152,7 +152,9 @@ pub async fn grant_until(
                     Ok(()) => {
                         granted.fetch_add(1, Ordering::Relaxed);
                     }
-                    Err(reqwest_pace::Error::Throttled { wait }) => tokio::time::sleep(wait).await,
+                    Err(reqwest_pace::Error::Throttled { wait, .. }) => {
+                        tokio::time::sleep(wait).await
+                    }
                     Err(e) => panic!("unexpected {e:?}"),
                 }
             }

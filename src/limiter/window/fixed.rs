@@ -56,7 +56,7 @@ pub struct FixedWindow {
 /// limiter.try_acquire(2)?;
 /// // The window is full until its end, one second after creation.
 /// match limiter.try_acquire(1) {
-///     Err(Error::Throttled { wait }) => assert_eq!(wait, Duration::from_secs(1)),
+///     Err(Error::Throttled { wait, .. }) => assert_eq!(wait, Duration::from_secs(1)),
 ///     other => panic!("unexpected {other:?}"),
 /// }
 /// limiter.acquire(2).await?;

@@ -91,7 +91,7 @@ struct Entry {
 /// limiter.try_acquire(2)?;
 /// // The window is full until the first call is a second old.
 /// match limiter.try_acquire(1) {
-///     Err(Error::Throttled { wait }) => assert_eq!(wait, Duration::from_millis(600)),
+///     Err(Error::Throttled { wait, .. }) => assert_eq!(wait, Duration::from_millis(600)),
 ///     other => panic!("unexpected {other:?}"),
 /// }
 /// // Two more have to wait for the two taken at 400 ms.
