@@ -26,11 +26,14 @@ pub(crate) fn lock<T: ?Sized>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGu
 }
 
 /// Read `lock`, as [`lock`] takes a mutex (a poisoned lock still usable).
+/// (Only the client's scopes keep state behind an `RwLock`.)
+#[cfg(feature = "client")]
 pub(crate) fn read<T: ?Sized>(lock: &std::sync::RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
     recover(lock.read())
 }
 
 /// Write `lock`, as [`lock`] takes a mutex.
+#[cfg(feature = "client")]
 pub(crate) fn write<T: ?Sized>(lock: &std::sync::RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
     recover(lock.write())
 }
