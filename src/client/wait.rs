@@ -443,6 +443,9 @@ pub(crate) struct Spacer {
     last: tokio::sync::Mutex<Option<Instant>>,
 }
 
+// Only robots.txt's `Crawl-delay` and `Request-rate` make a spacer (the
+// `robots` feature); without it the waiting path below still compiles.
+#[cfg_attr(not(feature = "robots"), allow(dead_code))]
 impl Spacer {
     /// Sends `interval` apart, the first no sooner than `interval` after
     /// `last` (none: at once).
