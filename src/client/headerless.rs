@@ -15,8 +15,11 @@
 //!   [`Tuning::guess_climb`]: the limit lies between (a window that let a
 //!   whole quota through before refusing reads the same as a bucket
 //!   refusing the ramp as it crossed its rate); after a refusal that holds
-//!   the key, the climb waits [`Tuning::blocked_hold`] times that, as a
-//!   probe does. A refusal at or below the rate climbed to keeps the guess:
+//!   the key, the climb waits until holding below the guess has cost as
+//!   much as a refused climb's block would (no longer than a probe waits
+//!   after it). The climb refused where slow start's admissions put the
+//!   limit has seen that ceiling twice, as a probe refused at the same
+//!   rate as the last. A refusal at or below the rate climbed to keeps the guess:
 //!   a window overrun by slow start refuses until its count of the
 //!   overshoot runs out. The rate drops
 //!   by [`Tuning::first_decrease`] from slow start or when refused at or
@@ -45,7 +48,8 @@
 //!   [`Tuning::max_rise`]: against a steady server the key settles into
 //!   one refusal per `max_hold`. A refusal elsewhere (the server changed)
 //!   starts the holds over. A refusal that holds the key (`Retry-After`)
-//!   puts the next probe at least [`Tuning::blocked_hold`] times as far off.
+//!   puts the next probe at least [`Tuning::blocked_hold`] times as far off,
+//!   doubled as often as the hold was.
 //! - **Failing, not limiting.** A server that has never admitted the key is
 //!   cut once and then left to the retry policy's backoff and budget: the
 //!   caller, which knows whether it ever did, cuts no more.
@@ -113,10 +117,11 @@ pub(crate) struct Tuning {
     /// server, and the longest a grown capacity goes unnoticed.
     pub(crate) max_hold: Duration,
     /// A refusal that holds the key for a while (its `Retry-After`) costs
-    /// that while: the next probe waits at least this many times as long,
+    /// that while: the next probe waits at least this many times as long
+    /// (doubled as often as the hold was by probes refused at one ceiling),
     /// so that probing such a server costs about 1/`blocked_hold` of the
-    /// time. Larger wastes less on a steady server; smaller finds a grown
-    /// one sooner.
+    /// time, and less once its ceiling is known. Larger wastes less on a
+    /// steady server; smaller finds a grown one sooner.
     pub(crate) blocked_hold: f64,
     /// A probe refused within this share of the rate refused before found
     /// the same ceiling: the hold doubles.
@@ -227,9 +232,9 @@ pub(crate) struct Congestion {
     /// Whether a request was admitted since the last cut.
     admitted_since_cut: bool,
     /// How long the climb to slow start's guess waits once recovered: the
-    /// refusal that ended slow start held the key, and the climb is a
-    /// probe that costs the same hold again if refused (see
-    /// [`Tuning::blocked_hold`]). Zero: it climbs at once.
+    /// refusal that ended slow start held the key, and a refused climb
+    /// costs that block again; holding at the target costs the share of
+    /// the guess it lies below. Zero: it climbs at once.
     climb_hold: Duration,
     /// Whether the key is locked out: refused again with nothing admitted
     /// since the cut before.
@@ -395,7 +400,11 @@ impl Congestion {
                 } else {
                     delivered
                 };
-                let same = (delivered - self.too_fast).abs() <= self.too_fast * t.same_ceiling;
+                let near = |rate: f64| (delivered - rate).abs() <= rate * t.same_ceiling;
+                // The climb refused where slow start's admissions said the
+                // limit was: the second sighting of that ceiling.
+                let seen = self.guess.is_some() && near(held / t.recover_to);
+                let same = near(self.too_fast) || seen;
                 self.hold = if same {
                     (self.hold * 2).min(t.max_hold)
                 } else {
@@ -463,14 +472,20 @@ impl Congestion {
         if wait.is_zero() {
             return;
         }
-        let hold = wait.mul_f64(t.blocked_hold).min(t.max_hold);
+        // Doubled as often as the hold was for refusals at one ceiling.
+        let doublings = self.hold.as_secs_f64() / t.first_hold.as_secs_f64();
+        let hold = wait
+            .mul_f64(t.blocked_hold * doublings.max(1.0))
+            .min(t.max_hold);
         self.hold = self.hold.max(hold);
         // Climbing to slow start's guess is a probe, and a refused probe
-        // here costs the block: it waits as long as a probe would after
-        // this block (not the whole first hold: a block of milliseconds
-        // holds the climb for no more than that many times as long).
-        if self.guess.is_some() {
-            self.climb_hold = self.climb_hold.max(hold);
+        // here costs the block. Held at the target, the key loses the
+        // share of the guess the target lies below: the climb waits until
+        // that loss equals the block (a target at half the guess waits
+        // two blocks), and no longer than a probe would.
+        if let Some(guess) = self.guess {
+            let gain = (1.0 - self.target / guess).max(1.0 / t.blocked_hold);
+            self.climb_hold = self.climb_hold.max(wait.div_f64(gain).min(hold));
         }
     }
 
@@ -615,13 +630,16 @@ mod tests {
     }
 
     /// A refusal that holds the key (a `Retry-After`) ends slow start with
-    /// the climb put off until the hold is over: a refused climb costs the
-    /// block, as any probe does.
+    /// the climb put off: a refused climb costs the block, and holding at
+    /// the target costs the share of the guess it lies below. The climb
+    /// waits until the two are even: a 1 s block, 11 admitted of a guess of
+    /// 20, about 2.1 s.
     #[test]
     fn a_refusal_that_holds_the_key_puts_the_climb_off_until_the_hold() {
         let (start, mut c, mut rate) = slow_start_cut_at_11_of_20();
         c.blocked_for(Duration::from_secs(1), &T);
-        let hold = Duration::from_secs(1).mul_f64(T.blocked_hold);
+        let hold = Duration::from_secs(1).div_f64(1.0 - 11.0 * T.recover_to / 20.0);
+        assert!(hold < Duration::from_secs(1).mul_f64(T.blocked_hold));
         let step = 0.05;
         let mut at = start;
         let mut rate_at = |until: Duration, rate: &mut f64, at: &mut Instant| {
@@ -633,7 +651,7 @@ mod tests {
         };
         // Recovered to what was admitted, and held there through the hold.
         let held = rate_at(
-            T.recovery + hold - Duration::from_secs(1),
+            T.recovery + hold - Duration::from_millis(100),
             &mut rate,
             &mut at,
         );
@@ -679,6 +697,47 @@ mod tests {
             rate = c.grow(at, rate, step, &T);
         }
         assert_eq!(rate, 20.0);
+    }
+
+    /// The climb refused where slow start's admissions said the limit was
+    /// (a log saturated by slow start admits its limit on average) has seen
+    /// that ceiling twice: the hold doubles, and so does the hold a block
+    /// brings, so that a server whose every refusal costs a second probes
+    /// half as often.
+    #[test]
+    fn a_climb_refused_at_what_slow_start_admitted_doubles_the_holds() {
+        let (start, mut c, _) = slow_start_cut_at_11_of_20();
+        let at = start + Duration::from_secs(3);
+        c.admitted(at, &T);
+        c.rate = 15.0;
+        let admitted = Admitted {
+            average: 11.2,
+            at_end: 11.2,
+        };
+        c.cut(at, 2, (15.0, Some(admitted)), &T);
+        assert!(!c.climbing());
+        assert_eq!(c.hold, T.first_hold * 2);
+        c.blocked_for(Duration::from_secs(1), &T);
+        let blocked = Duration::from_secs(1).mul_f64(T.blocked_hold * 2.0);
+        assert_eq!(c.hold, blocked.min(T.max_hold));
+        // Refused between the two, the climb found a new ceiling: the
+        // first hold, and a block's own.
+        let (start, mut c, _) = slow_start_cut_at_11_of_20();
+        c.admitted(at, &T);
+        c.rate = 17.0;
+        let admitted = Admitted {
+            average: 16.0,
+            at_end: 16.0,
+        };
+        c.cut(
+            start + Duration::from_secs(3),
+            2,
+            (17.0, Some(admitted)),
+            &T,
+        );
+        assert_eq!(c.hold, T.first_hold);
+        c.blocked_for(Duration::from_secs(1), &T);
+        assert_eq!(c.hold, Duration::from_secs(1).mul_f64(T.blocked_hold));
     }
 
     /// A `Retry-After: 0` (a wait of milliseconds rounded down) holds
