@@ -333,7 +333,10 @@ impl Congestion {
             };
             self.too_fast = limit;
             self.target = limit * t.recover_to;
-            self.cut_to = self.rate.min(self.target);
+            // The lockout's cuts may have left the rate above the limit
+            // now measured: it goes down to the target at once.
+            self.rate = self.rate.min(self.target);
+            self.cut_to = self.rate;
             self.held_since = None;
         }
     }
@@ -875,6 +878,28 @@ mod tests {
         assert_eq!(c.lockout_wait(&T), None);
         // The next cycle starts at this one's end.
         assert_eq!(c.cycle, Some((at(5_700), 1)));
+    }
+
+    /// A long window spent at 1,000 a second: the lockout's cuts leave
+    /// the rate far above the limit its end measures, and the rate goes
+    /// down to the new target at once (the refusal after would otherwise
+    /// read as a probe refused at 490 a second).
+    #[test]
+    fn the_end_of_a_lockout_takes_the_rate_down_to_the_limit_it_measured() {
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        let mut c = Congestion::resumed(Phase::Steady, 1_000.0, 2_000.0);
+        for k in 0..190 {
+            c.admitted(at(10 * k), &T);
+        }
+        c.cut(at(2_000), 190, (1_000.0, None), &T);
+        c.cut(at(2_100), 191, (700.0, None), &T);
+        assert!(c.rate > 400.0, "{}", c.rate);
+        c.admitted(at(19_000), &T);
+        let limit = 190.0 / 2.1;
+        assert!((c.too_fast - limit).abs() < 1e-9, "{}", c.too_fast);
+        assert_eq!(c.rate, c.target());
+        assert!(!c.recovering(c.rate));
     }
 
     #[test]
