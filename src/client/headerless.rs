@@ -35,7 +35,9 @@
 //!   [`Tuning::max_lockout_wait`], one probe per wait. When one is
 //!   admitted again, what the server let through since the last lockout
 //!   (up to the last refusal) is the rate that is too fast: the limit of a
-//!   window, measured whatever rate ran into it.
+//!   window, measured whatever rate ran into it, where the lockout lasted
+//!   [`Tuning::spent_share`] of the cycle at least (a short lockout at the
+//!   end of a long cycle measured only what the key chose to send).
 //! - **Recovery.** The rate climbs back to [`Tuning::recover_to`] of the
 //!   rate that was too fast, linearly over [`Tuning::recovery`].
 //! - **Hold, then probe.** The target is held for [`Tuning::first_hold`]
@@ -85,6 +87,14 @@ pub(crate) struct Tuning {
     /// ... and at most this long. Longer waits cost fewer refusals while a
     /// window runs out; shorter ones notice its end sooner.
     pub(crate) max_lockout_wait: Duration,
+    /// The end of a lockout measures what the server lets through (what
+    /// it admitted over the cycle) only when the lockout lasted at least
+    /// this share of the cycle: a window spent early and refused until it
+    /// ended. A short lockout at the end of a long cycle is a short
+    /// window's end, and the cycle's average is what the key chose to
+    /// send. Larger measures fewer cycles; smaller reads a key's own
+    /// caution as the server's limit.
+    pub(crate) spent_share: f64,
     /// The first wait is at least this many intervals of the rate the
     /// lockout went down to: a key sending 3 a second waits as many of its
     /// own sends as one sending 30 (a fixed wait is most of a window at a
@@ -165,6 +175,7 @@ impl Tuning {
         first_lockout_wait: Duration::from_millis(100),
         max_lockout_wait: Duration::from_secs(8),
         lockout_intervals: 2.0,
+        spent_share: 0.25,
         recover_to: 0.97,
         recovery: Duration::from_millis(1_000),
         guess_climb: Duration::from_secs(2),
@@ -239,6 +250,9 @@ pub(crate) struct Congestion {
     /// Whether the key is locked out: refused again with nothing admitted
     /// since the cut before.
     locked: bool,
+    /// Since when the key has been locked out: the cut before its first
+    /// refusal in a row.
+    locked_since: Option<Instant>,
     /// Refusals in a row while locked out, and the latest's instant.
     lockouts: u32,
     last_refused: Option<Instant>,
@@ -267,6 +281,7 @@ impl Congestion {
             admitted_since_cut: true,
             climb_hold: Duration::ZERO,
             locked: false,
+            locked_since: None,
             lockouts: 0,
             last_refused: None,
             cycle: None,
@@ -321,7 +336,14 @@ impl Congestion {
         // ran that long at least (a window ended in between).
         let end = self.last_refused.filter(|&r| r > since).unwrap_or(now);
         let span = end.saturating_duration_since(since).as_secs_f64();
-        if span >= 1.0 && admitted as f64 >= t.min_sample {
+        // Locked out for a small share of the cycle, the window is short
+        // and the cycle's average is what the key sent, not what the
+        // server allows (see `Tuning::spent_share`).
+        let locked_for = self
+            .locked_since
+            .map_or(0.0, |l| now.saturating_duration_since(l).as_secs_f64());
+        let spent = locked_for >= span * t.spent_share;
+        if span >= 1.0 && admitted as f64 >= t.min_sample && spent {
             let limit = admitted as f64 / span;
             let same = (limit - self.too_fast).abs() <= self.too_fast * t.same_ceiling;
             self.hold = if same {
@@ -382,6 +404,9 @@ impl Congestion {
             Phase::Steady if !self.admitted_since_cut => {
                 // What was too fast is measured when the lockout ends (see
                 // `admitted`); meanwhile only sending less ends it.
+                if !self.locked {
+                    self.locked_since = self.grown_at;
+                }
                 self.locked = true;
                 self.lockouts = self.lockouts.saturating_add(1);
                 self.last_refused = Some(now);
@@ -900,6 +925,28 @@ mod tests {
         assert!((c.too_fast - limit).abs() < 1e-9, "{}", c.too_fast);
         assert_eq!(c.rate, c.target());
         assert!(!c.recovering(c.rate));
+    }
+
+    /// A window of 46 a second probed past after a nine-second cycle at
+    /// 38 a second: locked out for a tenth of a second at the cycle's end,
+    /// the cycle's average is the key's own pace, and the target the
+    /// probe's refusal set stands.
+    #[test]
+    fn a_short_lockout_at_the_end_of_a_long_cycle_measures_nothing() {
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        let mut c = Congestion::resumed(Phase::Steady, 38.0, 40.0);
+        for k in 0..342 {
+            c.admitted(at(26 * k), &T);
+        }
+        c.rate = 51.5;
+        c.cut(at(9_000), 342, (51.5, None), &T);
+        let target = c.target();
+        c.cut(at(9_020), 343, (45.0, None), &T);
+        assert!(c.lockout_wait(&T).is_some(), "locked out");
+        c.admitted(at(9_130), &T);
+        assert_eq!(c.target(), target, "the probe's target stands");
+        assert!(c.target() > 342.0 / 9.0);
     }
 
     #[test]
