@@ -492,6 +492,11 @@ impl Adaptive {
             self.congestion(now, (seq, granted_rate), signal, success, &mut out);
         }
         if let Some(interval) = spaced {
+            // The gaps pace the key from the instants its requests were
+            // sent; a `remaining` of 0 applied now, as the response
+            // arrives, would start the next interval a response's latency
+            // late (a bucket of one says 0 after every admission).
+            out.retain(|a| !matches!(a, Adjustment::LimitRemaining(0)));
             self.pace_every(interval, &mut out);
         }
         if let (true, Some(wait)) = (signal.is_throttled(), signal.believable_retry_after()) {
@@ -1060,6 +1065,37 @@ mod tests {
                 .any(|x| matches!(x, Adjustment::SetCapacity(c) if *c > 1)),
             "{adj:?}"
         );
+    }
+
+    /// A bucket of one (an interval of 50 ms) whose headers say `limit: 1,
+    /// remaining: 0` after every admission. Before its gaps pace the key,
+    /// that `remaining` empties the key's bucket; once they do, it does
+    /// not: applied as the response arrives, it would start the next
+    /// interval a response's latency after the send the gaps count from.
+    #[test]
+    fn a_spaced_key_is_not_emptied_by_a_remaining_of_nothing() {
+        let mut a = fresh();
+        let t0 = Instant::now();
+        let one = |status| signal(status, vec![requests(1, 0, 1)]);
+        let mut respond = |a: &mut Adaptive, ms: u64, ok: bool| {
+            let at = t0 + Duration::from_millis(ms);
+            let seq = a.on_send(at, Grant::default(), 1);
+            let status = if ok { 200 } else { 429 };
+            a.on_response(at + Duration::from_millis(1), seq, &one(status), ok)
+        };
+        let first = respond(&mut a, 0, true);
+        assert!(first.contains(&Adjustment::LimitRemaining(0)), "{first:?}");
+        for (ms, ok) in [(40, false), (100, true), (145, false), (200, true)] {
+            respond(&mut a, ms, ok);
+        }
+        let mut at = 200;
+        for _ in 0..4 {
+            at += 60;
+            respond(&mut a, at, true);
+        }
+        let paced = respond(&mut a, at + 60, true);
+        assert!(a.spacing.interval(t0, &TUNING.spacing).is_some(), "spaced");
+        assert!(!paced.contains(&Adjustment::LimitRemaining(0)), "{paced:?}");
     }
 
     #[test]
