@@ -1077,7 +1077,7 @@ mod tests {
         let mut a = fresh();
         let t0 = Instant::now();
         let one = |status| signal(status, vec![requests(1, 0, 1)]);
-        let mut respond = |a: &mut Adaptive, ms: u64, ok: bool| {
+        let respond = |a: &mut Adaptive, ms: u64, ok: bool| {
             let at = t0 + Duration::from_millis(ms);
             let seq = a.on_send(at, Grant::default(), 1);
             let status = if ok { 200 } else { 429 };
