@@ -245,3 +245,37 @@ async fn a_header_less_bucket_of_one_is_probed_rarely() {
         "{late_refusals} refused after 20 s: {figures:?}"
     );
 }
+
+/// A token bucket of 20/s, burst 5, whose `x-ratelimit-limit` is the burst
+/// and `x-ratelimit-remaining` what is left, answering 80 ms after each
+/// request arrives (more than an interval: every answer comes back after
+/// the next request left).
+#[tokio::test(start_paused = true)]
+async fn a_bucket_a_round_trip_away_is_paced_at_its_rate() {
+    let builder = RateLimitedServer::builder()
+        .algorithm(Algorithm::TokenBucket {
+            rate: twenty(),
+            burst: 5,
+        })
+        .dialect(Dialect::XRateLimit)
+        .limit_is_burst(true)
+        .latency(Duration::from_millis(80));
+    assert_goal(&run(builder).await);
+}
+
+/// The same with a bucket of one: `remaining: 0` after every admission.
+#[tokio::test(start_paused = true)]
+#[ignore = "known gap: 0.94 of the limit, 0.3 % refused: with a request always unanswered the \
+            gaps are never read, and the header-less regime paces it (reading what remains as \
+            of each send instead of each answer measured 0.89)"]
+async fn a_bucket_of_one_a_round_trip_away_is_paced_at_its_rate() {
+    let builder = RateLimitedServer::builder()
+        .algorithm(Algorithm::TokenBucket {
+            rate: twenty(),
+            burst: 1,
+        })
+        .dialect(Dialect::XRateLimit)
+        .limit_is_burst(true)
+        .latency(Duration::from_millis(80));
+    assert_goal(&run(builder).await);
+}
