@@ -24,7 +24,9 @@
 //!   overshoot runs out. The rate drops
 //!   by [`Tuning::first_decrease`] from slow start or when refused at or
 //!   below its target (which was then too high; no lower than what the
-//!   server let through over a cycle of [`Tuning::min_cycle`] or more), and
+//!   server let through over a cycle of [`Tuning::min_cycle`] or more,
+//!   unless the refusal before came at the same rate: that is the
+//!   ceiling, and a window's first burst inflated the cycle), and
 //!   by [`Tuning::later_decrease`] when a probe is refused.
 //! - **Lockout.** A refusal with no admission since the cut before is a
 //!   lockout: a spent window, or a limiter that counts refusals, which
@@ -232,6 +234,8 @@ pub(crate) struct Congestion {
     target: f64,
     /// The rate the last cut went down to: recovery closes the gap from it.
     cut_to: f64,
+    /// The rate the last refusal at or below the target was measured at.
+    refused_below: Option<f64>,
     /// After slow start's cut, the rate it was refused at, where that is
     /// well above what the server was seen to admit: recovered, the rate
     /// climbs to it (see [`Tuning::guess_climb`]).
@@ -275,6 +279,7 @@ impl Congestion {
             grown_at: None,
             target: 0.0,
             cut_to: 0.0,
+            refused_below: None,
             guess: None,
             hold: super::tuning::TUNING.header_less.first_hold,
             held_since: None,
@@ -456,7 +461,19 @@ impl Congestion {
             // on refusing until its count of the overshoot runs out, and
             // that says nothing of what it allows after.
             Phase::Steady => {
-                let from = self.rate.min(measured).max(self.cycle_rate(now, t));
+                let sent = self.rate.min(measured);
+                // Refused again where the last such refusal came: that is
+                // the ceiling, whatever the cycle let through before (a
+                // window's first burst is in it).
+                let again = self
+                    .refused_below
+                    .is_some_and(|r| (sent - r).abs() <= r * t.same_ceiling);
+                self.refused_below = Some(sent);
+                let from = if again {
+                    sent
+                } else {
+                    sent.max(self.cycle_rate(now, t))
+                };
                 guess = self.guess.filter(|&g| g > from * (1.0 + t.same_ceiling));
                 (from, from * t.recover_to, from * t.first_decrease)
             }
@@ -809,6 +826,28 @@ mod tests {
         }
         c.cut(at(4_000), 100, (5.0, None), &T);
         assert_eq!(c.too_fast, 5.0);
+    }
+
+    /// A sliding counter whose first window let a burst through: the cycle
+    /// let through 84 a second, and the key is refused at 61 a second,
+    /// twice. The first refusal cuts no lower than the cycle; the second,
+    /// at the same rate, is the ceiling: the target goes just under it.
+    #[test]
+    fn a_second_refusal_below_the_target_at_one_rate_is_the_ceiling() {
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        let mut c = Congestion::resumed(Phase::Steady, 60.0, 90.0);
+        for k in 0..840 {
+            c.admitted(at(12 * k), &T);
+        }
+        c.cut(at(10_000), 840, (61.0, None), &T);
+        let cycle = 840.0 / 10.0;
+        assert!((c.too_fast - cycle).abs() < 1e-9, "{}", c.too_fast);
+        c.admitted(at(10_100), &T);
+        c.rate = 62.0;
+        c.cut(at(10_500), 841, (61.5, None), &T);
+        assert_eq!(c.too_fast, 61.5);
+        assert_eq!(c.target(), 61.5 * T.recover_to);
     }
 
     #[test]
