@@ -97,12 +97,15 @@ pub(crate) struct Tuning {
     /// send. Larger measures fewer cycles; smaller reads a key's own
     /// caution as the server's limit.
     pub(crate) spent_share: f64,
-    /// The first wait is at least this many intervals of the rate the
-    /// lockout went down to: a key sending 3 a second waits as many of its
-    /// own sends as one sending 30 (a fixed wait is most of a window at a
-    /// slow rate's window and a whole second's refusals at a fast one's).
-    /// More costs fewer refusals while a slow window runs out; fewer
-    /// notices its end sooner.
+    /// A lockout's wait is at least this many intervals of the rate the
+    /// lockout went down to, doubled with each refusal in a row (and the
+    /// rate falls with each, so the wait grows faster than it doubles): a
+    /// key sending 3 a second waits as many of its own sends as one
+    /// sending 30 (a fixed wait is most of a window at a slow rate's window
+    /// and a whole second's refusals at a fast one's). More costs fewer
+    /// refusals while a slow window runs out; fewer notices its end sooner.
+    /// (Doubling from the first wait alone, the rate's fall left out, cost
+    /// two servers of the generated space.)
     pub(crate) lockout_intervals: f64,
     /// After a cut the rate climbs back to this share of the rate that was
     /// too fast. Higher is closer to the limit; lower leaves more room for
@@ -234,8 +237,16 @@ pub(crate) struct Congestion {
     target: f64,
     /// The rate the last cut went down to: recovery closes the gap from it.
     cut_to: f64,
-    /// The rate the last refusal at or below the target was measured at.
-    refused_below: Option<f64>,
+    /// When the last refusal at or below the target came, and the rate
+    /// the key was sending at then (where it sent at its rate, not a few
+    /// sends after a block).
+    refused_below: Option<(Instant, f64)>,
+    /// When the last cut was.
+    cut_at: Option<Instant>,
+    /// Refusals at one ceiling in a row (probes refused near the rate the
+    /// one before was, lockouts that measured the same limit): the hold,
+    /// and the hold a block brings, double with each.
+    ceiling_sightings: u32,
     /// After slow start's cut, the rate it was refused at, where that is
     /// well above what the server was seen to admit: recovered, the rate
     /// climbs to it (see [`Tuning::guess_climb`]).
@@ -255,7 +266,7 @@ pub(crate) struct Congestion {
     /// since the cut before.
     locked: bool,
     /// Since when the key has been locked out: the cut before its first
-    /// refusal in a row.
+    /// refusal in a row (the first refusal's instant where none was).
     locked_since: Option<Instant>,
     /// Refusals in a row while locked out, and the latest's instant.
     lockouts: u32,
@@ -280,6 +291,8 @@ impl Congestion {
             target: 0.0,
             cut_to: 0.0,
             refused_below: None,
+            cut_at: None,
+            ceiling_sightings: 0,
             guess: None,
             hold: super::tuning::TUNING.header_less.first_hold,
             held_since: None,
@@ -351,6 +364,11 @@ impl Congestion {
         if span >= 1.0 && admitted as f64 >= t.min_sample && spent {
             let limit = admitted as f64 / span;
             let same = (limit - self.too_fast).abs() <= self.too_fast * t.same_ceiling;
+            self.ceiling_sightings = if same {
+                self.ceiling_sightings.saturating_add(1)
+            } else {
+                0
+            };
             self.hold = if same {
                 (self.hold * 2).min(t.max_hold)
             } else {
@@ -358,6 +376,7 @@ impl Congestion {
                 // holding longer than the cycle measured only wastes it.
                 Duration::from_secs_f64(span).min(t.first_hold)
             };
+            self.refused_below = None;
             self.too_fast = limit;
             self.target = limit * t.recover_to;
             // The lockout's cuts may have left the rate above the limit
@@ -410,7 +429,7 @@ impl Congestion {
                 // What was too fast is measured when the lockout ends (see
                 // `admitted`); meanwhile only sending less ends it.
                 if !self.locked {
-                    self.locked_since = self.grown_at;
+                    self.locked_since = self.cut_at.or(Some(now));
                 }
                 self.locked = true;
                 self.lockouts = self.lockouts.saturating_add(1);
@@ -438,11 +457,17 @@ impl Congestion {
                 // limit was: the second sighting of that ceiling.
                 let seen = self.guess.is_some() && near(held / t.recover_to);
                 let same = near(self.too_fast) || seen;
+                self.ceiling_sightings = if same {
+                    self.ceiling_sightings.saturating_add(1)
+                } else {
+                    0
+                };
                 self.hold = if same {
                     (self.hold * 2).min(t.max_hold)
                 } else {
                     t.first_hold
                 };
+                self.refused_below = None;
                 let most = if same {
                     held * (1.0 + t.max_rise)
                 } else {
@@ -462,13 +487,18 @@ impl Congestion {
             // that says nothing of what it allows after.
             Phase::Steady => {
                 let sent = self.rate.min(measured);
-                // Refused again where the last such refusal came: that is
-                // the ceiling, whatever the cycle let through before (a
-                // window's first burst is in it).
-                let again = self
-                    .refused_below
-                    .is_some_and(|r| (sent - r).abs() <= r * t.same_ceiling);
-                self.refused_below = Some(sent);
+                // Refused again, within a cycle, where the last such
+                // refusal came, both while the key sent at its rate: that
+                // is the ceiling, whatever the cycle let through before (a
+                // window's first burst is in it). A few sends measured
+                // after a block are not a rate the key sent at.
+                let at_rate = measured >= self.rate * (1.0 - t.same_ceiling);
+                let again = at_rate
+                    && self.refused_below.is_some_and(|(at, r)| {
+                        now.saturating_duration_since(at) < t.min_cycle
+                            && (sent - r).abs() <= r * t.same_ceiling
+                    });
+                self.refused_below = at_rate.then_some((now, sent));
                 let from = if again {
                     sent
                 } else {
@@ -487,6 +517,7 @@ impl Congestion {
             grown_at: Some(now),
             target: target.max(t.min_rate),
             cut_to: rate,
+            cut_at: Some(now),
             guess,
             held_since: None,
             admitted_since_cut: false,
@@ -518,10 +549,9 @@ impl Congestion {
             return;
         }
         // Doubled as often as the hold was for refusals at one ceiling.
-        let doublings = self.hold.as_secs_f64() / t.first_hold.as_secs_f64();
-        let hold = wait
-            .mul_f64(t.blocked_hold * doublings.max(1.0))
-            .min(t.max_hold);
+        let wait = wait.min(t.max_hold);
+        let factor = t.blocked_hold * f64::from(1u32 << self.ceiling_sightings.min(8));
+        let hold = wait.mul_f64(factor).min(t.max_hold);
         self.hold = self.hold.max(hold);
         // Climbing to slow start's guess is a probe, and a refused probe
         // here costs the block. Held at the target, the key loses the
@@ -543,9 +573,13 @@ impl Congestion {
             return None;
         }
         let doublings = self.lockouts.saturating_sub(1).min(16);
-        let first = t.first_lockout_wait.max(Duration::from_secs_f64(
-            t.lockout_intervals / self.rate.max(t.min_rate),
-        ));
+        // A rate that has fallen with each refusal lengthens the wait
+        // faster than the doubling: the fewer the key's sends, the longer
+        // its own interval.
+        let intervals =
+            Duration::try_from_secs_f64(t.lockout_intervals / self.rate.max(t.min_rate))
+                .unwrap_or(t.max_lockout_wait);
+        let first = t.first_lockout_wait.max(intervals).min(t.max_lockout_wait);
         Some((first * 2u32.pow(doublings)).min(t.max_lockout_wait))
     }
 
@@ -706,23 +740,30 @@ mod tests {
         assert_eq!(climbed, 20.0);
     }
 
-    /// A block of 10 ms puts the climb off for [`Tuning::blocked_hold`]
-    /// times that, not for the whole first hold: the climb is done well
-    /// before the first hold would have ended.
+    /// A block of 10 ms puts the climb off for its break-even (about
+    /// 21 ms here), not for the whole first hold: once recovered, the climb
+    /// starts at once and is done well before the first hold would have
+    /// ended.
     #[test]
     fn a_short_block_puts_the_climb_off_for_its_share_only() {
         let (start, mut c, mut rate) = slow_start_cut_at_11_of_20();
-        let wait = Duration::from_millis(10);
-        c.blocked_for(wait, &T);
+        c.blocked_for(Duration::from_millis(10), &T);
         let step = 0.05;
         let mut at = start;
-        let until = T.recovery + wait.mul_f64(T.blocked_hold) + T.guess_climb * 2;
-        assert!(until < T.first_hold);
-        while at < start + until {
+        let mut recovered = None;
+        while at < start + T.recovery + T.guess_climb * 2 {
             at += Duration::from_secs_f64(step);
             rate = c.grow(at, rate, step, &T);
+            if rate > c.target() && recovered.is_none() {
+                recovered = Some(at);
+            }
         }
         assert_eq!(rate, 20.0);
+        let climbing = recovered.expect("climbs") - start;
+        assert!(
+            climbing <= T.recovery + Duration::from_millis(200),
+            "{climbing:?}"
+        );
     }
 
     /// A window that slow start overran refuses again soon after the cut,
@@ -833,7 +874,7 @@ mod tests {
     /// twice. The first refusal cuts no lower than the cycle; the second,
     /// at the same rate, is the ceiling: the target goes just under it.
     #[test]
-    fn a_second_refusal_below_the_target_at_one_rate_is_the_ceiling() {
+    fn a_second_refusal_below_the_target_at_one_rate_is_the_ceiling_sent_at() {
         let start = Instant::now();
         let at = |ms| start + Duration::from_millis(ms);
         let mut c = Congestion::resumed(Phase::Steady, 60.0, 90.0);
@@ -848,6 +889,25 @@ mod tests {
         c.cut(at(10_500), 841, (61.5, None), &T);
         assert_eq!(c.too_fast, 61.5);
         assert_eq!(c.target(), 61.5 * T.recover_to);
+    }
+
+    /// Two refusals soon after a block, each read from a few sends (3 a
+    /// second while the rate applied is 7): not a rate the key sent at, so
+    /// they name no ceiling, and the cycle's floor stands.
+    #[test]
+    fn refusals_read_from_a_few_sends_name_no_ceiling() {
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        let mut c = Congestion::resumed(Phase::Steady, 10.0, 20.0);
+        for k in 0..100 {
+            c.admitted(at(100 * k), &T);
+        }
+        c.rate = 7.0;
+        c.cut(at(10_000), 100, (3.0, None), &T);
+        c.admitted(at(10_100), &T);
+        c.rate = 7.0;
+        c.cut(at(10_500), 101, (3.0, None), &T);
+        assert!(c.too_fast > 9.0, "{}", c.too_fast);
     }
 
     #[test]
@@ -919,22 +979,24 @@ mod tests {
         }
         c.cut(at(1_000), 100, (100.0, None), &T);
         assert_eq!(c.lockout_wait(&T), None, "one refusal is no lockout");
-        let (mut waits, mut expected) = (Vec::new(), Vec::new());
+        let mut waits = Vec::new();
         for (k, ms) in [1_100, 1_300, 1_700, 2_500, 4_100].into_iter().enumerate() {
-            let rate = c.cut(at(ms), 101 + k as u64, (50.0, None), &T);
+            c.cut(at(ms), 101 + k as u64, (50.0, None), &T);
             waits.extend(c.lockout_wait(&T));
-            // Doubling from the first wait, or from two of the key's
-            // intervals where those are longer.
-            let first = T
-                .first_lockout_wait
-                .max(Duration::from_secs_f64(T.lockout_intervals / rate));
-            expected.push((first * 2u32.pow(k as u32)).min(T.max_lockout_wait));
         }
-        assert_eq!(waits, expected);
+        // The first wait while the rate is fast, then at least doubling
+        // (more once two of the key's own intervals are longer).
         assert_eq!(
             waits[..2],
             [Duration::from_millis(100), Duration::from_millis(200)]
         );
+        for pair in waits.windows(2) {
+            assert!(
+                pair[1] >= pair[0] * 2 || pair[1] == T.max_lockout_wait,
+                "{waits:?}"
+            );
+        }
+        assert!(waits[4] > Duration::from_millis(1_600), "{waits:?}");
         assert!(c.rate < 10.0, "{}", c.rate);
         c.admitted(at(5_700), &T);
         assert_eq!(c.too_fast, 100.0 / 4.1);
