@@ -452,6 +452,7 @@ impl Adaptive {
         let this = self.in_flight.iter().find(|r| r.seq == seq).copied();
         let counted = this.and_then(|r| r.shared_count);
         self.in_flight.retain(|r| r.seq != seq);
+        let rate_before = self.congestion.rate;
         if counted_by_server(signal) {
             self.oks.record(now, None);
             self.admitted_before = true;
@@ -462,6 +463,14 @@ impl Adaptive {
         self.warn_if_beyond_horizon(signal);
         let ahead = self.ahead_of(now, seq, this);
         let mut out = Vec::new();
+        if self.congestion.rate < rate_before * (1.0 - 1e-9) {
+            // The end of a lockout took the rate down to the limit it
+            // measured: said here, for a fleet's growth goes on from the
+            // shared rate, not this process's.
+            let shared = this.and_then(|r| r.granted_rate);
+            let too_fast = shared.map(|_| self.congestion.too_fast);
+            self.lowered_to(self.congestion.rate, too_fast, &mut out);
+        }
         let limits: Vec<&Limit> = signal
             .limits
             .iter()
@@ -806,16 +815,7 @@ impl Adaptive {
         if let Some(wait) = signal.believable_retry_after() {
             self.congestion.blocked_for(wait, t);
         }
-        match (granted_rate, Rate::from_per_second_f64(delivered)) {
-            // Shared: the cut names the rate refused, for the others.
-            (Some(_), Ok(too_fast)) => {
-                if let Some(Adjustment::SetRate(to)) = self.rate_adjustment(rate) {
-                    out.push(Adjustment::Cut { to, too_fast });
-                }
-                self.fleet_peak = Some(rate);
-            }
-            _ => out.extend(self.rate_adjustment(rate)),
-        }
+        self.lowered_to(rate, granted_rate.map(|_| delivered), out);
         out.extend(self.capacity_adjustment(1));
         out.push(Adjustment::LimitRemaining(0));
         if let (None, Some(wait)) = (granted_rate, self.congestion.lockout_wait(t)) {
@@ -826,6 +826,21 @@ impl Adaptive {
         // a lockout's wait) would read the block as sending slowly, and the
         // next refusal would cut from that.
         self.latest_sends.clear();
+    }
+
+    /// The rate went down to `rate`. Where the key's limiter is shared
+    /// (`too_fast`, the rate refused, is then given), a cut that names the
+    /// rate refused, for the others.
+    fn lowered_to(&mut self, rate: f64, too_fast: Option<f64>, out: &mut Vec<Adjustment>) {
+        match too_fast.map(Rate::from_per_second_f64) {
+            Some(Ok(too_fast)) => {
+                if let Some(Adjustment::SetRate(to)) = self.rate_adjustment(rate) {
+                    out.push(Adjustment::Cut { to, too_fast });
+                }
+                self.fleet_peak = Some(rate);
+            }
+            _ => out.extend(self.rate_adjustment(rate)),
+        }
     }
 
     /// What the server let through lately, as a cut of `c` reads it: this
