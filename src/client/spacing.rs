@@ -203,8 +203,8 @@ impl Spacing {
             return None;
         };
         let doublings = self.contradictions.min(t.max_doublings);
-        let admissions = t.agreeing_admissions << doublings;
-        let refusals = t.agreeing_refusals << doublings;
+        let twice = |n: u32| n.saturating_mul(1u32.checked_shl(doublings).unwrap_or(u32::MAX));
+        let (admissions, refusals) = (twice(t.agreeing_admissions), twice(t.agreeing_refusals));
         if self.refusals < refusals || self.admissions < admissions || top.is_zero() {
             return None;
         }
