@@ -246,36 +246,33 @@ async fn a_header_less_bucket_of_one_is_probed_rarely() {
     );
 }
 
-/// A token bucket of 20/s, burst 5, whose `x-ratelimit-limit` is the burst
-/// and `x-ratelimit-remaining` what is left, answering 80 ms after each
-/// request arrives (more than an interval: every answer comes back after
-/// the next request left).
-#[tokio::test(start_paused = true)]
-async fn a_bucket_a_round_trip_away_is_paced_at_its_rate() {
-    let builder = RateLimitedServer::builder()
+/// A token bucket of 20/s and `burst` whose `x-ratelimit-limit` is the
+/// burst and `x-ratelimit-remaining` what is left, answering 80 ms after
+/// each request arrives (more than an interval: every answer comes back
+/// after the next request left).
+fn a_bucket_a_round_trip_away(burst: u64) -> ServerBuilder {
+    RateLimitedServer::builder()
         .algorithm(Algorithm::TokenBucket {
             rate: twenty(),
-            burst: 5,
+            burst,
         })
         .dialect(Dialect::XRateLimit)
         .limit_is_burst(true)
-        .latency(Duration::from_millis(80));
-    assert_goal(&run(builder).await);
+        .latency(Duration::from_millis(80))
 }
 
-/// The same with a bucket of one: `remaining: 0` after every admission.
+/// Burst 5.
 #[tokio::test(start_paused = true)]
-#[ignore = "known gap: 0.94 of the limit, 0.3 % refused: with a request always unanswered the \
-            gaps are never read, and the header-less regime paces it (reading what remains as \
-            of each send instead of each answer measured 0.89)"]
+async fn a_bucket_a_round_trip_away_is_paced_at_its_rate() {
+    assert_goal(&run(a_bucket_a_round_trip_away(5)).await);
+}
+
+/// A bucket of one: `remaining: 0` after every admission.
+#[tokio::test(start_paused = true)]
+#[ignore = "known gap: 0.94 of the limit, 0.3 % refused: paced at its interval by the gaps, but \
+            slow start's refusals and the probe each block for the whole second of the \
+            `Retry-After` they carry (reading what remains as of each send instead of each \
+            answer measured 0.89)"]
 async fn a_bucket_of_one_a_round_trip_away_is_paced_at_its_rate() {
-    let builder = RateLimitedServer::builder()
-        .algorithm(Algorithm::TokenBucket {
-            rate: twenty(),
-            burst: 1,
-        })
-        .dialect(Dialect::XRateLimit)
-        .limit_is_burst(true)
-        .latency(Duration::from_millis(80));
-    assert_goal(&run(builder).await);
+    assert_goal(&run(a_bucket_a_round_trip_away(1)).await);
 }

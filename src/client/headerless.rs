@@ -642,6 +642,21 @@ mod tests {
 
     const T: Tuning = crate::client::tuning::TUNING.header_less;
 
+    /// Steady at `rate`, with `too_fast` refused before, after `n`
+    /// admissions `every_ms` apart from `start`.
+    fn steady_after(
+        start: Instant,
+        (rate, too_fast): (f64, f64),
+        n: u64,
+        every_ms: u64,
+    ) -> Congestion {
+        let mut c = Congestion::resumed(Phase::Steady, rate, too_fast);
+        for k in 0..n {
+            c.admitted(start + Duration::from_millis(every_ms * k), &T);
+        }
+        c
+    }
+
     /// A rate that doubles every half second, averaged over its last
     /// second, reads 3/(8 ln 2) of where it ended; over no time, all of it.
     #[test]
@@ -850,10 +865,7 @@ mod tests {
     fn a_refusal_below_target_cuts_no_lower_than_the_cycle_let_through() {
         let start = Instant::now();
         let at = |ms| start + Duration::from_millis(ms);
-        let mut c = Congestion::resumed(Phase::Steady, 10.0, 20.0);
-        for k in 0..100 {
-            c.admitted(at(10 * k), &T);
-        }
+        let mut c = steady_after(start, (10.0, 20.0), 100, 10);
         assert!(
             c.cycle_rate(at(5_000), &T) == 0.0,
             "a short cycle measures nothing"
@@ -861,10 +873,7 @@ mod tests {
         c.cut(at(10_000), 100, (3.0, None), &T);
         assert_eq!(c.too_fast, 10.0, "100 over 10 s, not the 3 a second sent");
         // The same refusal four seconds into the cycle: the few sends.
-        let mut c = Congestion::resumed(Phase::Steady, 10.0, 20.0);
-        for k in 0..100 {
-            c.admitted(at(10 * k), &T);
-        }
+        let mut c = steady_after(start, (10.0, 20.0), 100, 10);
         c.cut(at(4_000), 100, (5.0, None), &T);
         assert_eq!(c.too_fast, 5.0);
     }
@@ -877,10 +886,7 @@ mod tests {
     fn a_second_refusal_below_the_target_at_one_rate_is_the_ceiling_sent_at() {
         let start = Instant::now();
         let at = |ms| start + Duration::from_millis(ms);
-        let mut c = Congestion::resumed(Phase::Steady, 60.0, 90.0);
-        for k in 0..840 {
-            c.admitted(at(12 * k), &T);
-        }
+        let mut c = steady_after(start, (60.0, 90.0), 840, 12);
         c.cut(at(10_000), 840, (61.0, None), &T);
         let cycle = 840.0 / 10.0;
         assert!((c.too_fast - cycle).abs() < 1e-9, "{}", c.too_fast);
@@ -898,10 +904,7 @@ mod tests {
     fn refusals_read_from_a_few_sends_name_no_ceiling() {
         let start = Instant::now();
         let at = |ms| start + Duration::from_millis(ms);
-        let mut c = Congestion::resumed(Phase::Steady, 10.0, 20.0);
-        for k in 0..100 {
-            c.admitted(at(100 * k), &T);
-        }
+        let mut c = steady_after(start, (10.0, 20.0), 100, 100);
         c.rate = 7.0;
         c.cut(at(10_000), 100, (3.0, None), &T);
         c.admitted(at(10_100), &T);
@@ -973,10 +976,7 @@ mod tests {
     fn the_end_of_a_lockout_measures_what_the_server_let_through() {
         let start = Instant::now();
         let at = |ms| start + Duration::from_millis(ms);
-        let mut c = Congestion::resumed(Phase::Steady, 100.0, 200.0);
-        for k in 0..100 {
-            c.admitted(at(10 * k), &T);
-        }
+        let mut c = steady_after(start, (100.0, 200.0), 100, 10);
         c.cut(at(1_000), 100, (100.0, None), &T);
         assert_eq!(c.lockout_wait(&T), None, "one refusal is no lockout");
         let mut waits = Vec::new();
@@ -1014,10 +1014,7 @@ mod tests {
     fn the_end_of_a_lockout_takes_the_rate_down_to_the_limit_it_measured() {
         let start = Instant::now();
         let at = |ms| start + Duration::from_millis(ms);
-        let mut c = Congestion::resumed(Phase::Steady, 1_000.0, 2_000.0);
-        for k in 0..190 {
-            c.admitted(at(10 * k), &T);
-        }
+        let mut c = steady_after(start, (1_000.0, 2_000.0), 190, 10);
         c.cut(at(2_000), 190, (1_000.0, None), &T);
         c.cut(at(2_100), 191, (700.0, None), &T);
         assert!(c.rate > 400.0, "{}", c.rate);
@@ -1036,10 +1033,7 @@ mod tests {
     fn a_short_lockout_at_the_end_of_a_long_cycle_measures_nothing() {
         let start = Instant::now();
         let at = |ms| start + Duration::from_millis(ms);
-        let mut c = Congestion::resumed(Phase::Steady, 38.0, 40.0);
-        for k in 0..342 {
-            c.admitted(at(26 * k), &T);
-        }
+        let mut c = steady_after(start, (38.0, 40.0), 342, 26);
         c.rate = 51.5;
         c.cut(at(9_000), 342, (51.5, None), &T);
         let target = c.target();
