@@ -488,11 +488,11 @@ impl Congestion {
             Phase::Steady => {
                 let sent = self.rate.min(measured);
                 // Refused again, within a cycle, where the last such
-                // refusal came, both while the key sent at its rate: that
-                // is the ceiling, whatever the cycle let through before (a
-                // window's first burst is in it). A few sends measured
-                // after a block are not a rate the key sent at.
-                let at_rate = measured >= self.rate * (1.0 - t.same_ceiling);
+                // refusal came, both read from a rate: the key's own, or
+                // a second's admissions. That is the ceiling, whatever the
+                // cycle let through before (a window's first burst is in
+                // it). A few sends measured after a block are not a rate.
+                let at_rate = admitted.is_some() || measured >= self.rate * (1.0 - t.same_ceiling);
                 let again = at_rate
                     && self.refused_below.is_some_and(|(at, r)| {
                         now.saturating_duration_since(at) < t.min_cycle
@@ -911,6 +911,32 @@ mod tests {
         c.rate = 7.0;
         c.cut(at(10_500), 101, (3.0, None), &T);
         assert!(c.too_fast > 9.0, "{}", c.too_fast);
+    }
+
+    /// A log overrun by slow start frees its slots in the ramp's shape:
+    /// climbing to slow start's guess, the key is refused at 67 a second
+    /// while the server admits 30 of it, again and again. A second's
+    /// admissions are a rate: two such refusals name the ceiling, and the
+    /// cycle's floor (96 a second) does not hold the key in the storm.
+    #[test]
+    fn refusals_read_from_a_seconds_admissions_name_the_ceiling() {
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        let mut c = steady_after(start, (67.0, 100.0), 960, 10);
+        c.guess = Some(1_000.0);
+        let admitted = |average| {
+            Some(Admitted {
+                average,
+                at_end: average,
+            })
+        };
+        c.rate = 67.0;
+        c.cut(at(10_000), 960, (67.0, admitted(30.0)), &T);
+        assert!(c.too_fast > 90.0, "the cycle's floor first: {}", c.too_fast);
+        c.admitted(at(10_020), &T);
+        c.rate = 67.0;
+        c.cut(at(10_050), 961, (67.0, admitted(31.0)), &T);
+        assert_eq!(c.too_fast, 31.0);
     }
 
     #[test]
