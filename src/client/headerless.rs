@@ -51,7 +51,9 @@
 //!   [`Tuning::max_hold`], and raises the target by at most
 //!   [`Tuning::max_rise`]: against a steady server the key settles into
 //!   one refusal per `max_hold`. A refusal elsewhere (the server changed)
-//!   starts the holds over. A refusal that holds the key (`Retry-After`)
+//!   starts the holds over, as does a refusal at or below the target that
+//!   finds it far too high ([`Tuning::holds_over_below`]). A refusal that
+//!   holds the key (`Retry-After`)
 //!   puts the next probe at least [`Tuning::blocked_hold`] times as far off,
 //!   doubled as often as the hold was.
 //! - **Failing, not limiting.** A server that has never admitted the key is
@@ -126,6 +128,12 @@ pub(crate) struct Tuning {
     /// reads a bucket's first burst as its rate; longer leaves a refusal
     /// after a block to cut from the few sends since.
     pub(crate) min_cycle: Duration,
+    /// A refusal at or below the target that sets a target below this
+    /// share of the one held starts the holds over (see
+    /// [`first_hold`](Self::first_hold)): the longer holds were earned
+    /// probing past a target thought right. Higher starts them over for
+    /// smaller corrections, at the cost of probing a steady server sooner.
+    pub(crate) holds_over_below: f64,
     /// The target is held this long before the first probe beyond it.
     pub(crate) first_hold: Duration,
     /// The longest hold: one refusal per this long against a steady
@@ -186,6 +194,7 @@ impl Tuning {
         guess_climb: Duration::from_secs(2),
         min_cycle: Duration::from_secs(8),
         first_hold: Duration::from_secs(8),
+        holds_over_below: 0.5,
         max_hold: Duration::from_secs(64),
         same_ceiling: 0.1,
         blocked_hold: 32.0,
@@ -505,6 +514,14 @@ impl Congestion {
                     sent.max(self.cycle_rate(now, t))
                 };
                 guess = self.guess.filter(|&g| g > from * (1.0 + t.same_ceiling));
+                // A target found far too high (a window overrun by slow
+                // start, stepping the key down as it frees its slots)
+                // starts the holds over: the hold an earlier block brought
+                // was for a probe past a target thought right.
+                if from * t.recover_to < held * t.holds_over_below {
+                    self.hold = t.first_hold;
+                    self.ceiling_sightings = 0;
+                }
                 (from, from * t.recover_to, from * t.first_decrease)
             }
         };
@@ -937,6 +954,34 @@ mod tests {
         c.rate = 67.0;
         c.cut(at(10_050), 961, (67.0, admitted(31.0)), &T);
         assert_eq!(c.too_fast, 31.0);
+    }
+
+    /// Slow start's cut brought a 1 s block, and with it a long hold. The
+    /// window it overran then steps the key down to under half its target:
+    /// the holds start over, and the key probes again after the first
+    /// hold, not after the one the block brought.
+    #[test]
+    fn a_target_found_far_too_high_starts_the_holds_over() {
+        let (start, mut c, _) = slow_start_cut_at_11_of_20();
+        c.blocked_for(Duration::from_secs(1), &T);
+        assert!(c.hold > T.first_hold);
+        c.admitted(start + Duration::from_millis(100), &T);
+        let held = c.target();
+        c.cut(
+            start + Duration::from_millis(200),
+            2,
+            (held * 0.6, None),
+            &T,
+        );
+        assert!(c.hold > T.first_hold, "a small correction keeps the hold");
+        c.admitted(start + Duration::from_millis(300), &T);
+        c.cut(
+            start + Duration::from_millis(400),
+            3,
+            (held * 0.2, None),
+            &T,
+        );
+        assert_eq!(c.hold, T.first_hold);
     }
 
     #[test]
