@@ -178,6 +178,12 @@ impl Tuning {
         t / (s * std::f64::consts::LN_2) * (1.0 - 2f64.powf(-s / t))
     }
 
+    /// Whether `rate` is the one `seen` was, within
+    /// [`same_ceiling`](Self::same_ceiling) of it.
+    pub(crate) fn same_rate(&self, rate: f64, seen: f64) -> bool {
+        (rate - seen).abs() <= seen * self.same_ceiling
+    }
+
     /// The default (in force through [`TUNING`](super::tuning::TUNING)).
     pub(crate) const DEFAULT: Tuning = Tuning {
         cold_start: 10.0,
@@ -372,20 +378,10 @@ impl Congestion {
         let spent = locked_for >= span * t.spent_share;
         if span >= 1.0 && admitted as f64 >= t.min_sample && spent {
             let limit = admitted as f64 / span;
-            let same = (limit - self.too_fast).abs() <= self.too_fast * t.same_ceiling;
-            self.ceiling_sightings = if same {
-                self.ceiling_sightings.saturating_add(1)
-            } else {
-                0
-            };
-            self.hold = if same {
-                (self.hold * 2).min(t.max_hold)
-            } else {
-                // A window shows within one cycle whether a rate holds:
-                // holding longer than the cycle measured only wastes it.
-                Duration::from_secs_f64(span).min(t.first_hold)
-            };
-            self.refused_below = None;
+            // A window shows within one cycle whether a rate holds:
+            // holding longer than the cycle measured only wastes it.
+            let cycle = Duration::from_secs_f64(span).min(t.first_hold);
+            self.ceiling_read(t.same_rate(limit, self.too_fast), cycle, t);
             self.too_fast = limit;
             self.target = limit * t.recover_to;
             // The lockout's cuts may have left the rate above the limit
@@ -461,22 +457,11 @@ impl Congestion {
                 } else {
                     delivered
                 };
-                let near = |rate: f64| (delivered - rate).abs() <= rate * t.same_ceiling;
                 // The climb refused where slow start's admissions said the
                 // limit was: the second sighting of that ceiling.
-                let seen = self.guess.is_some() && near(held / t.recover_to);
-                let same = near(self.too_fast) || seen;
-                self.ceiling_sightings = if same {
-                    self.ceiling_sightings.saturating_add(1)
-                } else {
-                    0
-                };
-                self.hold = if same {
-                    (self.hold * 2).min(t.max_hold)
-                } else {
-                    t.first_hold
-                };
-                self.refused_below = None;
+                let seen = self.guess.is_some() && t.same_rate(delivered, held / t.recover_to);
+                let same = t.same_rate(delivered, self.too_fast) || seen;
+                self.ceiling_read(same, t.first_hold, t);
                 let most = if same {
                     held * (1.0 + t.max_rise)
                 } else {
@@ -504,8 +489,7 @@ impl Congestion {
                 let at_rate = admitted.is_some() || measured >= self.rate * (1.0 - t.same_ceiling);
                 let again = at_rate
                     && self.refused_below.is_some_and(|(at, r)| {
-                        now.saturating_duration_since(at) < t.min_cycle
-                            && (sent - r).abs() <= r * t.same_ceiling
+                        now.saturating_duration_since(at) < t.min_cycle && t.same_rate(sent, r)
                     });
                 self.refused_below = at_rate.then_some((now, sent));
                 let from = if again {
@@ -542,6 +526,22 @@ impl Congestion {
             ..*self
         };
         rate
+    }
+
+    /// A refused probe or the end of a lockout read a ceiling: the `same`
+    /// one as before doubles the hold (up to [`Tuning::max_hold`]) and
+    /// counts a sighting; another starts the holds over from `fresh_hold`.
+    /// Either way, a refusal below the target read before it names no
+    /// ceiling with the ones after.
+    fn ceiling_read(&mut self, same: bool, fresh_hold: Duration, t: &Tuning) {
+        if same {
+            self.ceiling_sightings = self.ceiling_sightings.saturating_add(1);
+            self.hold = (self.hold * 2).min(t.max_hold);
+        } else {
+            self.ceiling_sightings = 0;
+            self.hold = fresh_hold;
+        }
+        self.refused_below = None;
     }
 
     /// What the server let through since the cycle began, per second,
