@@ -1317,21 +1317,6 @@ mod tests {
         assert!(refused <= 0.01, "{refused}");
     }
 
-    /// A sliding counter of 9 a second driven for a minute: admitted per
-    /// second, the last pace and the share refused.
-    fn counter_of_nine_for_a_minute() -> (f64, Pace, f64) {
-        let mut model = Counter {
-            limit: 9,
-            window: 1.0,
-            index: 0,
-            previous: 0,
-            current: 0,
-            admitted: 0,
-        };
-        let (pace, refused) = drive(&mut model, 60.0);
-        (model.admitted as f64 / 60.0, pace, refused)
-    }
-
     /// A sliding counter of 9 a second: its `remaining` sits wherever the
     /// pace puts it, so a reserve of a whole unit would leave a ninth of it
     /// unused for good. Over a minute, within 5 % of what it sustains (8 a
@@ -1341,19 +1326,17 @@ mod tests {
                 bucket, the counter's refill is whatever the pace is, and the correction to \
                 the reserve is all that raises it"]
     fn a_small_sliding_counter_is_paced_near_what_it_sustains() {
-        let (per_second, pace, refused) = counter_of_nine_for_a_minute();
+        let mut model = Counter {
+            limit: 9,
+            window: 1.0,
+            index: 0,
+            previous: 0,
+            current: 0,
+            admitted: 0,
+        };
+        let (pace, refused) = drive(&mut model, 60.0);
+        let per_second = model.admitted as f64 / 60.0;
         assert!(per_second >= 0.95 * 8.0, "{per_second} a second; {pace:?}");
-        assert!(refused <= 0.01, "{refused}");
-    }
-
-    /// The same counter, against the reserve: half a unit kept back, not a
-    /// whole one (6.68 a second), and the pace is corrected up from the
-    /// refill it measures to above 7 a second. (The goal, above, is not
-    /// met yet.)
-    #[test]
-    fn a_small_sliding_counter_is_not_held_a_whole_unit_below_its_level() {
-        let (per_second, pace, refused) = counter_of_nine_for_a_minute();
-        assert!(per_second >= 7.0, "{per_second} a second; {pace:?}");
         assert!(refused <= 0.01, "{refused}");
     }
 
