@@ -836,16 +836,26 @@ impl Series {
                 .rev()
                 .take_while(|&&(_, at)| now.saturating_duration_since(at) < Duration::from_secs(1))
                 .count() as f64;
-            proven.max(admitted_lately)
+            self.refill.lo.max(admitted_lately)
         });
         if let Some(floor) = refused_floor {
             b.per_second = (b.per_second / 2.0).max(floor);
             b.grown_at = Some(now);
+            // A measure at or above the pace refused was taken too short.
+            b.measured = b.measured.map(|m| m.min(b.per_second));
         }
         // A pause in the readings (a block, an idle spell) may hide a moment
         // the bucket was full: a measured stretch must be read throughout.
-        if self.gap.as_secs_f64() > 2.0 * self.grants_between as f64 / b.per_second {
+        // And a bucket found full after one filled while nothing was sent:
+        // it says nothing of the pace, which does not grow on it.
+        // The pace is what `per_second` allows, or, with nothing left, the
+        // refill a unit is waited for at (see `exhausted_until` below).
+        let unit_rate = b.measured.unwrap_or(b.per_second).max(self.refill.lo);
+        let sent_at = b.per_second.min(unit_rate).max(f64::MIN_POSITIVE);
+        let paused = self.gap.as_secs_f64() > 2.0 * self.grants_between as f64 / sent_at;
+        if paused {
             b.stretch = None;
+            b.grown_at = Some(now);
         }
         if full {
             if let Some((since, r0, n0)) = b.stretch.take() {
@@ -1098,6 +1108,56 @@ mod tests {
         (pace, refused)
     }
 
+    /// A model whose `limit` header states `limit`, whatever it holds (a
+    /// bucket stating its rate per second, not its burst).
+    struct Stating<M> {
+        inner: M,
+        limit: u64,
+    }
+
+    impl<M: Model> Model for Stating<M> {
+        fn decide(&mut self, t: f64) -> (u64, bool, f64) {
+            self.inner.decide(t)
+        }
+        fn limit(&self) -> u64 {
+            self.limit
+        }
+    }
+
+    /// Sends one request at a time at the pace the series asks for, and
+    /// nothing for `block` seconds after a refusal (a `Retry-After` the
+    /// client obeys), from 0 to `secs`; returns the requests admitted from
+    /// `secs / 2` on, per second, and the share of all requests refused.
+    fn drive_blocked(model: &mut dyn Model, secs: f64, block: f64) -> (f64, f64) {
+        let origin = Instant::now();
+        let mut series = Series::default();
+        let (mut t, mut pace, mut sent, mut refused, mut late) = (0.0, None::<Pace>, 0, 0, 0);
+        while t < secs {
+            let (remaining, admitted, reset) = model.decide(t);
+            sent += 1;
+            refused += u32::from(!admitted);
+            late += u32::from(admitted && t >= secs / 2.0);
+            let at = origin + Duration::from_secs_f64(t);
+            let reading = reading(&*model, at, (remaining, admitted, reset), None);
+            if let Some(p) = series.observe(reading) {
+                pace = Some(p);
+            }
+            let p = pace.expect("a reading with a limit and a reset paces");
+            let next = at + Duration::from_secs_f64(1.0 / p.per_second);
+            let next = p.exhausted_until.map_or(next, |until| until.max(next));
+            let next = if admitted {
+                next
+            } else {
+                next.max(at + Duration::from_secs_f64(block))
+            };
+            t = next.saturating_duration_since(origin).as_secs_f64();
+        }
+        (
+            f64::from(late) / (secs / 2.0),
+            f64::from(refused) / f64::from(sent),
+        )
+    }
+
     /// [`drive`], also returning when each refusal came.
     fn drive_logged(model: &mut dyn Model, secs: f64) -> (Pace, f64, Vec<f64>) {
         let origin = Instant::now();
@@ -1314,6 +1374,30 @@ mod tests {
         let (pace, refused) = drive(&mut model, 10.0);
         assert_eq!(pace.shape, Shape::Bucket);
         assert!((18.0..=22.5).contains(&pace.per_second), "{pace:?}");
+        assert!(refused <= 0.01, "{refused}");
+    }
+
+    /// A bucket of 2 refilling 6 a second that states its rate as its
+    /// limit, with a reset in whole seconds, and blocks the client for a
+    /// second after each refusal. The block fills the bucket, which then
+    /// reads full: that is no sign the pace could grow. And one unit come
+    /// back over a tenth of a second is no measure of the refill to hold
+    /// the pace up after a refusal. (Each had held the pace at 9 a second,
+    /// refused every 1.5 s, for 0.46 of the rate.)
+    #[test]
+    fn a_small_bucket_blocking_a_second_per_refusal_is_paced_at_its_refill() {
+        let bucket = Bucket {
+            capacity: 2.0,
+            rate: 6.0,
+            tokens: 2.0,
+            at: 0.0,
+        };
+        let mut model = Stating {
+            inner: bucket,
+            limit: 6,
+        };
+        let (per_second, refused) = drive_blocked(&mut model, 60.0, 1.0);
+        assert!(per_second >= 0.95 * 6.0, "{per_second}");
         assert!(refused <= 0.01, "{refused}");
     }
 
