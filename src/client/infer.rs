@@ -139,6 +139,12 @@ pub(crate) struct Tuning {
     /// ... each of at least this many units (and half the quota): a small
     /// bucket fills from empty between two readings.
     pub(crate) quiet_jump_units: i64,
+    /// Readings past a fixed window's end, admitted and saying nothing is
+    /// left after nothing was, that show the server refills (a new window
+    /// would show its quota less one). One may be a response out of order;
+    /// more wait longer to read a small sliding log, which shows one a
+    /// window.
+    pub(crate) trickles_past_end: u32,
 }
 
 impl Tuning {
@@ -162,6 +168,7 @@ impl Tuning {
         refill_slack: 2.0,
         quiet_jumps: 2,
         quiet_jump_units: 5,
+        trickles_past_end: 2,
     };
 }
 
@@ -284,6 +291,10 @@ struct WindowTrack {
     /// (a fixed window after all: see [`Tuning::quiet_jumps`]).
     trickle: i64,
     quiet_jumps: u32,
+    /// Readings past a window's end that were admitted and said nothing
+    /// was left, after nothing was (see [`Tuning::trickles_past_end`]).
+    /// Kept across windows.
+    trickled_past_end: u32,
 }
 
 /// A moving window's bounds: its length is in `(lo, hi]`.
@@ -452,7 +463,8 @@ impl Series {
         if self.refilling {
             self.track_moving(now, &reading);
         }
-        self.pace(now, &reading)
+        let out = self.pace(now, &reading);
+        out
     }
 
     /// Whether `pace` is all this series can say, or says nothing of how
@@ -590,7 +602,21 @@ impl Series {
             // A limit of several that never showed more than nothing left
             // is no window (a new one would show its quota less one): one
             // unit given back is a bucket of one refilling.
-            let evidence = if self.top <= 1 && self.quota > 1 {
+            // Nor does a window, past its end, admit a request and still
+            // say nothing is left after nothing was (a new one would show
+            // its quota less one): one unit came back, as from a moving
+            // window or a bucket. Seen in two windows (one may be a
+            // response out of order), it is the refill.
+            if reading.admitted
+                && reading.remaining == 0
+                && r == 1
+                && self.quota > 1
+                && w.boundary.is_some_and(|end| now >= end)
+            {
+                w.trickled_past_end = w.trickled_past_end.saturating_add(1);
+            }
+            let trickles = w.trickled_past_end >= T.trickles_past_end;
+            let evidence = if (self.top <= 1 && self.quota > 1) || trickles {
                 1
             } else {
                 T.refill_evidence
@@ -1361,6 +1387,22 @@ mod tests {
         assert!((5.0..5.2).contains(&secs), "{secs}");
         assert!((pace.per_second - 20.0).abs() < 1.0, "{pace:?}");
         assert_eq!(refused, 0.0);
+    }
+
+    /// A sliding log of 3 a second with whole-second resets: past the end
+    /// of the window it was read as, it admits a request and still says
+    /// nothing is left, which no fixed window does. Read as one, it was
+    /// sent 3 requests, then one, then nothing for a second (2 a second).
+    #[test]
+    fn a_small_log_admitting_at_nothing_left_past_a_window_end_is_no_window() {
+        let mut model = Log {
+            limit: 3,
+            window: 1.0,
+            log: VecDeque::new(),
+        };
+        let (pace, refused) = drive(&mut model, 10.0);
+        assert_ne!(pace.shape, Shape::FixedWindow, "{pace:?}");
+        assert!(refused <= 0.05, "{refused}");
     }
 
     #[test]
