@@ -463,8 +463,7 @@ impl Series {
         if self.refilling {
             self.track_moving(now, &reading);
         }
-        let out = self.pace(now, &reading);
-        out
+        self.pace(now, &reading)
     }
 
     /// Whether `pace` is all this series can say, or says nothing of how
