@@ -520,3 +520,42 @@ async fn in_process_calls_are_held_and_charged_as_over_http() {
         (7, 300)
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_call_dropped_while_held_leaves_the_flight_and_keeps_its_estimate() {
+    use tower_service::Service as _;
+
+    let builder = LlmServer::builder()
+        .tokens_per_minute(10_000)
+        .max_in_flight(1)
+        .service_time(10 * SEC)
+        .output_share(50, 50);
+    let server = builder.start().await.unwrap();
+    let mut service = server.service();
+    let request = || {
+        let mut request =
+            reqwest::Request::new(reqwest::Method::POST, server.url().parse().unwrap());
+        *request.body_mut() = Some(r#"{"input_tokens": 1000, "max_tokens": 2000}"#.into());
+        request
+    };
+    let gave_up = tokio::time::timeout(SEC, service.call(request())).await;
+    assert!(gave_up.is_err());
+    assert_eq!(server.in_flight(), 0);
+    let stats = server.stats();
+    assert_eq!(
+        (stats.admitted, stats.completed, stats.abandoned),
+        (1, 0, 1)
+    );
+    // Its whole estimate stays charged: 3 000 tokens.
+    assert_eq!(
+        stats.input_tokens_charged + stats.output_tokens_charged,
+        3_000
+    );
+    let t0 = Instant::now();
+    let next = service.call(request()).await.unwrap();
+    assert_eq!(next.status(), 200);
+    assert_eq!(t0.elapsed(), 10 * SEC);
+    // Answered at 11 s: 10 000 less the 3 000 dropped and the 2 000 used,
+    // and 11 s of refill (1 833⅓).
+    assert_eq!(next.headers()["x-ratelimit-remaining-tokens"], "6833");
+}

@@ -10,13 +10,12 @@
 //!   or input and output tokens per minute apart (Anthropic), each a
 //!   bucket whose capacity is its limit per minute and which refills at
 //!   that rate, so a key is never cut off for the rest of a fixed minute.
-//!   Anthropic: "the token bucket algorithm … your capacity is continuously
-//!   replenished up to your maximum limit, rather than being reset at fixed
-//!   intervals" (<https://docs.anthropic.com/en/api/rate-limits>). OpenAI
-//!   states the reset of each limit as "the time until the rate limit …
-//!   resets to its initial state"
-//!   (<https://platform.openai.com/docs/guides/rate-limits>): the time
-//!   until the bucket is full.
+//!   Anthropic documents a token bucket whose capacity is replenished
+//!   continuously up to the limit rather than reset at fixed intervals
+//!   (<https://docs.anthropic.com/en/api/rate-limits>). OpenAI states the
+//!   reset of each limit as "the time until the rate limit … resets to its
+//!   initial state" (<https://platform.openai.com/docs/guides/rate-limits>):
+//!   the time until the bucket is full.
 //! - **A cap on calls in flight** ([`max_in_flight`](LlmServerBuilder::max_in_flight)),
 //!   a third limit of another kind: a call is in flight from its admission
 //!   until its answer is written, [`service_time`](LlmServerBuilder::service_time)
@@ -26,10 +25,9 @@
 //!   the estimate at once; when the call completes the server reports what
 //!   it really used (drawn from a seeded distribution) in a `usage` body and
 //!   gives back what the estimate took beyond it, so every limit ends up
-//!   charged the usage. Anthropic documents this for output tokens: they
-//!   "are estimated based on `max_tokens` at the beginning of each request
-//!   and adjusted at the end of the request to reflect the actual number
-//!   of output tokens used".
+//!   charged the usage. Anthropic documents this for output tokens:
+//!   estimated from `max_tokens` when a request starts, adjusted to the
+//!   tokens really produced when it ends (same page).
 //! - **Every refusal names its limit** (see [`LlmLimit`]): the limit whose
 //!   wait is longest when several would refuse, and concurrency only when
 //!   every rate limit would admit. A refusal takes nothing from any limit.

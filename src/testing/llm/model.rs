@@ -160,6 +160,7 @@ fn draw(rng: &mut fastrand::Rng, (low, high): (u64, u64), max_output: u64) -> u6
     rng.u64(low..=high.max(low))
 }
 
+#[derive(Clone)]
 struct Key {
     buckets: [Option<Bucket>; 4],
     in_flight: usize,
@@ -182,6 +183,7 @@ impl Key {
     }
 }
 
+#[derive(Clone)]
 pub(crate) struct Model {
     /// Fresh buckets, as a new key gets them (full).
     template: [Option<Bucket>; 4],
@@ -504,6 +506,62 @@ mod tests {
         assert_eq!(draws(3), draws(3));
         assert_ne!(draws(3), draws(4));
         assert!(draws(3).iter().all(|o| (200..=1_000).contains(o)));
+    }
+
+    proptest::proptest! {
+        /// Whatever came before, a call refused with a wait is refused a
+        /// nanosecond before it and admitted at it (if nothing else comes):
+        /// the wait named is the longest of the limits', and exact. And once
+        /// every call is answered, the limits are charged the usage.
+        #[test]
+        fn refusal_waits_are_exact_and_usage_is_charged(
+            ops in proptest::collection::vec(
+                (0u64..3_000_000_000, 0u64..2_500, 0u64..1_500, proptest::bool::ANY),
+                1..80,
+            ),
+            seed in 0u64..1_000,
+        ) {
+            let mut c = config([Some(30), Some(5_000), Some(3_000), Some(2_000)], None);
+            c.seed = seed;
+            let mut m = Model::new(&c).unwrap();
+            let mut held = std::collections::VecDeque::new();
+            let mut now = Duration::ZERO;
+            let mut used = 0;
+            for (dt, input, max_output, complete) in ops {
+                now += Duration::from_nanos(dt);
+                if complete {
+                    if let Some(t) = held.pop_front() {
+                        m.complete(now, &t);
+                        used += Usage::total(&t.usage);
+                    }
+                }
+                let before = m.clone();
+                match m.decide(now, key(), call(input, max_output)) {
+                    Decision::Admitted(t) => held.push_back(t),
+                    Decision::Refused { wait: Some(wait), limit, .. } => {
+                        if !wait.is_zero() {
+                            let mut early = before.clone();
+                            let d = early.decide(now + wait - Duration::from_nanos(1), key(), call(input, max_output));
+                            proptest::prop_assert_eq!(refused(&d).map(|r| r.0), Some(limit));
+                        }
+                        let mut on_time = before;
+                        let d = on_time.decide(now + wait, key(), call(input, max_output));
+                        proptest::prop_assert!(refused(&d).is_none(), "{:?}", d);
+                    }
+                    Decision::Refused { wait: None, .. } => {
+                        proptest::prop_assert!(input > 3_000 || max_output > 2_000 || input + max_output > 5_000);
+                    }
+                }
+            }
+            for t in held.drain(..) {
+                m.complete(now, &t);
+                used += t.usage.total();
+            }
+            let stats = m.stats();
+            proptest::prop_assert_eq!(stats.input_tokens_charged + stats.output_tokens_charged, used);
+            proptest::prop_assert_eq!(stats.completed, stats.admitted);
+            proptest::prop_assert_eq!(m.in_flight(), 0);
+        }
     }
 
     #[test]
