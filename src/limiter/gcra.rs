@@ -35,7 +35,7 @@ pub(super) fn narrow(n: u128) -> Nanos {
 /// outside a [`Gcra`] (a keyed map's compact entries, a limiter's lock-free
 /// word), `u128` inside one, whose products of a weight and an interval
 /// cannot overflow.
-pub(super) trait Tick: Copy + Ord + std::ops::Sub<Output = Self> {
+pub(crate) trait Tick: Copy + Ord + std::ops::Sub<Output = Self> {
     /// `self + rhs`, at most the type's largest value.
     fn saturating_add(self, rhs: Self) -> Self;
 }
@@ -63,9 +63,10 @@ impl Tick for u128 {
 /// map's compact entries and a limiter's lock-free word on `u64`. The Lua
 /// script of the shared bucket (`src/redis/lua/token_bucket.lua`) writes
 /// the same step relative to `now`; `tests/lua_mirror.rs` checks that the
-/// two agree.
+/// two agree. The testing module's model of an LLM API runs it on `u64`
+/// for each of its token buckets.
 #[inline]
-pub(super) fn admit<N: Tick>(full_at: N, now: N, need: N, span: N) -> Result<N, N> {
+pub(crate) fn admit<N: Tick>(full_at: N, now: N, need: N, span: N) -> Result<N, N> {
     debug_assert!(need <= span, "a weight over the capacity");
     let next = full_at.max(now).saturating_add(need);
     if next - now <= span {

@@ -27,6 +27,9 @@ use tokio::time::Instant;
 
 pub use algorithm::{Algorithm, FastPath, LockOnly, Nanos};
 pub use bucket::BucketWord;
+/// The GCRA step, for the testing module's token buckets of many tokens.
+#[cfg(feature = "testing")]
+pub(crate) use gcra::admit;
 pub use gcra::Gcra;
 pub use keyed::{Evictable, KeyedLimiter};
 pub use rate::Rate;

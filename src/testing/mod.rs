@@ -25,6 +25,8 @@
 //! servers from seeds (algorithm, parameters, headers, `Retry-After`
 //! precision, counted refusals, status, a front limiter) and measures a
 //! client's run on one; [`zoo`] names one per family of real servers.
+//! [`llm`] models an LLM API: requests, tokens and calls in flight limited
+//! together, in OpenAI's or Anthropic's headers, with a `usage` body.
 //!
 //! Paused-clock tests: run client and server in one
 //! `#[tokio::test(start_paused = true)]` (the default current-thread
@@ -40,6 +42,7 @@ mod key;
 mod server;
 mod state;
 
+pub mod llm;
 pub mod space;
 pub mod zoo;
 
