@@ -276,3 +276,43 @@ async fn a_bucket_a_round_trip_away_is_paced_at_its_rate() {
 async fn a_bucket_of_one_a_round_trip_away_is_paced_at_its_rate() {
     assert_goal(&run(a_bucket_a_round_trip_away(1)).await);
 }
+
+/// A token bucket of 3 refilling 5 a second whose `x-ratelimit-limit` is
+/// the burst and whose reset is "full in" whole seconds (`1` on every
+/// response), without `Retry-After`: its first second reads as a fixed
+/// window, whose predicted end it is past when it admits one more request
+/// and still says nothing is left (read as a window for good: 0.64).
+#[tokio::test(start_paused = true)]
+async fn a_small_bucket_stating_its_burst_and_whole_second_resets() {
+    let builder = RateLimitedServer::builder()
+        .algorithm(Algorithm::TokenBucket {
+            rate: Rate::per_second(5).expect("a rate"),
+            burst: 3,
+        })
+        .dialect(Dialect::XRateLimit)
+        .limit_is_burst(true)
+        .reset_format(ResetFormat::DeltaSeconds)
+        .retry_after(false);
+    assert_goal(&run(builder).await);
+}
+
+/// A token bucket of 2 refilling 6 a second whose `x-ratelimit-limit` is
+/// its rate (6), whose reset is an epoch in whole seconds, and whose 503s
+/// say `Retry-After: 1` (rounded up): each refusal blocks the key for a
+/// second, which fills the bucket (0.38 of the limit, a refusal every
+/// 1.3 s, when the full bucket after a block grew the pace).
+#[tokio::test(start_paused = true)]
+async fn a_small_bucket_stating_its_rate_and_blocking_a_second_per_refusal() {
+    let builder = RateLimitedServer::builder()
+        .algorithm(Algorithm::TokenBucket {
+            rate: Rate::per_second(6).expect("a rate"),
+            burst: 2,
+        })
+        .dialect(Dialect::XRateLimit)
+        .limit_is_burst(false)
+        .reset_format(ResetFormat::EpochSeconds)
+        .retry_after(true)
+        .retry_after_precision(RetryAfterPrecision::Ceil)
+        .refusal_status(StatusCode::SERVICE_UNAVAILABLE);
+    assert_goal(&run(builder).await);
+}

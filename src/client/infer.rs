@@ -528,6 +528,8 @@ impl Series {
     /// Fixed-window bookkeeping: jumps start windows, refill within one
     /// shows the server refills instead.
     fn track_window(&mut self, now: Instant, reading: &Reading, refill: Option<i64>, fresh: bool) {
+        // The end predicted before this reading.
+        let predicted_end = self.boundary();
         let w = &mut self.window;
         // A jump back towards the full quota starts a window; one unit back
         // is what a bucket refilling at the pace it is spent looks like.
@@ -610,7 +612,7 @@ impl Series {
                 && reading.remaining == 0
                 && r == 1
                 && self.quota > 1
-                && w.boundary.is_some_and(|end| now >= end)
+                && predicted_end.is_some_and(|end| now >= end)
             {
                 w.trickled_past_end = w.trickled_past_end.saturating_add(1);
             }
