@@ -113,8 +113,13 @@ pub(crate) struct Tuning {
     /// too fast. Higher is closer to the limit; lower leaves more room for
     /// a server whose limit wavers.
     pub(crate) recover_to: f64,
-    /// ... within about this long.
+    /// ... within about this long,
     pub(crate) recovery: Duration,
+    /// ... and over at least this many sends at the rate cut to: a refusal
+    /// says only that the rate refused was too fast, and what the server
+    /// allows shows one send at a time. Fewer recover a slow key sooner;
+    /// more find a slow server's limit with fewer refusals.
+    pub(crate) recovery_sends: f64,
     /// After slow start's cut the rate climbs from the rate the server
     /// was seen to admit to the rate slow start was refused at over this
     /// long (the limit lies between: a second's average of a ramp that
@@ -197,6 +202,7 @@ impl Tuning {
         spent_share: 0.25,
         recover_to: 0.97,
         recovery: Duration::from_millis(1_000),
+        recovery_sends: 8.0,
         guess_climb: Duration::from_secs(2),
         min_cycle: Duration::from_secs(8),
         first_hold: Duration::from_secs(8),
@@ -621,7 +627,11 @@ impl Congestion {
         let target = self.target;
         if self.recovering(current) {
             let gap = (target - self.cut_to).max(target * 0.05);
-            return (current + gap * dt / t.recovery.as_secs_f64()).min(target);
+            let over = t
+                .recovery
+                .as_secs_f64()
+                .max(t.recovery_sends / self.cut_to.max(t.min_rate));
+            return (current + gap * dt / over).min(target);
         }
         if let Some(guess) = self.guess {
             let since = *self.held_since.get_or_insert(now);
@@ -1113,6 +1123,36 @@ mod tests {
         c.admitted(at(9_130), &T);
         assert_eq!(c.target(), target, "the probe's target stands");
         assert!(c.target() > 342.0 / 9.0);
+    }
+
+    /// Cut to 2.1 a second, the climb back to the target takes 8 sends (3.8
+    /// s), not a second: refused at 3 a second with nothing admitted to
+    /// measure, a slow server's limit may lie anywhere below, and each
+    /// send shows one more of it (a leaky bucket of 2 a second was refused
+    /// 9 times in its first 6 s, climbing back a second after each cut).
+    #[test]
+    fn a_slow_key_recovers_over_its_sends_not_a_second() {
+        let start = Instant::now();
+        let mut c = Congestion::resumed(Phase::SlowStart, 6.0, 0.0);
+        c.admitted(start, &T);
+        let mut rate = c.cut(start, 1, (3.0, None), &T);
+        assert!((rate - 2.1).abs() < 1e-9, "{rate}");
+        let step = 0.05;
+        let mut at = start;
+        let mut reached = None;
+        for _ in 0..200 {
+            at += Duration::from_secs_f64(step);
+            rate = c.grow(at, rate, step, &T);
+            if reached.is_none() && rate >= 3.0 * T.recover_to - 1e-9 {
+                reached = Some(at - start);
+            }
+        }
+        let reached = reached.expect("recovers").as_secs_f64();
+        let over = T.recovery_sends / 2.1;
+        assert!(
+            reached >= over - 0.06 && reached <= over + 0.06,
+            "{reached}"
+        );
     }
 
     #[test]
