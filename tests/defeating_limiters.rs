@@ -316,3 +316,19 @@ async fn a_small_bucket_stating_its_rate_and_blocking_a_second_per_refusal() {
         .refusal_status(StatusCode::SERVICE_UNAVAILABLE);
     assert_goal(&run(builder).await);
 }
+
+/// A fixed window of 3,000 a minute without headers, spent in its first
+/// seconds: the calls refused then wait for the window to open again, a
+/// minute after it began. Probing with doubling waits (up to 8 s) found it
+/// open up to 8 s late, and those calls ran out of their minute.
+#[tokio::test(start_paused = true)]
+async fn a_minute_quota_without_headers_spent_early() {
+    let builder = RateLimitedServer::builder()
+        .algorithm(Algorithm::FixedWindow {
+            limit: 3_000,
+            window: Duration::from_secs(60),
+        })
+        .dialect(Dialect::None)
+        .retry_after(false);
+    assert_goal(&run(builder).await);
+}

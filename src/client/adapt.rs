@@ -818,7 +818,7 @@ impl Adaptive {
         self.lowered_to(rate, granted_rate.map(|_| delivered), out);
         out.extend(self.capacity_adjustment(1));
         out.push(Adjustment::LimitRemaining(0));
-        if let (None, Some(wait)) = (granted_rate, self.congestion.lockout_wait(t)) {
+        if let (None, Some(wait)) = (granted_rate, self.congestion.lockout_wait(now, t)) {
             out.push(Adjustment::BlockUntil(now + wait));
         }
         // The rate sent at from here on is measured from the sends after

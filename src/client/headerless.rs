@@ -218,6 +218,11 @@ impl Tuning {
     };
 }
 
+/// The lengths, in seconds, windows are configured in, from ten seconds
+/// (a shorter lockout's doubling waits are no longer than its window) up
+/// to an hour.
+const ROUND_WINDOWS: [u64; 11] = [10, 15, 20, 30, 60, 120, 300, 600, 900, 1800, 3600];
+
 /// What the server was seen to admit over the last second, per second.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Admitted {
@@ -591,7 +596,27 @@ impl Congestion {
     /// refusal: one probe per wait, the wait doubling with each refusal in
     /// a row (a lockout ends only when the key stops sending, and every
     /// call refused meanwhile spends an attempt of its own).
-    pub(crate) fn lockout_wait(&self, t: &Tuning) -> Option<Duration> {
+    ///
+    /// No later, though, than the next instant the cycle would end were
+    /// its window one of the lengths windows are configured in
+    /// ([`ROUND_WINDOWS`]): a quota of a minute spent in its first seconds
+    /// opens again exactly a minute after it began, and a probe doubling
+    /// its wait finds that up to the longest wait late (the calls refused
+    /// at the start of the window, waiting for it, ran out of time).
+    pub(crate) fn lockout_wait(&self, now: Instant, t: &Tuning) -> Option<Duration> {
+        let doubling = self.doubling_lockout_wait(t)?;
+        let round_end = self.cycle.and_then(|(since, _)| {
+            ROUND_WINDOWS
+                .iter()
+                .map(|&secs| since + Duration::from_secs(secs))
+                .find(|&end| end > now)
+        });
+        Some(round_end.map_or(doubling, |end| doubling.min(end - now)))
+    }
+
+    /// The wait of [`lockout_wait`](Self::lockout_wait) from the doubling
+    /// alone.
+    fn doubling_lockout_wait(&self, t: &Tuning) -> Option<Duration> {
         if !self.locked {
             return None;
         }
@@ -1021,15 +1046,45 @@ mod tests {
             let mut c = Congestion::resumed(Phase::Steady, rate, rate * 1.1);
             c.admitted(now, &T);
             c.cut(now, 1, (rate, None), &T);
-            assert_eq!(c.lockout_wait(&T), None, "admitted before the cut");
+            assert_eq!(c.doubling_lockout_wait(&T), None, "admitted before the cut");
             let cut_to = c.cut(now, 2, (rate, None), &T);
-            (cut_to, c.lockout_wait(&T).expect("locked out"))
+            (cut_to, c.doubling_lockout_wait(&T).expect("locked out"))
         };
         let (cut_to, slow) = lockout(3.0);
         assert!(slow > T.first_lockout_wait, "{slow:?}");
         assert!(slow.as_secs_f64() >= T.lockout_intervals / cut_to - 1e-9);
         let (_, fast) = lockout(300.0);
         assert_eq!(fast, T.first_lockout_wait);
+    }
+
+    /// A quota of a minute spent in its first 4 s, then refused: the
+    /// doubling waits (up to 8 s) would find the window open again up to
+    /// 8 s late, and the calls refused at its start, waiting for it, run
+    /// out of their minute. A wait ends no later than the cycle's next
+    /// round length (10, 15, 20, 30 s, then the minute itself).
+    #[test]
+    fn a_lockout_probes_where_a_round_window_would_end() {
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        let mut c = steady_after(start, (60.0, 100.0), 200, 20);
+        c.cut(at(4_000), 200, (60.0, None), &T);
+        c.cut(at(4_100), 201, (42.0, None), &T);
+        let mut probes = Vec::new();
+        let mut now = at(4_100);
+        for k in 0..40 {
+            let wait = c.lockout_wait(now, &T).expect("locked out");
+            assert!(wait <= T.max_lockout_wait, "{wait:?}");
+            now += wait;
+            probes.push(now);
+            if now >= at(60_000) {
+                break;
+            }
+            c.cut(now, 202 + k, (1.0, None), &T);
+        }
+        for round in [10_000, 15_000, 20_000, 30_000, 60_000] {
+            assert!(probes.contains(&at(round)), "{round} ms: {probes:?}");
+        }
+        assert_eq!(probes.last(), Some(&at(60_000)));
     }
 
     #[test]
@@ -1059,11 +1114,15 @@ mod tests {
         let at = |ms| start + Duration::from_millis(ms);
         let mut c = steady_after(start, (100.0, 200.0), 100, 10);
         c.cut(at(1_000), 100, (100.0, None), &T);
-        assert_eq!(c.lockout_wait(&T), None, "one refusal is no lockout");
+        assert_eq!(
+            c.lockout_wait(at(1_000), &T),
+            None,
+            "one refusal is no lockout"
+        );
         let mut waits = Vec::new();
         for (k, ms) in [1_100, 1_300, 1_700, 2_500, 4_100].into_iter().enumerate() {
             c.cut(at(ms), 101 + k as u64, (50.0, None), &T);
-            waits.extend(c.lockout_wait(&T));
+            waits.extend(c.doubling_lockout_wait(&T));
         }
         // The first wait while the rate is fast, then at least doubling
         // (more once two of the key's own intervals are longer).
@@ -1082,7 +1141,7 @@ mod tests {
         c.admitted(at(5_700), &T);
         assert_eq!(c.too_fast, 100.0 / 4.1);
         assert_eq!(c.target(), 100.0 / 4.1 * T.recover_to);
-        assert_eq!(c.lockout_wait(&T), None);
+        assert_eq!(c.lockout_wait(at(5_700), &T), None);
         // The next cycle starts at this one's end.
         assert_eq!(c.cycle, Some((at(5_700), 1)));
     }
@@ -1119,7 +1178,7 @@ mod tests {
         c.cut(at(9_000), 342, (51.5, None), &T);
         let target = c.target();
         c.cut(at(9_020), 343, (45.0, None), &T);
-        assert!(c.lockout_wait(&T).is_some(), "locked out");
+        assert!(c.lockout_wait(at(9_020), &T).is_some(), "locked out");
         c.admitted(at(9_130), &T);
         assert_eq!(c.target(), target, "the probe's target stands");
         assert!(c.target() > 342.0 / 9.0);
