@@ -83,7 +83,11 @@ pub(crate) struct Tuning {
     pub(crate) shortest_moving_window: Duration,
     /// Refusals at a stated window's pace that disprove it. One may be a
     /// late answer at a window's end; more are the server sustaining less
-    /// than it states.
+    /// than it states. The first takes a unit off the quota the pace
+    /// spreads: a sliding counter stating its quota sustains one unit less
+    /// (its weighted count of the last window rounds a steady sender over
+    /// at the window's edges), and a window a late answer was refused at
+    /// loses a unit of its quota.
     pub(crate) stated_refusals: u32,
     /// Whole-second resets are up to this much late.
     pub(crate) reset_resolution: Duration,
@@ -253,7 +257,8 @@ pub(crate) struct Series {
     /// apart (one for a key no other process spends).
     grants_between: u64,
     refilling: bool,
-    /// Refusals while the window was stated.
+    /// Refusals while the window was stated (see
+    /// [`Tuning::stated_refusals`]).
     refused_while_stated: u32,
     /// The longest reset any reading named.
     longest_reset: Duration,
@@ -723,7 +728,10 @@ impl Series {
             .stated
             .filter(|_| self.refused_while_stated < T.stated_refusals);
         if let (Some(w), true) = (stated, self.quota > 0) {
-            let per_second = self.quota as f64 / w.as_secs_f64();
+            // Refused once, a unit short of the quota (see
+            // `Tuning::stated_refusals`).
+            let short = u64::from(self.refused_while_stated > 0 && self.quota > 1);
+            let per_second = (self.quota - short) as f64 / w.as_secs_f64();
             let exhausted_until = (left == 0)
                 .then(|| self.window.boundary.or(reading.reset.map(|r| now + r)))
                 .flatten();
@@ -1404,6 +1412,34 @@ mod tests {
         let (pace, refused) = drive(&mut model, 10.0);
         assert_ne!(pace.shape, Shape::FixedWindow, "{pace:?}");
         assert!(refused <= 0.05, "{refused}");
+    }
+
+    /// A window stated as 9 a second is paced at 9 a second until a
+    /// refusal, then at 8: a sliding counter stating its quota sustains a
+    /// unit less. A second refusal disproves the claim.
+    #[test]
+    fn a_stated_window_refused_once_is_paced_a_unit_short() {
+        let start = Instant::now();
+        let stated = |ms: u64, remaining: u64, admitted: bool| Reading {
+            at: start + Duration::from_millis(ms),
+            limit: Some(9),
+            remaining,
+            ahead: 0,
+            reset: Some(Duration::from_secs(1)),
+            window: Some(Duration::from_secs(1)),
+            admitted,
+            counted: None,
+            weight: 1,
+        };
+        let mut series = Series::default();
+        let pace = series.observe(stated(0, 8, true)).expect("paced");
+        assert_eq!((pace.shape, pace.per_second), (Shape::Stated, 9.0));
+        let pace = series.observe(stated(1_010, 0, false)).expect("paced");
+        assert_eq!((pace.shape, pace.per_second), (Shape::Stated, 8.0));
+        let pace = series.observe(stated(1_200, 1, true)).expect("paced");
+        assert_eq!((pace.shape, pace.per_second), (Shape::Stated, 8.0));
+        let pace = series.observe(stated(1_400, 0, false));
+        assert_ne!(pace.map(|p| p.shape), Some(Shape::Stated), "{pace:?}");
     }
 
     #[test]
