@@ -334,3 +334,26 @@ async fn a_minute_quota_without_headers_spent_early() {
         .retry_after(false);
     assert_goal(&run(builder).await);
 }
+
+/// A sliding log of 3 a second whose `x-ratelimit-reset` is the delta to
+/// its oldest request's leaving, in whole seconds (`1` on every response),
+/// refusing with 503 and a `Retry-After` rounded down. Read as a window
+/// of 3, then as a bucket (its `remaining` sits where the pace puts it),
+/// it got 0.60–0.68; told as a moving window once its readings span the
+/// fillings a quota of 3 can show (one to three inside), 0.93.
+#[tokio::test(start_paused = true)]
+#[ignore = "known gap: 0.93 of the limit, 0.5 % refused: read as a window, then a bucket, for \
+            its first seconds, then paced at its quota over the upper bound of its length (3 \
+            every 1.06 s: 2 admitted one second in six)"]
+async fn a_sliding_log_of_three_with_whole_second_resets() {
+    let builder = RateLimitedServer::builder()
+        .algorithm(Algorithm::SlidingLog {
+            limit: 3,
+            window: Duration::from_secs(1),
+        })
+        .dialect(Dialect::XRateLimit)
+        .reset_format(ResetFormat::DeltaSeconds)
+        .retry_after_precision(RetryAfterPrecision::Floor)
+        .refusal_status(StatusCode::SERVICE_UNAVAILABLE);
+    assert_goal(&run(builder).await);
+}

@@ -769,7 +769,11 @@ impl Series {
     /// steady pace, measured the pace as the refill and held it there.
     fn moving_window(&self) -> Option<Duration> {
         let m = &self.moving;
-        let enough = m.agreeing >= T.moving_evidence && m.most >= m.fewest + 3 && self.quota > 0;
+        // Several fillings: three units apart, or as far apart as a small
+        // window's quota allows.
+        let spread = 3.min(self.quota.saturating_sub(1)).max(2);
+        let enough =
+            m.agreeing >= T.moving_evidence && m.most >= m.fewest + spread && self.quota > 0;
         m.hi.filter(|_| enough && m.lo >= T.shortest_moving_window)
     }
 
