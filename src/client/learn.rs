@@ -66,7 +66,9 @@ impl Pacer {
                 }
                 None => m.state.adapt().on_no_response(seq),
             }
-            m.state.weights().answered(seq);
+            if self.weighs(m) {
+                m.state.weights().answered(seq);
+            }
         }
         taught
     }

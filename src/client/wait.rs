@@ -255,7 +255,9 @@ impl Pacer {
                 }
             };
             let seq = m.state.adapt().on_send(Instant::now(), grant, m.weight);
-            m.state.weights().sent(seq, m.weight);
+            if self.weighs(m) {
+                m.state.weights().sent(seq, m.weight);
+            }
             seqs.push(seq);
         }
         if let Some((origin, gate)) = gate {
@@ -390,6 +392,14 @@ impl Pacer {
 }
 
 impl Pacer {
+    /// Whether the member's calls are weighed in flight: a scope of
+    /// another dimension than requests, whose key may follow its server's
+    /// `remaining` less what its later calls weigh (a call is one request,
+    /// which the learning counts itself).
+    pub(crate) fn weighs(&self, m: &Member) -> bool {
+        *self.inner.scopes[m.scope].config.dimension_ref() != crate::headers::Dimension::Requests
+    }
+
     /// A learned bucket holds what its calls weigh: a call heavier than
     /// any before raises its key's capacity to its weight, so that it is
     /// one acquisition (paid at the learned rate, from the tokens at hand:
