@@ -232,6 +232,23 @@ async fn a_call_above_the_servers_limit_fails_at_once_with_a_typed_error() {
     assert_eq!(server.stats().requests, 1, "never sent");
 }
 
+/// A cost of 0 in a dimension charges no scope of it (documented on
+/// `Cost`): the tokens scope never makes the key's state, and the call
+/// goes as the requests scope paces it.
+#[tokio::test(start_paused = true)]
+async fn a_cost_of_zero_charges_no_scope_of_that_dimension() {
+    let server = LlmServer::builder().start().await.unwrap();
+    let pacer = pacer(None);
+    let mut service = paced(&pacer, &server);
+    let mut request = call(&server, 10, 10);
+    request
+        .extensions_mut()
+        .insert(Cost::default().with(Dimension::Tokens, 0));
+    assert_eq!(service.call(request).await.unwrap().status(), 200);
+    assert!(pacer.key_status("host", &host(&server)).is_some());
+    assert_eq!(pacer.key_status("tokens", &host(&server)), None);
+}
+
 /// A configured tokens bucket of 100 a second and a burst of 1 000, so
 /// that the times are exact: a call estimated at 1 000 that used 400 gives
 /// 600 back; one reported to use an absurd amount is clamped at the
