@@ -1027,6 +1027,68 @@ impl Evictable for KeyState {
 mod tests {
     use super::*;
 
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn a_refilling_limit_is_read_from_its_deficit_over_its_reset() {
+        let mut w = Weights {
+            heaviest: 200,
+            ..Weights::default()
+        };
+        assert_eq!(w.pace(0.97), None);
+        // 60 000 a minute: 168 short, full again in 168 ms: 1 000 a second.
+        w.read("tokens", (60_000, 59_832), 168 * MS, MS);
+        // The refill times the headroom, plus what it holds beyond two
+        // calls (59 432 of 60 000) spread over a fill.
+        let pace = w.pace(0.97).unwrap();
+        assert!(
+            (pace - 1_000.0 * (0.97 + 59_432.0 / 60_000.0)).abs() < 1e-6,
+            "{pace}"
+        );
+        // Nearly empty, the refill alone (and a full bucket says nothing).
+        w.read("tokens", (60_000, 300), 59_700 * MS, MS);
+        w.read("tokens", (60_000, 60_000), Duration::ZERO, MS);
+        assert!((w.pace(0.97).unwrap() - 970.0).abs() < 1e-6);
+        // A reset rounded up reads less, which the highest reading keeps.
+        w.read("tokens", (60_000, 300), 60 * 1_000 * MS, MS);
+        assert!((w.pace(0.97).unwrap() - 970.0).abs() < 1e-6);
+        // A new quota starts afresh; the least limit paces.
+        w.read("tokens", (30_000, 0), 60 * 1_000 * MS, MS);
+        assert!((w.pace(1.0).unwrap() - 500.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_reset_within_its_precision_doubles_the_pace_until_it_is_not() {
+        let mut w = Weights::default();
+        // Whole seconds: 200 short and full "in 1 s" says only "at least
+        // 200 a second".
+        let second = Duration::from_secs(1);
+        w.read("tokens", (600_000, 599_800), second, second);
+        // The probe doubles it, above the reading's own 200 × 1.97.
+        assert_eq!(w.pace(0.97), Some(400.0));
+        w.read("tokens", (600_000, 599_800), second, second);
+        assert_eq!(w.pace(0.97), Some(800.0));
+        // 30 000 short, full in 4 s: at least 7 500 a second, and no probe.
+        w.read("tokens", (600_000, 570_000), 4 * second, second);
+        let pace = w.pace(1.0).unwrap();
+        assert!(
+            (pace - 7_500.0 * (1.0 + 570_000.0 / 600_000.0)).abs() < 1e-6,
+            "{pace}"
+        );
+    }
+
+    #[test]
+    fn weights_in_flight_after_a_call_are_what_its_remaining_may_not_count() {
+        let mut w = Weights::default();
+        w.sent(1, 100);
+        w.sent(2, 1_200);
+        w.sent(3, 50);
+        assert_eq!(w.after(1), 1_250);
+        w.answered(2);
+        assert_eq!(w.after(1), 50);
+        assert_eq!(w.after(3), 0);
+    }
+
     #[test]
     fn header_keys_hide_the_value() {
         // The reference vectors of FNV-1a 64.
