@@ -514,3 +514,55 @@ async fn goal_on(
     }
     assert!(worst.is_empty(), "{worst:#?}");
 }
+
+/// A refusal teaches the dimension it shows short, not the others it
+/// states with room: another client of the same key spends the tokens,
+/// this client's call is refused for them, and only its tokens scope is
+/// taught the refusal (the scope an `Event::Throttled` names).
+#[tokio::test(start_paused = true)]
+async fn a_refusal_for_tokens_teaches_the_tokens_scope_only() {
+    let server = LlmServer::builder()
+        .requests_per_minute(600)
+        .tokens_per_minute(10_000)
+        .output_share(100, 100)
+        .start()
+        .await
+        .unwrap();
+    let throttled = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = throttled.clone();
+    let with = move |b: PacerBuilder| {
+        let seen = seen.clone();
+        // Wider than the host scope of requests, which a refusal taught
+        // alone before every dimension learned.
+        let tokens = Scope::global()
+            .named("tokens")
+            .dimension(Dimension::Tokens)
+            .adaptive(true);
+        b.scope(tokens).on_event(move |event| {
+            if let reqwest_pace::Event::Throttled { scope, .. } = event {
+                seen.lock().unwrap().push(scope.clone());
+            }
+        })
+    };
+    let pacer = seeded_pacer_without_tokens(Box::new(with), 1);
+    let mut service = paced(&pacer, &server);
+    for _ in 0..3 {
+        assert_eq!(
+            service.call(call(&server, 50, 50)).await.unwrap().status(),
+            200
+        );
+    }
+    // Another client of the key spends 9 600 of the 9 700 left.
+    let mut other = server.service();
+    let mut spend = reqwest::Request::new(reqwest::Method::POST, server.url().parse().unwrap());
+    *spend.body_mut() = Some(r#"{"input_tokens": 8600, "max_tokens": 1000}"#.into());
+    assert_eq!(other.call(spend).await.unwrap().status(), 200);
+    let response = service.call(call(&server, 500, 500)).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let stats = server.stats();
+    assert_eq!(
+        (stats.refused(LlmLimit::Tokens), stats.refused_total()),
+        (1, 1)
+    );
+    assert_eq!(*throttled.lock().unwrap(), ["tokens"]);
+}
