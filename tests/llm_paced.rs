@@ -566,3 +566,39 @@ async fn a_refusal_for_tokens_teaches_the_tokens_scope_only() {
     );
     assert_eq!(*throttled.lock().unwrap(), ["tokens"]);
 }
+
+/// One acquisition per call, at exact times: a learning tokens scope under
+/// a ceiling of 10 000 a second (the server allows far more), calls of
+/// 1 200 tokens one after the other. Its bucket holds the heaviest call:
+/// after the first (alone, the probe) and the second (the bucket it left),
+/// one every 120 ms. Paid a token at a time, the timer's millisecond would
+/// space them 1.2 s.
+#[tokio::test(start_paused = true)]
+async fn a_big_call_goes_every_weight_over_the_rate_exactly() {
+    let server = LlmServer::builder()
+        .requests_per_minute(1_000_000)
+        .tokens_per_minute(100_000_000)
+        .output_share(100, 100)
+        .start()
+        .await
+        .unwrap();
+    let pacer = Pacer::builder()
+        .without_host_scope()
+        .scope(
+            Scope::per_host()
+                .named("tokens")
+                .dimension(Dimension::Tokens)
+                .rate(Rate::per_second(10_000).unwrap())
+                .adaptive(true),
+        )
+        .build()
+        .unwrap();
+    let mut service = paced(&pacer, &server);
+    for _ in 0..6 {
+        let response = service.call(call(&server, 700, 500)).await.unwrap();
+        assert_eq!(response.status(), 200);
+    }
+    let at: Vec<Duration> = server.requests().iter().map(|r| r.at).collect();
+    let ms = Duration::from_millis;
+    assert_eq!(at, [ms(0), ms(0), ms(120), ms(240), ms(360), ms(480)]);
+}
