@@ -782,8 +782,9 @@ impl Weights {
     /// the quota changes). `precision` is how finely `reset` is known (a
     /// whole second for Anthropic's): a reading within it says only that
     /// the bucket is nearly full, and the pace then doubles on each such
-    /// reading, until the deficit outgrows the precision and the bound is
-    /// within half of the truth (see [`Weights::pace`]). A fixed window of
+    /// reading (up to the quota per precision), until the deficit
+    /// outgrows the precision and the bound is within half of the truth
+    /// (see [`Weights::pace`]). A fixed window of
     /// tokens read so would be paced by the pace of its window's end (a
     /// known limit of this reading).
     pub(crate) fn read(
@@ -814,7 +815,12 @@ impl Weights {
         let r = &mut self.refills[index];
         r.lower = r.lower.max(lower);
         r.remaining = remaining;
-        r.probe = (reset <= precision).then(|| r.probe.unwrap_or(r.lower).max(r.lower) * 2.0);
+        // At most the quota per precision: the readings cannot tell a
+        // faster refill apart, and a probe that outran it could spend the
+        // whole bucket before the next reading.
+        let most = limit as f64 / precision.as_secs_f64().max(1e-3);
+        r.probe = (reset <= precision)
+            .then(|| (r.probe.unwrap_or(r.lower).max(r.lower) * 2.0).min(most.max(r.lower)));
     }
 
     /// The pace of the key's calls, per second, under the least of its
@@ -1068,6 +1074,11 @@ mod tests {
         assert_eq!(w.pace(0.97), Some(400.0));
         w.read("tokens", (600_000, 599_800), second, second);
         assert_eq!(w.pace(0.97), Some(800.0));
+        // Never past the quota per precision.
+        for _ in 0..20 {
+            w.read("tokens", (600_000, 599_800), second, second);
+        }
+        assert_eq!(w.pace(0.97), Some(600_000.0));
         // 30 000 short, full in 4 s: at least 7 500 a second, and no probe.
         w.read("tokens", (600_000, 570_000), 4 * second, second);
         let pace = w.pace(1.0).unwrap();
