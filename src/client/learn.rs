@@ -165,7 +165,12 @@ impl Pacer {
             m.state.adapt().on_no_response(seq);
         }
         if let Some(limit) = least_limit(signal, scope.config.dimension_ref()) {
-            m.state.weights().server_limit = Some(limit);
+            // The most any response stated: a call is failed at once only
+            // when no limit the server named could ever admit it (a family
+            // that names whichever limit has least left, as Anthropic's
+            // `tokens` does, names several).
+            let mut weights = m.state.weights();
+            weights.server_limit = Some(weights.server_limit.map_or(limit, |l| l.max(limit)));
         }
         if let Some(named) = signal.bucket.as_deref() {
             // The server counts this route in a bucket of its own: pace it

@@ -713,8 +713,8 @@ pub(crate) struct Weights {
     /// The heaviest call seen: a learned bucket's capacity is at least
     /// this, so that a call of any weight in use is one acquisition.
     pub(crate) heaviest: u64,
-    /// The smallest `limit` the server last stated for the dimension: no
-    /// call heavier than it can ever be admitted.
+    /// The largest `limit` the server stated for the dimension (of each
+    /// response's least): no call heavier than it can ever be admitted.
     pub(crate) server_limit: Option<u64>,
     /// The key's calls sent and not yet answered: send number and weight,
     /// in the order sent.
