@@ -602,3 +602,30 @@ async fn a_big_call_goes_every_weight_over_the_rate_exactly() {
     let ms = Duration::from_millis;
     assert_eq!(at, [ms(0), ms(0), ms(120), ms(240), ms(360), ms(480)]);
 }
+
+/// A cost no wait would ever pay for fails at once with a typed error,
+/// before any response has said the server's limit: more than a day of
+/// the key's rate (here the open rate a key starts at, a million a
+/// second).
+#[tokio::test(start_paused = true)]
+async fn an_absurd_cost_fails_at_once_before_any_response() {
+    let server = LlmServer::builder().start().await.unwrap();
+    let pacer = pacer(None);
+    let mut service = paced(&pacer, &server);
+    let mut request = call(&server, 10, 10);
+    request
+        .extensions_mut()
+        .insert(Cost::default().with(Dimension::Tokens, u64::MAX));
+    let t0 = Instant::now();
+    match service.call(request).await {
+        Err(Error::WeightExceedsCapacity {
+            weight, capacity, ..
+        }) => {
+            assert_eq!(weight, u64::MAX);
+            assert_eq!(capacity, 86_400_000_000);
+        }
+        other => panic!("expected WeightExceedsCapacity, got {other:?}"),
+    }
+    assert_eq!(t0.elapsed(), Duration::ZERO);
+    assert_eq!(server.stats().requests, 0, "never sent");
+}

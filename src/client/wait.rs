@@ -12,6 +12,7 @@ use super::breaker::{Admission, Health, Transition};
 use super::engine::{Call, Gate, Pacer};
 use super::scope::KeyState;
 use super::Event;
+use crate::headers::MAX_WAIT;
 use crate::limiter::{Adjustment, Bounds, Grant, Limiter};
 use crate::Error;
 
@@ -405,13 +406,28 @@ impl Pacer {
     /// one acquisition (paid at the learned rate, from the tokens at hand:
     /// no burst), not one per unit. A call heavier than the server's own
     /// limit in the dimension can never be admitted there: it fails at
-    /// once with [`Error::WeightExceedsCapacity`] naming that limit.
+    /// once with [`Error::WeightExceedsCapacity`] naming that limit; so
+    /// does one heavier than the bucket holds and than a day
+    /// ([`MAX_WAIT`]) of the key's rate, naming that many units.
     fn fit_learned_capacity(&self, m: &Member) -> Result<(), WaitError> {
         let mut weights = m.state.weights();
         if let Some(limit) = weights.server_limit.filter(|&l| m.weight > l) {
             return Err(WaitError::Failed(Error::weight_exceeds_capacity(
                 m.weight, limit,
             )));
+        }
+        if let Some(bucket) = m.state.local.as_ref().filter(|b| b.capacity() < m.weight) {
+            // Nor is a call waited for that is heavier than any before and
+            // than a day of the key's rate would pay for (before any
+            // response said a limit: a cost of `u64::MAX`): it would never
+            // come.
+            let most = bucket.rate().per_second_f64() * MAX_WAIT.as_secs_f64();
+            if m.weight as f64 > most {
+                return Err(WaitError::Failed(Error::weight_exceeds_capacity(
+                    m.weight,
+                    most as u64,
+                )));
+            }
         }
         weights.heaviest = weights.heaviest.max(m.weight);
         drop(weights);
