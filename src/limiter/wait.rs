@@ -619,7 +619,8 @@ impl<A: Algorithm> Future for Acquire<'_, A> {
                             head.waker = Some(cx.waker().clone());
                         }
                         drop(state);
-                        if ready - now < TIMER_RESOLUTION && this.yields < MAX_YIELDS {
+                        if ready.saturating_sub(now) < TIMER_RESOLUTION && this.yields < MAX_YIELDS
+                        {
                             this.yields += 1;
                             cx.waker().wake_by_ref();
                             return Poll::Pending;
