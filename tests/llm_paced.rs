@@ -629,3 +629,59 @@ async fn an_absurd_cost_fails_at_once_before_any_response() {
     assert_eq!(t0.elapsed(), Duration::ZERO);
     assert_eq!(server.stats().requests, 0, "never sent");
 }
+
+/// A fleet of four clients (each its own scopes and learning, as four
+/// processes have) sharing one bucket of tokens per key (in process, as a
+/// Redis limiter shares one, without its count of grants), eight calls at
+/// a time each, with the tokens binding: the same goal. A shared bucket
+/// follows no headers and settles no body (the scope's own buckets do):
+/// the rate its clients read from the headers paces it.
+#[tokio::test(start_paused = true)]
+async fn a_fleet_of_four_sharing_its_tokens_meets_the_goal() {
+    let server = LlmServer::builder()
+        .requests_per_minute(3_000)
+        .tokens_per_minute(150_000)
+        .service_time(2 * SEC)
+        .seed(1)
+        .start()
+        .await
+        .unwrap();
+    let shared: std::sync::Arc<dyn reqwest_pace::Limiter> = std::sync::Arc::new(
+        reqwest_pace::TokenBucket::new(Rate::per_second(1_000_000).unwrap(), 1_000_000).unwrap(),
+    );
+    let mut runs = Vec::new();
+    let t0 = Instant::now();
+    for client in 0..4u64 {
+        let shared = shared.clone();
+        let with = move |b: PacerBuilder| {
+            let shared = shared.clone();
+            let tokens = Scope::per_host()
+                .named("tokens")
+                .dimension(Dimension::Tokens)
+                .limiter(move |_| Ok(shared.clone()));
+            b.scope(tokens).reconcile((FromHeaders, UsageBody))
+        };
+        let pacer = seeded_pacer_without_tokens(Box::new(with), client + 1);
+        let server = server.clone();
+        runs.push(tokio::spawn(
+            async move { run(&server, &pacer, 500, 8).await },
+        ));
+    }
+    let mut failed = 0;
+    for r in runs {
+        failed += r.await.unwrap().failed;
+    }
+    let elapsed = t0.elapsed();
+    let stats = server.stats();
+    let minutes = elapsed.as_secs_f64() / 60.0;
+    let used = (stats.input_tokens_charged + stats.output_tokens_charged) as f64;
+    let share = (used - 150_000.0) / (150_000.0 * minutes);
+    let refused = stats.refused_total() as f64 / stats.requests as f64;
+    eprintln!(
+        "fleet: {share:.3} of the tokens limit, {:.2} % refused, {failed} failed, {elapsed:?}",
+        refused * 100.0
+    );
+    assert_eq!(failed, 0);
+    assert!(refused <= 0.01, "{refused:.4}");
+    assert!(share >= 0.95, "{share:.3}");
+}

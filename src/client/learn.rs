@@ -247,7 +247,7 @@ impl Pacer {
     ) -> bool {
         let scope = &self.inner.scopes[m.scope];
         let dimension = scope.config.dimension_ref();
-        if *dimension == Dimension::Requests || !scope.adaptive() || m.state.local.is_none() {
+        if *dimension == Dimension::Requests || !scope.adaptive() {
             return false;
         }
         let mut weights = m.state.weights();
