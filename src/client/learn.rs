@@ -228,8 +228,9 @@ impl Pacer {
         }
     }
 
-    /// For a learning key of a dimension other than requests, paced by its
-    /// own token bucket: the rate comes from reading the server's limits of
+    /// For a learning key of a dimension other than requests (its own
+    /// token bucket or a shared limiter): the rate comes from reading the
+    /// server's limits of
     /// the dimension as refilling buckets ([`Weights::read`]), not from
     /// the learning's model, which counts each call as one unit (a call of
     /// 1 200 tokens moves `remaining` by 1 200). Once a reading has given
