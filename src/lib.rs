@@ -80,9 +80,9 @@ pub use client::describe_metrics;
 pub use client::Robots;
 #[cfg(feature = "client")]
 pub use client::{
-    host_key, AutoThrottle, CircuitBreaker, CircuitState, Cost, Deadline, Event, IntoRequest,
-    KeyStatus, PaceBuilder, PacedRequestBuilder, Pacer, Scope, ThrottledClient,
-    ThrottledClientBuilder,
+    host_key, AutoThrottle, Charge, CircuitBreaker, CircuitState, Cost, Deadline, Event,
+    FromHeaders, IntoRequest, KeyStatus, PaceBuilder, PacedRequestBuilder, Pacer, Reconcile, Scope,
+    ThrottledClient, ThrottledClientBuilder, UsageBody,
 };
 pub use error::Error;
 #[cfg(feature = "client")]

@@ -170,3 +170,44 @@ async fn a_client_and_its_middleware_share_one_bucket() {
     chain.get(server.url()).send().await.unwrap();
     assert_eq!(start.elapsed(), Duration::from_secs(1));
 }
+
+/// A call in a chain carries its `Charge` in the response as the client's
+/// does: its cost comes from the chain's extensions, and the body's usage
+/// settles it.
+#[tokio::test(start_paused = true)]
+async fn a_call_in_a_chain_carries_its_charge() {
+    use reqwest_pace::headers::Dimension;
+    use reqwest_pace::testing::llm::LlmServer;
+    use reqwest_pace::{Charge, Cost, Scope, UsageBody};
+
+    let server = LlmServer::builder()
+        .output_share(50, 50)
+        .start()
+        .await
+        .unwrap();
+    let pacer = Pacer::builder()
+        .scope(
+            Scope::per_host()
+                .named("tokens")
+                .dimension(Dimension::Tokens),
+        )
+        .reconcile(UsageBody)
+        .build()
+        .unwrap();
+    let client = ClientBuilder::new(reqwest::Client::new())
+        .with(PaceMiddleware::new(pacer))
+        .build();
+    let response = client
+        .post(format!("{}/v1/chat/completions", server.url()))
+        .body(r#"{"input_tokens": 100, "max_tokens": 400}"#)
+        .with_extension(Cost::default().with(Dimension::Tokens, 500))
+        .send()
+        .await
+        .unwrap();
+    let charge = Charge::of(&response).expect("a charge");
+    assert_eq!(charge.estimate().get(&Dimension::Tokens), 500);
+    let body = response.bytes().await.unwrap();
+    let used = charge.settle_body(&body).expect("usage");
+    assert_eq!(used.get(&Dimension::Tokens), 300);
+    assert!(charge.is_settled());
+}

@@ -25,6 +25,7 @@ pub struct PaceBuilder<S> {
     deadline: Option<Duration>,
     jitter: ReleaseJitter,
     random: Option<Random>,
+    reconcile: Option<Arc<dyn super::Reconcile>>,
     #[cfg(feature = "robots")]
     robots: Option<super::Robots>,
     /// A setting that applies to nothing, kept to fail `build` with.
@@ -46,6 +47,7 @@ impl<S> PaceBuilder<S> {
             deadline: None,
             jitter: ReleaseJitter::default(),
             random: None,
+            reconcile: None,
             #[cfg(feature = "robots")]
             robots: None,
             ignored: None,
@@ -203,6 +205,27 @@ impl<S> PaceBuilder<S> {
         self
     }
 
+    /// Reconcile each call's estimated [`Cost`](super::Cost) with what it
+    /// really cost (default: none, the estimate stands): follow the
+    /// server's `remaining` ([`FromHeaders`](super::FromHeaders)), read a
+    /// body's `usage` ([`UsageBody`](super::UsageBody), settled through
+    /// the response's [`Charge`](super::Charge)), both (a pair), or a
+    /// closure of your own. See [`Reconcile`](super::Reconcile).
+    ///
+    /// ```
+    /// use reqwest_pace::{headers::Dimension, FromHeaders, Pacer, Scope, UsageBody};
+    ///
+    /// let pacer = Pacer::builder()
+    ///     .scope(Scope::per_host().named("tokens").dimension(Dimension::Tokens))
+    ///     .reconcile((FromHeaders, UsageBody))
+    ///     .build()?;
+    /// # Ok::<(), reqwest_pace::Error>(())
+    /// ```
+    pub fn reconcile(mut self, reconcile: impl super::Reconcile) -> Self {
+        self.reconcile = Some(Arc::new(reconcile));
+        self
+    }
+
     /// Validate the configuration and build the engine.
     fn build_pacer(self) -> Result<(Pacer, S), Error> {
         if let Some(setting) = self.ignored {
@@ -229,6 +252,7 @@ impl<S> PaceBuilder<S> {
             deadline: self.deadline,
             jitter: self.jitter,
             random: self.random.unwrap_or_else(|| Arc::new(fastrand::f64)),
+            reconcile: self.reconcile,
             clocks: Default::default(),
             #[cfg(feature = "robots")]
             robots: self.robots.map(super::robots::RobotsCache::new),

@@ -78,6 +78,8 @@ pub(crate) struct Inner {
     pub(crate) deadline: Option<Duration>,
     pub(crate) jitter: ReleaseJitter,
     pub(crate) random: Random,
+    /// What settles a call's estimate with what it cost, if anything.
+    pub(crate) reconcile: Option<Arc<dyn super::Reconcile>>,
     /// Each server's clock, as its `Date` headers place it.
     pub(crate) clocks: Mutex<ServerClocks>,
     /// Each origin's robots.txt, when it is obeyed.
@@ -146,8 +148,7 @@ impl Pacer {
     /// learned) or the key is unknown.
     pub fn current_rate(&self, scope: &str, key: &str) -> Option<f64> {
         let state = self.scope(scope)?.keyed.peek(&key.to_owned())?;
-        let rate = state.adapt().applied_rate();
-        rate
+        state.applied_rate()
     }
 
     /// What a scope's key has learned, and whether it is closed: `None`
@@ -158,7 +159,7 @@ impl Pacer {
     /// `scheme://host:port~bucket`.
     pub fn key_status(&self, scope: &str, key: &str) -> Option<KeyStatus> {
         let state = self.scope(scope)?.keyed.peek(&key.to_owned())?;
-        let rate = state.adapt().applied_rate();
+        let rate = state.applied_rate();
         let now = Instant::now();
         let cap = self.inner.policy.max_retry_after();
         let closed = state.server_block(now).filter(|b| b.until - now > cap);
@@ -328,9 +329,10 @@ impl Pacer {
             let mut sent = sent;
             self.judge(&members, &mut sent, health(&result));
             self.measure_latency(&members, &result, sent_at);
-            let paced = self
+            let taught = self
                 .learn(&members, &sent, (&call, read.signal.as_ref()), read.outcome)
                 .await;
+            let paced = taught.paced;
             drop(sent);
             call.last_status = result
                 .as_ref()
@@ -338,7 +340,10 @@ impl Pacer {
                 .map(Response::status)
                 .or(call.last_status);
             match self.decide(&call, &read, replay.is_some(), paced) {
-                Decision::Return => return self.finish(&call, result),
+                Decision::Return => {
+                    let result = self.with_charge(result, cost, &members, &taught.followed);
+                    return self.finish(&call, result);
+                }
                 Decision::GiveUp(reason) => return Err(self.give_up(&call, reason, result).await),
                 Decision::Retry { delay, from_server } => {
                     // A breaker this attempt opened fails the call now,
@@ -405,6 +410,36 @@ impl Pacer {
                 })
             })
             .collect()
+    }
+
+    /// The response, carrying the [`Charge`](super::Charge) of its call
+    /// when the call's cost is more than one request or a reconciler may
+    /// settle it (`followed`: the members whose key followed the server's
+    /// headers after it).
+    fn with_charge(
+        &self,
+        result: Result<Response, reqwest::Error>,
+        cost: &Cost,
+        members: &[Member],
+        followed: &[usize],
+    ) -> Result<Response, reqwest::Error> {
+        let mut response = result?;
+        if cost.is_one_request() && self.inner.reconcile.is_none() {
+            return Ok(response);
+        }
+        let keys = members
+            .iter()
+            .enumerate()
+            .map(|(i, m)| super::reconcile::ChargedKey {
+                dimension: self.inner.scopes[m.scope].config.dimension_ref().clone(),
+                state: Arc::clone(&m.state),
+                weight: m.weight,
+                followed: followed.contains(&i),
+            })
+            .collect();
+        let charge = super::Charge::new(cost.clone(), keys, self.inner.reconcile.clone());
+        response.extensions_mut().insert(charge);
+        Ok(response)
     }
 
     /// Send one attempt: `Ok` with reqwest's result, or `Err` with another
@@ -581,6 +616,7 @@ impl Sent<'_> {
             if answered {
                 m.state.seen_response.store(true, Ordering::Release);
             }
+            m.state.weights().answered(seq);
             m.state.adapt().on_no_response(seq);
         }
     }

@@ -1,6 +1,7 @@
 //! The adjust step: what a response teaches the buckets of its request.
 
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -8,49 +9,146 @@ use super::engine::{Call, Pacer};
 use super::scope::BuiltScope;
 use super::wait::{Member, Sent};
 use super::Event;
-use crate::headers::RateLimitSignal;
+use crate::headers::{Dimension, RateLimitSignal};
 use crate::limiter::{Adjustment, Limiter, ServerBlock};
 use crate::retry::Outcome;
 
+/// What a response taught the buckets of its request.
+#[derive(Debug, Default)]
+pub(crate) struct Taught {
+    /// Whether the response is a refusal that a taught key's model paces:
+    /// its server admitted the key's requests before, so it limits rather
+    /// than fails, and the key now goes slower. Retrying it is then no
+    /// storm (see the retry budget in the decide step).
+    pub(crate) paced: bool,
+    /// The members (by index) whose budget now follows what their server
+    /// says remains after this call ([`Reconcile::follows_headers`]): the
+    /// server counted the call, and its body has nothing to add.
+    ///
+    /// [`Reconcile::follows_headers`]: super::Reconcile::follows_headers
+    pub(crate) followed: Vec<usize>,
+}
+
 impl Pacer {
     /// Teach the request's buckets what its response said (`signal`; none
-    /// for a transport error). A server's limit belongs to one partition:
-    /// only the narrowest scope of this request that heeds the server is
-    /// taught, and of several equally narrow ones the last added. Every
-    /// member counts the attempt as answered.
-    ///
-    /// Returns whether the response is a refusal that the taught key's
-    /// model paces: its server admitted the key's requests before, so it
-    /// limits rather than fails, and the key now goes slower. Retrying it
-    /// is then no storm (see the retry budget in the decide step).
+    /// for a transport error). Every dimension the response describes
+    /// teaches its own key: of the scopes of this request that heed the
+    /// server and count that dimension, the narrowest (of several equally
+    /// narrow ones, the last added), since a server's limit belongs to one
+    /// partition. A refusal teaches the dimensions it shows short (see
+    /// [`targets`](Self::targets)). A response that describes none of
+    /// their dimensions (no rate-limit headers) teaches the requests
+    /// scope, or, without one, the narrowest scope of all, as the
+    /// header-less regime reads it.
+    /// Every member counts the attempt as answered.
     pub(crate) async fn learn(
         &self,
         members: &[Member],
         sent: &Sent<'_>,
         (call, signal): (&Call, Option<&RateLimitSignal>),
         outcome: Outcome,
-    ) -> bool {
-        let mut paced = false;
+    ) -> Taught {
+        let mut taught = Taught::default();
         let now = Instant::now();
-        let target = members
-            .iter()
-            .filter(|m| self.inner.scopes[m.scope].heeds_server())
-            .max_by_key(|m| (self.inner.scopes[m.scope].breadth(), m.scope))
-            .map(|m| m.scope);
-        for (m, &seq) in members.iter().zip(&sent.seqs) {
+        let targets = signal.map_or_else(Vec::new, |s| self.targets(members, s));
+        for (i, (m, &seq)) in members.iter().zip(&sent.seqs).enumerate() {
             m.state.seen_response.store(true, Ordering::Release);
-            match signal.filter(|_| Some(m.scope) == target) {
+            match signal.filter(|_| targets.contains(&m.scope)) {
                 Some(signal) => {
                     self.teach(m, (call, seq), signal, outcome == Outcome::Success, now)
                         .await;
-                    paced = signal.is_throttled()
+                    if self.follow_headers(m, seq, signal) {
+                        taught.followed.push(i);
+                    }
+                    taught.paced |= signal.is_throttled()
                         && self.inner.scopes[m.scope].adaptive()
                         && m.state.adapt().server_admits();
                 }
                 None => m.state.adapt().on_no_response(seq),
             }
+            if self.weighs(m) {
+                m.state.weights().answered(seq);
+            }
         }
-        paced
+        taught
+    }
+
+    /// The scopes a response teaches: per dimension it describes (for a
+    /// refusal, per dimension it shows short of what the call weighs
+    /// there), the narrowest heeding scope of this request that counts it;
+    /// when there is none, the narrowest heeding scope of all (the one
+    /// dimension-blind rule of a response without rate-limit headers).
+    fn targets(&self, members: &[Member], signal: &RateLimitSignal) -> Vec<usize> {
+        let scopes = &self.inner.scopes;
+        let heeding = || members.iter().filter(|m| scopes[m.scope].heeds_server());
+        let narrowest = |dimension: Option<&Dimension>| {
+            heeding()
+                .filter(|m| dimension.is_none_or(|d| scopes[m.scope].config.dimension_ref() == d))
+                .max_by_key(|m| (scopes[m.scope].breadth(), m.scope))
+                .map(|m| m.scope)
+        };
+        let mut targets = Vec::new();
+        for m in heeding() {
+            let dimension = scopes[m.scope].config.dimension_ref();
+            // A refusal is taken to be a dimension's whose limit had less
+            // left than the call weighs there: it teaches that one, not
+            // the others it states with room to spare.
+            let relevant = if signal.is_throttled() {
+                short(signal, dimension, m.weight)
+            } else {
+                describes(signal, dimension)
+            };
+            if !relevant {
+                continue;
+            }
+            if let Some(target) = narrowest(Some(dimension)) {
+                if !targets.contains(&target) {
+                    targets.push(target);
+                }
+            }
+        }
+        if targets.is_empty() {
+            targets.extend(narrowest(None));
+        }
+        targets
+    }
+
+    /// With a reconciler that follows headers, a learning key of a
+    /// dimension other than requests holds what its server says remains
+    /// after the call `seq` (less what the key's calls sent after it
+    /// weigh, which the server may not count yet), up to its capacity:
+    /// lowered when the call cost more than it was charged, raised when it
+    /// cost less. Requests are left to the learning (a call is one). Only
+    /// the scope's own token buckets follow; a refusal says nothing of a
+    /// call's cost. Returns whether the key followed.
+    fn follow_headers(&self, m: &Member, seq: u64, signal: &RateLimitSignal) -> bool {
+        let scope = &self.inner.scopes[m.scope];
+        let follows = self
+            .inner
+            .reconcile
+            .as_ref()
+            .is_some_and(|r| r.follows_headers());
+        let dimension = scope.config.dimension_ref();
+        if !follows
+            || !scope.adaptive()
+            || *dimension == Dimension::Requests
+            || signal.is_throttled()
+            || signal.status >= 400
+        {
+            return false;
+        }
+        let (Some(bucket), Some(remaining)) = (&m.state.local, remaining(signal, dimension)) else {
+            return false;
+        };
+        let ahead = m.state.weights().after(seq);
+        let target = remaining.saturating_sub(ahead).min(bucket.capacity());
+        let available = bucket.available();
+        if target > available {
+            bucket.refund(target - available);
+        } else if target < available {
+            bucket.charge(available - target);
+        }
+        true
     }
 
     /// Teach one member's key.
@@ -66,6 +164,14 @@ impl Pacer {
         if !scope.adaptive() {
             m.state.adapt().on_no_response(seq);
         }
+        if let Some(limit) = least_limit(signal, scope.config.dimension_ref()) {
+            // The most any response stated: a call is failed at once only
+            // when no limit the server named could ever admit it (a family
+            // that names whichever limit has least left, as Anthropic's
+            // `tokens` does, names several).
+            let mut weights = m.state.weights();
+            weights.server_limit = Some(weights.server_limit.map_or(limit, |l| l.max(limit)));
+        }
         if let Some(named) = signal.bucket.as_deref() {
             // The server counts this route in a bucket of its own: pace it
             // there from the next request on. What the response says
@@ -78,7 +184,7 @@ impl Pacer {
                 return;
             }
         }
-        let adjustments = if scope.adaptive() {
+        let mut adjustments = if scope.adaptive() {
             m.state.adapt().on_response(now, seq, signal, success)
         } else {
             // A cap is not lowered, but the server's wait is kept.
@@ -98,15 +204,17 @@ impl Pacer {
         let Ok(limiter) = &m.state.limiter else {
             return;
         };
-        let relearned = adjustments.iter().any(|a| {
-            matches!(
-                a,
-                Adjustment::SetRate(_)
-                    | Adjustment::Cut { .. }
-                    | Adjustment::GrowRate { .. }
-                    | Adjustment::SetCapacity(_)
-            )
-        });
+        let read_as_bucket = self.read_bucket(m, signal, &mut adjustments);
+        let relearned = !read_as_bucket
+            && adjustments.iter().any(|a| {
+                matches!(
+                    a,
+                    Adjustment::SetRate(_)
+                        | Adjustment::Cut { .. }
+                        | Adjustment::GrowRate { .. }
+                        | Adjustment::SetCapacity(_)
+                )
+            });
         for adjustment in adjustments {
             self.apply(m, scope, limiter.as_ref(), adjustment, signal, now)
                 .await;
@@ -118,6 +226,62 @@ impl Pacer {
                 scope.memory.remember(&m.state.key, learned);
             }
         }
+    }
+
+    /// For a learning key of a dimension other than requests (its own
+    /// token bucket or a shared limiter): the rate comes from reading the
+    /// server's limits of
+    /// the dimension as refilling buckets ([`Weights::read`]), not from
+    /// the learning's model, which counts each call as one unit (a call of
+    /// 1 200 tokens moves `remaining` by 1 200). Once a reading has given
+    /// a rate, the model's rate changes are dropped for the key and the
+    /// reading's rate, times the scope's headroom and under its ceiling,
+    /// is set instead; its blocks, remaining and capacity still apply.
+    /// Returns whether the key is paced so.
+    ///
+    /// [`Weights::read`]: super::scope::Weights::read
+    fn read_bucket(
+        &self,
+        m: &Member,
+        signal: &RateLimitSignal,
+        adjustments: &mut Vec<Adjustment>,
+    ) -> bool {
+        let scope = &self.inner.scopes[m.scope];
+        let dimension = scope.config.dimension_ref();
+        if *dimension == Dimension::Requests || !scope.adaptive() {
+            return false;
+        }
+        let mut weights = m.state.weights();
+        for limit in signal.limits.iter().filter(|l| &l.dimension == dimension) {
+            if let (Some(quota), Some(remaining), Some(reset)) =
+                (limit.limit, limit.remaining, limit.reset)
+            {
+                let precision = limit.reset_precision.unwrap_or(Duration::from_secs(1));
+                weights.read(&limit.name, (quota, remaining), reset, precision);
+            }
+        }
+        let Some(mut per_second) = weights.pace(scope.headroom()) else {
+            return false;
+        };
+        adjustments.retain(|a| {
+            !matches!(
+                a,
+                Adjustment::SetRate(_) | Adjustment::Cut { .. } | Adjustment::GrowRate { .. }
+            )
+        });
+        if let Some(ceiling) = scope.ceiling() {
+            per_second = per_second.min(ceiling.per_second_f64());
+        }
+        let changed = weights
+            .applied
+            .is_none_or(|applied| (per_second - applied).abs() > applied * 0.01);
+        if changed {
+            if let Ok(rate) = crate::limiter::Rate::from_per_second_f64(per_second) {
+                weights.applied = Some(rate.per_second_f64());
+                adjustments.push(Adjustment::SetRate(rate));
+            }
+        }
+        true
     }
 
     /// Apply one adjustment to a member's limiter. A block until an
@@ -155,6 +319,11 @@ impl Pacer {
                 });
                 adjustment
             }
+            // A learned bucket holds the heaviest call in use, so that
+            // every call is one acquisition.
+            Adjustment::SetCapacity(capacity) if scope.learns_burst() => {
+                Adjustment::SetCapacity(capacity.max(m.state.weights().heaviest))
+            }
             other => other,
         };
         if let Err(e) = limiter.adjust(adjustment).await {
@@ -189,6 +358,52 @@ impl Pacer {
             }
         }
     }
+}
+
+/// Whether `signal` says what remains of `dimension`; a response that says
+/// what remains of nothing (no rate-limit headers) describes requests, as
+/// every response does.
+fn describes(signal: &RateLimitSignal, dimension: &Dimension) -> bool {
+    let stated = |d: &Dimension| {
+        signal
+            .limits
+            .iter()
+            .any(|l| &l.dimension == d && l.remaining.is_some())
+    };
+    stated(dimension)
+        || (*dimension == Dimension::Requests
+            && !signal.limits.iter().any(|l| l.remaining.is_some()))
+}
+
+/// Whether `signal` states a limit of `dimension` with less left than
+/// `weight`.
+fn short(signal: &RateLimitSignal, dimension: &Dimension, weight: u64) -> bool {
+    signal
+        .limits
+        .iter()
+        .any(|l| &l.dimension == dimension && l.remaining.is_some_and(|r| r < weight))
+}
+
+/// The least `remaining` of `dimension` the signal states.
+fn remaining(signal: &RateLimitSignal, dimension: &Dimension) -> Option<u64> {
+    signal
+        .limits
+        .iter()
+        .filter(|l| &l.dimension == dimension)
+        .filter_map(|l| l.remaining)
+        .min()
+}
+
+/// The least `limit` above zero of `dimension` the signal states: no call
+/// heavier than it is ever admitted.
+fn least_limit(signal: &RateLimitSignal, dimension: &Dimension) -> Option<u64> {
+    signal
+        .limits
+        .iter()
+        .filter(|l| &l.dimension == dimension)
+        .filter_map(|l| l.limit)
+        .filter(|&l| l > 0)
+        .min()
 }
 
 /// The block a throttled response's `Retry-After` asks for.

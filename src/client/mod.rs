@@ -20,6 +20,7 @@ mod learn;
 mod memory;
 #[cfg(feature = "metrics")]
 mod metrics;
+mod reconcile;
 mod request;
 #[cfg(feature = "robots")]
 mod robots;
@@ -40,6 +41,7 @@ pub use breaker::{CircuitBreaker, CircuitState};
 pub use builder::{PaceBuilder, ThrottledClientBuilder};
 pub use engine::Pacer;
 pub use events::Event;
+pub use reconcile::{Charge, FromHeaders, Reconcile, UsageBody};
 pub use request::PacedRequestBuilder;
 #[cfg(feature = "robots")]
 pub use robots::Robots;
@@ -61,6 +63,16 @@ pub(crate) fn later_by(at: tokio::time::Instant, wait: Duration) -> tokio::time:
 /// token-metered API). A scope spends the amount of its own
 /// [`dimension`](Scope::dimension); a scope whose dimension the cost does
 /// not name is not charged.
+///
+/// **An estimate.** What a call really costs is often known only after
+/// it (an LLM call's output): pace on an estimate, and let a
+/// [`Reconcile`] settle the difference from the response's headers or
+/// body (see [`Charge`]). A scope whose key learns its burst holds the
+/// heaviest call in use, so any weight is one acquisition; a weight above
+/// the `limit` the key's server states in the dimension fails at once with
+/// [`Error::WeightExceedsCapacity`], as one above a configured
+/// [`burst`](Scope::burst) does. A weight of 0 in a dimension (requests
+/// included) charges no scope of that dimension.
 ///
 /// A call carries it as a [`Deadline`] does: [`PacedRequestBuilder::cost`]
 /// on the client's own builder, or in the request's extensions
@@ -104,6 +116,16 @@ impl Cost {
             self.others.push((dimension, amount));
         }
         self
+    }
+
+    /// Whether the cost names `dimension` (requests always).
+    pub(crate) fn names(&self, dimension: &Dimension) -> bool {
+        *dimension == Dimension::Requests || self.others.iter().any(|(d, _)| d == dimension)
+    }
+
+    /// Whether the cost is one request and nothing else.
+    pub(crate) fn is_one_request(&self) -> bool {
+        self.requests == 1 && self.others.is_empty()
     }
 
     /// The amount spent in `dimension` (0 if not named).

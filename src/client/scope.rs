@@ -186,6 +186,24 @@ impl Scope {
         }
     }
 
+    /// Rename the scope (the name [`key_status`](crate::Pacer::key_status)
+    /// and events know it by): two scopes of one kind, such as a host
+    /// scope of requests and one of tokens, each by a name of its own.
+    ///
+    /// ```
+    /// use reqwest_pace::{headers::Dimension, Pacer, Scope};
+    ///
+    /// let pacer = Pacer::builder()
+    ///     .scope(Scope::per_host().named("tokens").dimension(Dimension::Tokens))
+    ///     .build()?;
+    /// assert_eq!(pacer.key_status("tokens", "https://api.example.com:443"), None);
+    /// # Ok::<(), reqwest_pace::Error>(())
+    /// ```
+    pub fn named(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
     /// A cap: the scope never goes faster than this. A scope with a rate
     /// does not learn from responses unless [`adaptive(true)`](Self::adaptive)
     /// is asked for (then the rate is a ceiling on what it learns). Without
@@ -205,6 +223,30 @@ impl Scope {
     /// What this scope's buckets count (requests by default; `Tokens` for a
     /// token-metered API). A request spends its [`Cost`](super::Cost) in
     /// this dimension; server limits of this dimension adjust the bucket.
+    ///
+    /// Scopes of several dimensions learn from the same responses, each
+    /// its own: a host scope of requests and one of tokens (named apart
+    /// with [`named`](Self::named)) against an API that states both
+    /// (OpenAI's `x-ratelimit-*-requests` and `-tokens`, Anthropic's
+    /// `anthropic-ratelimit-*`), and a call waits for both. A learning
+    /// scope of another dimension than requests reads its server's limits
+    /// as the refilling buckets those APIs document, and holds the
+    /// heaviest call in use, so that a call of 1 200 tokens is one
+    /// acquisition, not 1 200. Its call fails at once with
+    /// [`Error::WeightExceedsCapacity`] when it weighs more than the
+    /// server's stated `limit`, which no wait would ever admit.
+    ///
+    /// ```
+    /// use reqwest_pace::{headers::Dimension, Cost, Pacer, Scope};
+    ///
+    /// // Requests per host (the default host scope), and tokens per host.
+    /// let pacer = Pacer::builder()
+    ///     .scope(Scope::per_host().named("tokens").dimension(Dimension::Tokens))
+    ///     .build()?;
+    /// let call = Cost::default().with(Dimension::Tokens, 1_200);
+    /// # let _ = (pacer, call);
+    /// # Ok::<(), reqwest_pace::Error>(())
+    /// ```
     pub fn dimension(mut self, dimension: Dimension) -> Self {
         self.dimension = dimension;
         self
@@ -214,7 +256,8 @@ impl Scope {
     ///
     /// By default a scope learns unless it is a cap: [`global`](Self::global)
     /// scopes and scopes with a [`rate`](Self::rate) do not. Of the scopes a
-    /// request belongs to that learn, only the narrowest is taught (of
+    /// request belongs to that learn, only the narrowest of each
+    /// [`dimension`](Self::dimension) the response describes is taught (of
     /// equally narrow ones, the last added): a
     /// per-credential scope ([`per_header`](Self::per_header),
     /// [`keyed`](Self::keyed)) before the host scope, the host scope before
@@ -597,6 +640,16 @@ impl BuiltScope {
         self.config.heeds_server()
     }
 
+    /// The configured rate, a ceiling on what the scope learns.
+    pub(crate) fn ceiling(&self) -> Option<Rate> {
+        self.config.rate
+    }
+
+    /// The configured share of a learned rate that is used.
+    pub(crate) fn headroom(&self) -> f64 {
+        self.config.headroom
+    }
+
     /// Whether the bucket's capacity comes from the server rather than the
     /// configuration.
     pub(crate) fn learns_burst(&self) -> bool {
@@ -647,6 +700,161 @@ pub(crate) struct KeyState {
     pub(crate) politeness: Option<(Mutex<Politeness>, Arc<TokenBucket>)>,
     /// The rate and capacity the key's bucket was made with.
     made_with: (Rate, u64),
+    /// What the key's calls spend in its dimension, and what its server
+    /// allows of it (see [`Weights`]).
+    pub(crate) weights: Mutex<Weights>,
+}
+
+/// What one key's calls spend in its scope's dimension, kept so that a
+/// learned bucket holds what its calls weigh and follows what its server
+/// counts.
+#[derive(Debug, Default)]
+pub(crate) struct Weights {
+    /// The heaviest call seen: a learned bucket's capacity is at least
+    /// this, so that a call of any weight in use is one acquisition.
+    pub(crate) heaviest: u64,
+    /// The largest `limit` the server stated for the dimension (of each
+    /// response's least): no call heavier than it can ever be admitted.
+    pub(crate) server_limit: Option<u64>,
+    /// The key's calls sent and not yet answered: send number and weight,
+    /// in the order sent.
+    in_flight: std::collections::VecDeque<(u64, u64)>,
+    /// Whether absurd usage was reported for the key (warned once).
+    pub(crate) warned_usage: bool,
+    /// Per limit the server states in the dimension: what its readings
+    /// show (see [`Weights::read`]).
+    refills: Vec<Refill>,
+    /// The rate the readings set on the key's bucket, per second, once
+    /// there is one: it replaces the requests-counting model's.
+    pub(crate) applied: Option<f64>,
+}
+
+/// One limit of a dimension other than requests, read as a refilling
+/// bucket.
+#[derive(Debug)]
+struct Refill {
+    name: String,
+    /// The quota: the bucket's capacity.
+    limit: u64,
+    /// The refill is at least this, per second.
+    lower: f64,
+    /// What the latest reading said remains.
+    remaining: u64,
+    /// While the readings are within the reset's precision (the bucket is
+    /// nearly full): the probing pace, per second.
+    probe: Option<f64>,
+}
+
+impl Refill {
+    fn new(name: &str, limit: u64) -> Refill {
+        Refill {
+            name: name.to_owned(),
+            limit,
+            lower: 0.0,
+            remaining: limit,
+            probe: None,
+        }
+    }
+}
+
+/// The most limits of one dimension a key reads (a server naming a new one
+/// on every response must not grow it).
+const MAX_LIMITS_READ: usize = 8;
+
+/// Calls unanswered beyond this many are forgotten, oldest first (their
+/// caller gave up without telling).
+const MAX_WEIGHTS_IN_FLIGHT: usize = 4_096;
+
+impl Weights {
+    /// A call of `weight` was sent as `seq`.
+    pub(crate) fn sent(&mut self, seq: u64, weight: u64) {
+        if self.in_flight.len() >= MAX_WEIGHTS_IN_FLIGHT {
+            self.in_flight.pop_front();
+        }
+        self.in_flight.push_back((seq, weight));
+    }
+
+    /// Read a limit of a dimension other than requests as the refilling
+    /// bucket the LLM APIs document (Anthropic's and OpenAI's `reset` is
+    /// the time until the bucket is full again): `limit − remaining` over
+    /// `reset` is its refill, less when `reset` was rounded up, so each
+    /// reading is a lower bound and the key keeps the highest (afresh when
+    /// the quota changes). `precision` is how finely `reset` is known (a
+    /// whole second for Anthropic's): a reading within it says only that
+    /// the bucket is nearly full, and the pace then doubles on each such
+    /// reading (up to the quota per precision), until the deficit
+    /// outgrows the precision and the bound is within half of the truth
+    /// (see [`Weights::pace`]). A fixed window of
+    /// tokens read so would be paced by the pace of its window's end (a
+    /// known limit of this reading).
+    pub(crate) fn read(
+        &mut self,
+        name: &str,
+        (limit, remaining): (u64, u64),
+        reset: Duration,
+        precision: Duration,
+    ) {
+        let deficit = limit.saturating_sub(remaining);
+        if deficit == 0 || reset.is_zero() || reset >= crate::headers::MAX_WAIT {
+            return;
+        }
+        let lower = deficit as f64 / reset.as_secs_f64();
+        let full = self.refills.len() >= MAX_LIMITS_READ;
+        let index = match self.refills.iter().position(|r| r.name == name) {
+            Some(i) if self.refills[i].limit == limit => i,
+            Some(i) => {
+                self.refills[i] = Refill::new(name, limit);
+                i
+            }
+            None if !full => {
+                self.refills.push(Refill::new(name, limit));
+                self.refills.len() - 1
+            }
+            None => return,
+        };
+        let r = &mut self.refills[index];
+        r.lower = r.lower.max(lower);
+        r.remaining = remaining;
+        // At most the quota per precision: the readings cannot tell a
+        // faster refill apart, and a probe that outran it could spend the
+        // whole bucket before the next reading.
+        let most = limit as f64 / precision.as_secs_f64().max(1e-3);
+        r.probe = (reset <= precision)
+            .then(|| (r.probe.unwrap_or(r.lower).max(r.lower) * 2.0).min(most.max(r.lower)));
+    }
+
+    /// The pace of the key's calls, per second, under the least of its
+    /// limits read so far: each limit's refill (at least its lower bound)
+    /// times `headroom`, plus what it holds beyond two of the heaviest
+    /// calls spread over the time an empty bucket takes to fill (a bucket
+    /// can spend what it holds at any pace on top of its refill, so the
+    /// first minute does not leave it full; the bonus shrinks as it
+    /// empties), or its doubling probe while it is nearly full.
+    pub(crate) fn pace(&self, headroom: f64) -> Option<f64> {
+        let reserve = self.heaviest.saturating_mul(2);
+        self.refills
+            .iter()
+            .map(|r| {
+                let spare = r.remaining.saturating_sub(reserve) as f64 / r.limit.max(1) as f64;
+                let paced = r.lower * (headroom + spare);
+                r.probe.map_or(paced, |p| p.max(paced))
+            })
+            .reduce(f64::min)
+    }
+
+    /// The call `seq` was answered, or went nowhere.
+    pub(crate) fn answered(&mut self, seq: u64) {
+        self.in_flight.retain(|&(s, _)| s != seq);
+    }
+
+    /// What the key's calls sent after `seq` and still unanswered weigh:
+    /// what a server's `remaining` in answer to `seq` may not count yet.
+    pub(crate) fn after(&self, seq: u64) -> u64 {
+        self.in_flight
+            .iter()
+            .filter(|&&(s, _)| s > seq)
+            .fold(0, |sum, &(_, w)| sum.saturating_add(w))
+    }
 }
 
 impl KeyState {
@@ -701,6 +909,7 @@ impl KeyState {
                 Some((Mutex::new(politeness), Arc::new(gate)))
             }),
             made_with,
+            weights: Mutex::new(Weights::default()),
         }
     }
 
@@ -712,6 +921,7 @@ impl KeyState {
         if let (Some(breaker), Some(tuning)) = (&self.breaker, config.breaker) {
             *crate::sync::lock(breaker) = Breaker::new(tuning);
         }
+        *self.weights() = Weights::default();
         *self.adapt() = Adaptive::new(
             config.dimension.clone(),
             config.rate,
@@ -724,6 +934,17 @@ impl KeyState {
             // Within range: the bucket was made with this capacity.
             let _ = bucket.set_capacity(capacity);
         }
+    }
+
+    pub(crate) fn weights(&self) -> std::sync::MutexGuard<'_, Weights> {
+        crate::sync::lock(&self.weights)
+    }
+
+    /// The rate the key's bucket applies, per second: the bucket reading's
+    /// for a key of tokens (see [`Weights::read`]), else the learning's.
+    pub(crate) fn applied_rate(&self) -> Option<f64> {
+        let read = self.weights().applied;
+        read.or_else(|| self.adapt().applied_rate())
     }
 
     pub(crate) fn adapt(&self) -> std::sync::MutexGuard<'_, Adaptive> {
@@ -811,6 +1032,73 @@ impl Evictable for KeyState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn a_refilling_limit_is_read_from_its_deficit_over_its_reset() {
+        let mut w = Weights {
+            heaviest: 200,
+            ..Weights::default()
+        };
+        assert_eq!(w.pace(0.97), None);
+        // 60 000 a minute: 168 short, full again in 168 ms: 1 000 a second.
+        w.read("tokens", (60_000, 59_832), 168 * MS, MS);
+        // The refill times the headroom, plus what it holds beyond two
+        // calls (59 432 of 60 000) spread over a fill.
+        let pace = w.pace(0.97).unwrap();
+        assert!(
+            (pace - 1_000.0 * (0.97 + 59_432.0 / 60_000.0)).abs() < 1e-6,
+            "{pace}"
+        );
+        // Nearly empty, the refill alone (and a full bucket says nothing).
+        w.read("tokens", (60_000, 300), 59_700 * MS, MS);
+        w.read("tokens", (60_000, 60_000), Duration::ZERO, MS);
+        assert!((w.pace(0.97).unwrap() - 970.0).abs() < 1e-6);
+        // A reset rounded up reads less, which the highest reading keeps.
+        w.read("tokens", (60_000, 300), 60 * 1_000 * MS, MS);
+        assert!((w.pace(0.97).unwrap() - 970.0).abs() < 1e-6);
+        // A new quota starts afresh; the least limit paces.
+        w.read("tokens", (30_000, 0), 60 * 1_000 * MS, MS);
+        assert!((w.pace(1.0).unwrap() - 500.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_reset_within_its_precision_doubles_the_pace_until_it_is_not() {
+        let mut w = Weights::default();
+        // Whole seconds: 200 short and full "in 1 s" says only "at least
+        // 200 a second".
+        let second = Duration::from_secs(1);
+        w.read("tokens", (600_000, 599_800), second, second);
+        // The probe doubles it, above the reading's own 200 × 1.97.
+        assert_eq!(w.pace(0.97), Some(400.0));
+        w.read("tokens", (600_000, 599_800), second, second);
+        assert_eq!(w.pace(0.97), Some(800.0));
+        // Never past the quota per precision.
+        for _ in 0..20 {
+            w.read("tokens", (600_000, 599_800), second, second);
+        }
+        assert_eq!(w.pace(0.97), Some(600_000.0));
+        // 30 000 short, full in 4 s: at least 7 500 a second, and no probe.
+        w.read("tokens", (600_000, 570_000), 4 * second, second);
+        let pace = w.pace(1.0).unwrap();
+        assert!(
+            (pace - 7_500.0 * (1.0 + 570_000.0 / 600_000.0)).abs() < 1e-6,
+            "{pace}"
+        );
+    }
+
+    #[test]
+    fn weights_in_flight_after_a_call_are_what_its_remaining_may_not_count() {
+        let mut w = Weights::default();
+        w.sent(1, 100);
+        w.sent(2, 1_200);
+        w.sent(3, 50);
+        assert_eq!(w.after(1), 1_250);
+        w.answered(2);
+        assert_eq!(w.after(1), 50);
+        assert_eq!(w.after(3), 0);
+    }
 
     #[test]
     fn header_keys_hide_the_value() {

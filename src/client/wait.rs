@@ -12,7 +12,8 @@ use super::breaker::{Admission, Health, Transition};
 use super::engine::{Call, Gate, Pacer};
 use super::scope::KeyState;
 use super::Event;
-use crate::limiter::{Bounds, Grant, Limiter};
+use crate::headers::MAX_WAIT;
+use crate::limiter::{Adjustment, Bounds, Grant, Limiter};
 use crate::Error;
 
 /// How long a request waits for its key's first response (the probe)
@@ -254,7 +255,11 @@ impl Pacer {
                     return Err(e);
                 }
             };
-            seqs.push(m.state.adapt().on_send(Instant::now(), grant, m.weight));
+            let seq = m.state.adapt().on_send(Instant::now(), grant, m.weight);
+            if self.weighs(m) {
+                m.state.weights().sent(seq, m.weight);
+            }
+            seqs.push(seq);
         }
         if let Some((origin, gate)) = gate {
             let t0 = Instant::now();
@@ -338,6 +343,10 @@ impl Pacer {
         limiter: &dyn Limiter,
         until: Option<(Instant, Duration)>,
     ) -> Result<Grant, WaitError> {
+        let scope = &self.inner.scopes[m.scope];
+        if scope.learns_burst() {
+            self.fit_learned_capacity(m)?;
+        }
         if let Some(bucket) = &m.state.local {
             // The key's own bucket with the tokens at hand and nobody
             // queued admits at once, as the acquisition below would on its
@@ -350,7 +359,6 @@ impl Pacer {
                 return Ok(Grant::default());
             }
         }
-        let scope = &self.inner.scopes[m.scope];
         let cap = self.inner.policy.max_retry_after();
         // The limiter holds a server's block until its end and the release
         // jitter after it: a wait of the cap itself, sat through here, ends
@@ -384,6 +392,53 @@ impl Pacer {
     }
 }
 
+impl Pacer {
+    /// Whether the member's calls are weighed in flight: a scope of
+    /// another dimension than requests, whose key may follow its server's
+    /// `remaining` less what its later calls weigh (a call is one request,
+    /// which the learning counts itself).
+    pub(crate) fn weighs(&self, m: &Member) -> bool {
+        *self.inner.scopes[m.scope].config.dimension_ref() != crate::headers::Dimension::Requests
+    }
+
+    /// A learned bucket holds what its calls weigh: a call heavier than
+    /// any before raises its key's capacity to its weight, so that it is
+    /// one acquisition (paid at the learned rate, from the tokens at hand:
+    /// no burst), not one per unit. A call heavier than the server's own
+    /// limit in the dimension can never be admitted there: it fails at
+    /// once with [`Error::WeightExceedsCapacity`] naming that limit; so
+    /// does one heavier than the bucket holds and than a day
+    /// ([`MAX_WAIT`]) of the key's rate, naming that many units.
+    fn fit_learned_capacity(&self, m: &Member) -> Result<(), WaitError> {
+        let mut weights = m.state.weights();
+        if let Some(limit) = weights.server_limit.filter(|&l| m.weight > l) {
+            return Err(WaitError::Failed(Error::weight_exceeds_capacity(
+                m.weight, limit,
+            )));
+        }
+        if let Some(bucket) = m.state.local.as_ref().filter(|b| b.capacity() < m.weight) {
+            // Nor is a call waited for that is heavier than any before and
+            // than a day of the key's rate would pay for (before any
+            // response said a limit: a cost of `u64::MAX`): it would never
+            // come.
+            let most = bucket.rate().per_second_f64() * MAX_WAIT.as_secs_f64();
+            if m.weight as f64 > most {
+                return Err(WaitError::Failed(Error::weight_exceeds_capacity(
+                    m.weight,
+                    most as u64,
+                )));
+            }
+        }
+        weights.heaviest = weights.heaviest.max(m.weight);
+        drop(weights);
+        if let Some(bucket) = m.state.local.as_ref().filter(|b| b.capacity() < m.weight) {
+            // Not zero: the member has a weight.
+            let _ = bucket.set_capacity(m.weight);
+        }
+        Ok(())
+    }
+}
+
 /// The error of a call that will not wait `wait`, longer than the retry
 /// `cap`, for a server's block that a response of `status` asked for (a
 /// spent quota's reset, or a `Retry-After`).
@@ -405,6 +460,7 @@ fn refusal(status: u16, spent_quota: bool, wait: Duration, cap: Duration) -> Err
 /// nowhere (a wait after them failed): they are in flight no more.
 fn no_longer_in_flight(members: &[Member], seqs: &[u64]) {
     for (m, &seq) in members.iter().zip(seqs) {
+        m.state.weights().answered(seq);
         m.state.adapt().on_no_response(seq);
     }
 }
@@ -544,10 +600,12 @@ pub(crate) fn time_limit(
 /// Acquire `weight` within `bounds`, by `until` if given: a wait the
 /// limiter says would end past it fails at once, and one that turns out
 /// longer fails at it. For a scope whose burst is learned (not configured)
-/// and smaller than the weight, the weight is paid in pieces of at most the
-/// burst, one after the other, so a big request waits for all its tokens
-/// instead of failing (or being undercharged). Returns the last piece's
-/// grant.
+/// and smaller than the weight, the limiter's capacity is raised to the
+/// weight first (a limiter of the caller's, whose capacity the wait step
+/// cannot see); where it cannot be, the weight is paid in pieces of at
+/// most the burst, one after the other, so a big request waits for all
+/// its tokens instead of failing (or being undercharged). Returns the last
+/// piece's grant.
 async fn acquire(
     limiter: &dyn Limiter,
     weight: u64,
@@ -558,12 +616,19 @@ async fn acquire(
     let mut left = weight;
     let mut piece = weight;
     let mut grant = Grant::default();
+    let mut raised = false;
     while left > 0 {
         let take = piece.min(left);
         match acquire_by(limiter, take, bounds, until).await? {
             Ok(granted) => {
                 left -= take;
                 grant = granted;
+            }
+            Err(Error::WeightExceedsCapacity { .. }) if learned_burst && !raised => {
+                raised = true;
+                if let Err(e) = limiter.adjust(Adjustment::SetCapacity(weight)).await {
+                    tracing::debug!(target: "reqwest_pace", error = %e, "could not raise a learned capacity");
+                }
             }
             Err(Error::WeightExceedsCapacity { capacity, .. }) if learned_burst && capacity > 0 => {
                 piece = capacity;
@@ -606,16 +671,19 @@ mod tests {
     use crate::{Rate, TokenBucket};
 
     #[tokio::test(start_paused = true)]
-    async fn a_weight_over_a_learned_burst_is_paid_in_full_in_pieces() {
+    async fn a_weight_over_a_learned_burst_raises_it_and_is_one_acquisition() {
         let bucket = TokenBucket::with_initial(Rate::per_second(10).unwrap(), 4, 0).unwrap();
         let start = Instant::now();
         assert!(acquire(&bucket, 10, true, Bounds::default(), None)
             .await
             .is_ok());
-        // Ten tokens at 10/s from empty: a full second, not 0.4 s.
+        // Ten tokens at 10/s from empty: a full second, not 0.4 s, and in
+        // one acquisition: the capacity follows the weight.
         assert_eq!(start.elapsed(), std::time::Duration::from_secs(1));
         assert_eq!(bucket.available(), 0);
+        assert_eq!(bucket.capacity(), 10);
         // With a configured burst the same weight is an error.
+        let bucket = TokenBucket::with_initial(Rate::per_second(10).unwrap(), 4, 0).unwrap();
         assert!(matches!(
             acquire(&bucket, 10, false, Bounds::default(), None).await,
             Err(WaitError::Failed(Error::WeightExceedsCapacity {

@@ -51,6 +51,27 @@ pub trait Algorithm: Send + 'static {
     /// raising it if need be: for the start of a new server window.
     fn set_remaining(&mut self, now: Nanos, remaining: u64);
 
+    /// Take `weight` more than was admitted, at once and without waiting:
+    /// a call that turned out to cost more than it was charged. What is
+    /// available may go below nothing (a debt the refill pays first),
+    /// where the algorithm can hold one; the default lowers what is
+    /// available by `weight`, down to nothing.
+    fn charge(&mut self, now: Nanos, weight: u64) {
+        let available = self.available(now);
+        self.limit_remaining(now, available.saturating_sub(weight));
+    }
+
+    /// Give back `weight` of what was admitted: a call that turned out to
+    /// cost less than it was charged. Never more than the capacity is
+    /// available after it; the default raises what is available by
+    /// `weight`.
+    fn refund(&mut self, now: Nanos, weight: u64) {
+        let available = self.available(now);
+        if weight > 0 {
+            self.set_remaining(now, available.saturating_add(weight));
+        }
+    }
+
     /// Admit nothing before `until`; from `until` on, resume at the rate
     /// (one token at `until`, then one per interval), not with a full burst.
     fn block_until(&mut self, now: Nanos, until: Nanos);

@@ -195,6 +195,26 @@ impl Algorithm for Gcra {
         self.full_at = wide(now) + wide(self.capacity - remaining.min(self.capacity)) * self.t();
     }
 
+    fn charge(&mut self, now: Nanos, weight: u64) {
+        // A debt: the bucket is full again that much later, whatever it
+        // holds now.
+        let base = self.full_at.max(wide(now));
+        self.full_at = base.saturating_add(wide(weight) * self.t());
+    }
+
+    fn refund(&mut self, now: Nanos, weight: u64) {
+        // Never past full, and never into a block's resume schedule
+        // (`full_at` below `blocked_until + (C-1)·T` would let the
+        // block's end burst).
+        let floor = wide(now).max(if now < self.blocked_until {
+            wide(self.blocked_until) + wide(self.capacity - 1) * self.t()
+        } else {
+            0
+        });
+        let back = self.full_at.saturating_sub(wide(weight) * self.t());
+        self.full_at = back.max(floor).min(self.full_at);
+    }
+
     fn block_until(&mut self, now: Nanos, until: Nanos) {
         let until = until.max(now);
         self.blocked_until = self.blocked_until.max(until);
@@ -260,6 +280,26 @@ mod tests {
 
     fn bucket(per_second: u64, capacity: u64) -> Gcra {
         Gcra::new(Rate::per_second(per_second).unwrap(), capacity, capacity)
+    }
+
+    #[test]
+    fn a_charge_is_a_debt_and_a_refund_stops_at_full() {
+        // 100/s (10 ms a token), 5 of burst, full at 0.
+        let mut g = bucket(100, 5);
+        g.charge(0, 8);
+        // 3 owed: nothing for 30 ms, then one token each 10 ms.
+        assert_eq!(g.available(0), 0);
+        assert_eq!(g.earliest(0, 1), 40 * MS);
+        g.refund(0, 5);
+        // 2 left of the 5.
+        assert_eq!(g.available(0), 2);
+        g.refund(0, 100);
+        assert_eq!(g.available(0), 5, "never past full");
+        // A refund does not cut into a block's resume schedule.
+        g.block_until(0, 100 * MS);
+        g.refund(0, 5);
+        assert_eq!(g.earliest(0, 1), 100 * MS);
+        assert_eq!(g.earliest(0, 2), 110 * MS);
     }
 
     #[test]

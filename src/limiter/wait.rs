@@ -419,6 +419,24 @@ impl<A: Algorithm> RateLimiter<A> {
         self.with_state(|algorithm, now| algorithm.set_remaining(now, remaining));
     }
 
+    /// Take `weight` more tokens at once, without waiting and even below
+    /// nothing (a token bucket then owes them, and the refill pays the
+    /// debt first): a call that cost more than it was charged. See
+    /// [`Algorithm::charge`].
+    pub fn charge(&self, weight: u64) {
+        if weight > 0 {
+            self.with_state(|algorithm, now| algorithm.charge(now, weight));
+        }
+    }
+
+    /// Give back `weight` tokens (up to the capacity): a call that cost
+    /// less than it was charged. See [`Algorithm::refund`].
+    pub fn refund(&self, weight: u64) {
+        if weight > 0 {
+            self.with_state(|algorithm, now| algorithm.refund(now, weight));
+        }
+    }
+
     /// Admit nothing before `until` (a server's Retry-After), then resume at
     /// the rate: one token at `until`, the next an interval later, and so on,
     /// rather than releasing every waiter at once. Blocks only ever extend.
@@ -601,7 +619,8 @@ impl<A: Algorithm> Future for Acquire<'_, A> {
                             head.waker = Some(cx.waker().clone());
                         }
                         drop(state);
-                        if ready - now < TIMER_RESOLUTION && this.yields < MAX_YIELDS {
+                        if ready.saturating_sub(now) < TIMER_RESOLUTION && this.yields < MAX_YIELDS
+                        {
                             this.yields += 1;
                             cx.waker().wake_by_ref();
                             return Poll::Pending;
