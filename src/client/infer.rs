@@ -1142,14 +1142,6 @@ mod tests {
         }
     }
 
-    /// Sends one request at a time at the pace the series asks for, for
-    /// `secs`, with resets rounded up to whole seconds; returns the last
-    /// pace and the share of requests refused.
-    fn drive(model: &mut dyn Model, secs: f64) -> (Pace, f64) {
-        let (pace, refused, _) = drive_logged(model, secs);
-        (pace, refused)
-    }
-
     /// A model whose `limit` header states `limit`, whatever it holds (a
     /// bucket stating its rate per second, not its burst).
     struct Stating<M> {
@@ -1166,50 +1158,31 @@ mod tests {
         }
     }
 
-    /// Sends one request at a time at the pace the series asks for, and
-    /// nothing for `block` seconds after a refusal (a `Retry-After` the
-    /// client obeys), from 0 to `secs`; returns the requests admitted from
-    /// `secs / 2` on, per second, and the share of all requests refused.
-    fn drive_blocked(model: &mut dyn Model, secs: f64, block: f64) -> (f64, f64) {
-        let origin = Instant::now();
-        let mut series = Series::default();
-        let (mut t, mut pace, mut sent, mut refused, mut late) = (0.0, None::<Pace>, 0, 0, 0);
-        while t < secs {
-            let (remaining, admitted, reset) = model.decide(t);
-            sent += 1;
-            refused += u32::from(!admitted);
-            late += u32::from(admitted && t >= secs / 2.0);
-            let at = origin + Duration::from_secs_f64(t);
-            let reading = reading(&*model, at, (remaining, admitted, reset), None);
-            if let Some(p) = series.observe(reading) {
-                pace = Some(p);
-            }
-            let p = pace.expect("a reading with a limit and a reset paces");
-            let next = at + Duration::from_secs_f64(1.0 / p.per_second);
-            let next = p.exhausted_until.map_or(next, |until| until.max(next));
-            let next = if admitted {
-                next
-            } else {
-                next.max(at + Duration::from_secs_f64(block))
-            };
-            t = next.saturating_duration_since(origin).as_secs_f64();
-        }
-        (
-            f64::from(late) / (secs / 2.0),
-            f64::from(refused) / f64::from(sent),
-        )
+    /// What [`drive_with`] saw.
+    struct Driven {
+        /// The last pace.
+        pace: Pace,
+        /// The share of requests refused.
+        refused: f64,
+        /// When each refusal came, in seconds.
+        refusals: Vec<f64>,
+        /// The requests admitted from half the run on, per second.
+        late_per_second: f64,
     }
 
-    /// [`drive`], also returning when each refusal came.
-    fn drive_logged(model: &mut dyn Model, secs: f64) -> (Pace, f64, Vec<f64>) {
+    /// Sends one request at a time at the pace the series asks for, and
+    /// nothing for `block` seconds after a refusal (a `Retry-After` the
+    /// client obeys; 0 for none), from 0 to `secs`, with resets rounded up
+    /// to whole seconds.
+    fn drive_with(model: &mut dyn Model, secs: f64, block: f64) -> Driven {
         let origin = Instant::now();
         let mut series = Series::default();
-        let (mut t, mut pace, mut sent, mut refused) = (0.0, None::<Pace>, 0u32, 0u32);
+        let (mut t, mut pace, mut sent, mut late) = (0.0, None::<Pace>, 0u32, 0u32);
         let mut refusals = Vec::new();
         while t < secs {
             let (remaining, admitted, reset) = model.decide(t);
             sent += 1;
-            refused += u32::from(!admitted);
+            late += u32::from(admitted && t >= secs / 2.0);
             if !admitted {
                 refusals.push(t);
             }
@@ -1220,14 +1193,24 @@ mod tests {
             }
             let p = pace.expect("a reading with a limit and a reset paces");
             let next = at + Duration::from_secs_f64(1.0 / p.per_second);
-            let next = p.exhausted_until.map_or(next, |until| until.max(next));
+            let mut next = p.exhausted_until.map_or(next, |until| until.max(next));
+            if !admitted {
+                next = next.max(at + Duration::from_secs_f64(block));
+            }
             t = next.saturating_duration_since(origin).as_secs_f64();
         }
-        (
-            pace.expect("paced"),
-            f64::from(refused) / f64::from(sent),
+        Driven {
+            pace: pace.expect("paced"),
+            refused: refusals.len() as f64 / f64::from(sent),
             refusals,
-        )
+            late_per_second: f64::from(late) / (secs / 2.0),
+        }
+    }
+
+    /// [`drive_with`] without blocks: the last pace and the share refused.
+    fn drive(model: &mut dyn Model, secs: f64) -> (Pace, f64) {
+        let driven = drive_with(model, secs, 0.0);
+        (driven.pace, driven.refused)
     }
 
     /// A fleet of `processes` sharing one pace against `model`: request `k`
@@ -1365,7 +1348,7 @@ mod tests {
                 current: i64::MIN,
                 count: 0,
             };
-            let (pace, _, refusals) = drive_logged(&mut model, 120.0);
+            let Driven { pace, refusals, .. } = drive_with(&mut model, 120.0, 0.0);
             assert_eq!(pace.shape, Shape::FixedWindow, "{limit}/{window}");
             assert!(refusals.len() <= 2, "{limit}/{window}: {refusals:?}");
             assert!(
@@ -1500,7 +1483,8 @@ mod tests {
             inner: bucket,
             limit: 6,
         };
-        let (per_second, refused) = drive_blocked(&mut model, 60.0, 1.0);
+        let driven = drive_with(&mut model, 60.0, 1.0);
+        let (per_second, refused) = (driven.late_per_second, driven.refused);
         assert!(per_second >= 0.95 * 6.0, "{per_second}");
         assert!(refused <= 0.01, "{refused}");
     }
