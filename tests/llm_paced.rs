@@ -685,3 +685,56 @@ async fn a_fleet_of_four_sharing_its_tokens_meets_the_goal() {
     assert!(refused <= 0.01, "{refused:.4}");
     assert!(share >= 0.95, "{share:.3}");
 }
+
+/// A refusal that states no limit short (here a cap on calls in flight,
+/// with requests and tokens to spare) is the request's, not a token
+/// dimension's: it teaches the requests scope, as a response without
+/// headers does.
+#[tokio::test(start_paused = true)]
+async fn a_refusal_stating_no_limit_short_teaches_the_requests_scope() {
+    let server = LlmServer::builder()
+        .requests_per_minute(600)
+        .tokens_per_minute(600_000)
+        .max_in_flight(1)
+        .service_time(SEC)
+        .start()
+        .await
+        .unwrap();
+    let throttled = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = throttled.clone();
+    let with = move |b: PacerBuilder| {
+        let seen = seen.clone();
+        b.scope(
+            Scope::per_host()
+                .named("tokens")
+                .dimension(Dimension::Tokens),
+        )
+        .retry(RetryPolicy::default().with_max_attempts(1))
+        .on_event(move |event| {
+            if let reqwest_pace::Event::Throttled { scope, .. } = event {
+                seen.lock().unwrap().push(scope.clone());
+            }
+        })
+    };
+    let pacer = seeded_pacer_without_tokens(Box::new(with), 1);
+    let mut service = paced(&pacer, &server);
+    // One answered first, so that both scopes have read the headers.
+    assert_eq!(
+        service.call(call(&server, 50, 50)).await.unwrap().status(),
+        200
+    );
+    let mut held = paced(&pacer, &server);
+    let first = tokio::spawn({
+        let request = call(&server, 50, 50);
+        async move { held.call(request).await.map(|r| r.status()) }
+    });
+    tokio::task::yield_now().await;
+    while server.in_flight() == 0 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let refused = service.call(call(&server, 50, 50)).await;
+    assert!(refused.is_err() || refused.as_ref().unwrap().status() == 429);
+    assert_eq!(first.await.unwrap().unwrap(), 200);
+    assert_eq!(server.stats().refused(LlmLimit::Concurrency), 1);
+    assert_eq!(*throttled.lock().unwrap(), ["host"]);
+}

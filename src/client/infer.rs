@@ -84,10 +84,10 @@ pub(crate) struct Tuning {
     /// Refusals at a stated window's pace that disprove it. One may be a
     /// late answer at a window's end; more are the server sustaining less
     /// than it states. The first takes a unit off the quota the pace
-    /// spreads: a sliding counter stating its quota sustains one unit less
-    /// (its weighted count of the last window rounds a steady sender over
-    /// at the window's edges), and a window a late answer was refused at
-    /// loses a unit of its quota.
+    /// spreads, where the quota is above 2: a sliding counter stating its
+    /// quota sustains one unit less (its weighted count of the last window
+    /// rounds a steady sender over at the window's edges), and a window a
+    /// late answer was refused at loses a unit of its quota for good.
     pub(crate) stated_refusals: u32,
     /// Whole-second resets are up to this much late.
     pub(crate) reset_resolution: Duration,
@@ -667,6 +667,8 @@ impl Series {
             self.moving = MovingTrack::default();
             self.refill = RefillBounds::default();
             self.window.quiet_jumps = 0;
+            // Nor does what read as a trickle before count again.
+            self.window.trickled_past_end = 0;
         }
     }
 
@@ -733,7 +735,9 @@ impl Series {
         if let (Some(w), true) = (stated, self.quota > 0) {
             // Refused once, a unit short of the quota (see
             // `Tuning::stated_refusals`).
-            let short = u64::from(self.refused_while_stated > 0 && self.quota > 1);
+            // Not a quota of 2 or less, which a late answer refused once
+            // would halve for good.
+            let short = u64::from(self.refused_while_stated > 0 && self.quota > 2);
             let per_second = (self.quota - short) as f64 / w.as_secs_f64();
             let exhausted_until = (left == 0)
                 .then(|| self.window.boundary.or(reading.reset.map(|r| now + r)))

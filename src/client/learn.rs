@@ -87,26 +87,35 @@ impl Pacer {
                 .max_by_key(|m| (scopes[m.scope].breadth(), m.scope))
                 .map(|m| m.scope)
         };
-        let mut targets = Vec::new();
-        for m in heeding() {
-            let dimension = scopes[m.scope].config.dimension_ref();
-            // A refusal is taken to be a dimension's whose limit had less
-            // left than the call weighs there: it teaches that one, not
-            // the others it states with room to spare.
-            let relevant = if signal.is_throttled() {
-                short(signal, dimension, m.weight)
-            } else {
-                describes(signal, dimension)
-            };
-            if !relevant {
-                continue;
-            }
-            if let Some(target) = narrowest(Some(dimension)) {
-                if !targets.contains(&target) {
-                    targets.push(target);
+        let pick = |relevant: &dyn Fn(&Member) -> bool| {
+            let mut targets = Vec::new();
+            for m in heeding().filter(|m| relevant(m)) {
+                let dimension = scopes[m.scope].config.dimension_ref();
+                if let Some(target) = narrowest(Some(dimension)) {
+                    if !targets.contains(&target) {
+                        targets.push(target);
+                    }
                 }
             }
-        }
+            targets
+        };
+        let dimension = |m: &Member| scopes[m.scope].config.dimension_ref();
+        let mut targets = if signal.is_throttled() {
+            // A refusal is taken to be a dimension's whose limit had less
+            // left than the call weighs there: it teaches that one, not
+            // the others it states with room to spare. One that states no
+            // limit short (a bare 429, a limit in front, a cap on calls in
+            // flight) is the request's: it teaches the requests scope, as
+            // a response without headers does.
+            let short = pick(&|m: &Member| short(signal, dimension(m), m.weight));
+            if short.is_empty() {
+                pick(&|m: &Member| *dimension(m) == Dimension::Requests)
+            } else {
+                short
+            }
+        } else {
+            pick(&|m: &Member| describes(signal, dimension(m)))
+        };
         if targets.is_empty() {
             targets.extend(narrowest(None));
         }
@@ -140,7 +149,17 @@ impl Pacer {
         let (Some(bucket), Some(remaining)) = (&m.state.local, remaining(signal, dimension)) else {
             return false;
         };
-        let ahead = m.state.weights().after(seq);
+        let ahead = {
+            let mut weights = m.state.weights();
+            // An answer older than one followed already states what the
+            // server had left before that one: following it would give
+            // back what the server has since counted.
+            if seq < weights.followed {
+                return false;
+            }
+            weights.followed = seq;
+            weights.after(seq)
+        };
         let target = remaining.saturating_sub(ahead).min(bucket.capacity());
         let available = bucket.available();
         if target > available {
@@ -257,7 +276,8 @@ impl Pacer {
                 (limit.limit, limit.remaining, limit.reset)
             {
                 let precision = limit.reset_precision.unwrap_or(Duration::from_secs(1));
-                weights.read(&limit.name, (quota, remaining), reset, precision);
+                let refused = signal.is_throttled();
+                weights.read(&limit.name, (quota, remaining), reset, precision, refused);
             }
         }
         let Some(mut per_second) = weights.pace(scope.headroom()) else {

@@ -253,14 +253,17 @@ impl Charge {
 
     /// Settle the charge with what the call used: each bucket it was
     /// charged in is charged or refunded the difference, in every
-    /// dimension `used` names (see the type's docs for the clamp).
-    /// Returns `false`, changing nothing, when it was settled before.
+    /// dimension `used` names but requests (see the type's docs for the
+    /// clamp). A call was the requests it was estimated at, whatever a
+    /// usage says: a `Cost` always names requests (one, by default), and a
+    /// usage body never counts them. Returns `false`, changing nothing,
+    /// when it was settled before.
     pub fn settle(&self, used: &Cost) -> bool {
         if self.inner.settled.swap(true, Ordering::AcqRel) {
             return false;
         }
         for key in &self.inner.keys {
-            if key.followed || !used.names(&key.dimension) {
+            if key.followed || key.dimension == Dimension::Requests || !used.names(&key.dimension) {
                 continue;
             }
             let Some(bucket) = &key.state.local else {

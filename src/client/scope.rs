@@ -727,6 +727,10 @@ pub(crate) struct Weights {
     /// The rate the readings set on the key's bucket, per second, once
     /// there is one: it replaces the requests-counting model's.
     pub(crate) applied: Option<f64>,
+    /// The latest call whose answer the bucket followed (see
+    /// `follow_headers`): an older call's answer, come back after it,
+    /// states an older `remaining`.
+    pub(crate) followed: u64,
 }
 
 /// One limit of a dimension other than requests, read as a refilling
@@ -786,13 +790,17 @@ impl Weights {
     /// outgrows the precision and the bound is within half of the truth
     /// (see [`Weights::pace`]). A fixed window of
     /// tokens read so would be paced by the pace of its window's end (a
-    /// known limit of this reading).
+    /// known limit of this reading). A `refused` reading replaces the
+    /// bound instead of raising it, and ends the probe: the server refused
+    /// the pace the bounds set, so an earlier reading that set it was
+    /// high (a reset rounded down, a window's end).
     pub(crate) fn read(
         &mut self,
         name: &str,
         (limit, remaining): (u64, u64),
         reset: Duration,
         precision: Duration,
+        refused: bool,
     ) {
         let deficit = limit.saturating_sub(remaining);
         if deficit == 0 || reset.is_zero() || reset >= crate::headers::MAX_WAIT {
@@ -813,8 +821,13 @@ impl Weights {
             None => return,
         };
         let r = &mut self.refills[index];
-        r.lower = r.lower.max(lower);
         r.remaining = remaining;
+        if refused {
+            r.lower = lower;
+            r.probe = None;
+            return;
+        }
+        r.lower = r.lower.max(lower);
         // At most the quota per precision: the readings cannot tell a
         // faster refill apart, and a probe that outran it could spend the
         // whole bucket before the next reading.
@@ -1043,7 +1056,7 @@ mod tests {
         };
         assert_eq!(w.pace(0.97), None);
         // 60 000 a minute: 168 short, full again in 168 ms: 1 000 a second.
-        w.read("tokens", (60_000, 59_832), 168 * MS, MS);
+        w.read("tokens", (60_000, 59_832), 168 * MS, MS, false);
         // The refill times the headroom, plus what it holds beyond two
         // calls (59 432 of 60 000) spread over a fill.
         let pace = w.pace(0.97).unwrap();
@@ -1052,15 +1065,29 @@ mod tests {
             "{pace}"
         );
         // Nearly empty, the refill alone (and a full bucket says nothing).
-        w.read("tokens", (60_000, 300), 59_700 * MS, MS);
-        w.read("tokens", (60_000, 60_000), Duration::ZERO, MS);
+        w.read("tokens", (60_000, 300), 59_700 * MS, MS, false);
+        w.read("tokens", (60_000, 60_000), Duration::ZERO, MS, false);
         assert!((w.pace(0.97).unwrap() - 970.0).abs() < 1e-6);
         // A reset rounded up reads less, which the highest reading keeps.
-        w.read("tokens", (60_000, 300), 60 * 1_000 * MS, MS);
+        w.read("tokens", (60_000, 300), 60 * 1_000 * MS, MS, false);
         assert!((w.pace(0.97).unwrap() - 970.0).abs() < 1e-6);
         // A new quota starts afresh; the least limit paces.
-        w.read("tokens", (30_000, 0), 60 * 1_000 * MS, MS);
+        w.read("tokens", (30_000, 0), 60 * 1_000 * MS, MS, false);
         assert!((w.pace(1.0).unwrap() - 500.0).abs() < 1e-6);
+    }
+
+    /// A reading with a reset far too short (1 ms for 1 000 tokens short)
+    /// sets a bound of a million a second; the refusal that pace earns
+    /// replaces it with its own reading (nothing left, full in a minute:
+    /// 1 000 a second) and ends the probe, where the bound only rose.
+    #[test]
+    fn a_refusal_replaces_a_bound_a_reading_set_too_high() {
+        let mut w = Weights::default();
+        let ms = Duration::from_millis(1);
+        w.read("tokens", (60_000, 59_000), ms, ms, false);
+        assert!(w.pace(1.0).unwrap() > 1_000_000.0);
+        w.read("tokens", (60_000, 0), Duration::from_secs(60), ms, true);
+        assert!((w.pace(1.0).unwrap() - 1_000.0).abs() < 1e-6);
     }
 
     #[test]
@@ -1069,18 +1096,18 @@ mod tests {
         // Whole seconds: 200 short and full "in 1 s" says only "at least
         // 200 a second".
         let second = Duration::from_secs(1);
-        w.read("tokens", (600_000, 599_800), second, second);
+        w.read("tokens", (600_000, 599_800), second, second, false);
         // The probe doubles it, above the reading's own 200 × 1.97.
         assert_eq!(w.pace(0.97), Some(400.0));
-        w.read("tokens", (600_000, 599_800), second, second);
+        w.read("tokens", (600_000, 599_800), second, second, false);
         assert_eq!(w.pace(0.97), Some(800.0));
         // Never past the quota per precision.
         for _ in 0..20 {
-            w.read("tokens", (600_000, 599_800), second, second);
+            w.read("tokens", (600_000, 599_800), second, second, false);
         }
         assert_eq!(w.pace(0.97), Some(600_000.0));
         // 30 000 short, full in 4 s: at least 7 500 a second, and no probe.
-        w.read("tokens", (600_000, 570_000), 4 * second, second);
+        w.read("tokens", (600_000, 570_000), 4 * second, second, false);
         let pace = w.pace(1.0).unwrap();
         assert!(
             (pace - 7_500.0 * (1.0 + 570_000.0 / 600_000.0)).abs() < 1e-6,

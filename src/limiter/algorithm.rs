@@ -63,13 +63,13 @@ pub trait Algorithm: Send + 'static {
 
     /// Give back `weight` of what was admitted: a call that turned out to
     /// cost less than it was charged. Never more than the capacity is
-    /// available after it; the default raises what is available by
-    /// `weight`.
+    /// available after it. The default gives nothing back: a window's
+    /// count cannot be lowered through [`set_remaining`](Self::set_remaining)
+    /// without moving when its entries leave (a sliding log's would all
+    /// leave a window from now, a charge rather than a refund); the token
+    /// bucket gives back exactly.
     fn refund(&mut self, now: Nanos, weight: u64) {
-        let available = self.available(now);
-        if weight > 0 {
-            self.set_remaining(now, available.saturating_add(weight));
-        }
+        let _ = (now, weight);
     }
 
     /// Admit nothing before `until`; from `until` on, resume at the rate

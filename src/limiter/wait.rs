@@ -430,7 +430,8 @@ impl<A: Algorithm> RateLimiter<A> {
     }
 
     /// Give back `weight` tokens (up to the capacity): a call that cost
-    /// less than it was charged. See [`Algorithm::refund`].
+    /// less than it was charged. A token bucket gives them back; a window
+    /// keeps its count (see [`Algorithm::refund`]).
     pub fn refund(&self, weight: u64) {
         if weight > 0 {
             self.with_state(|algorithm, now| algorithm.refund(now, weight));
