@@ -667,8 +667,11 @@ impl Series {
             self.moving = MovingTrack::default();
             self.refill = RefillBounds::default();
             self.window.quiet_jumps = 0;
-            // Nor does what read as a trickle before count again.
-            self.window.trickled_past_end = 0;
+            // The trickles past a window's end seen before are kept: a
+            // small bucket that jumps back to its quota now and then reads
+            // as a window after all, and starting them over, it read as
+            // one for good (a bucket of 5 at 20 a second, GitHub's
+            // headers, 0.97 → 0.67 of its rate over 3 s on the real clock).
         }
     }
 
