@@ -205,12 +205,14 @@ impl Algorithm for Gcra {
     fn refund(&mut self, now: Nanos, weight: u64) {
         // Never past full, and never into a block's resume schedule
         // (`full_at` below `blocked_until + (C-1)·T` would let the
-        // block's end burst).
-        let floor = wide(now).max(if now < self.blocked_until {
+        // block's end burst), while it runs: after the block's end too,
+        // until the bucket is full again.
+        let resumed = if self.blocked_until > 0 {
             wide(self.blocked_until) + wide(self.capacity - 1) * self.t()
         } else {
             0
-        });
+        };
+        let floor = wide(now).max(resumed);
         let back = self.full_at.saturating_sub(wide(weight) * self.t());
         self.full_at = back.max(floor).min(self.full_at);
     }
@@ -300,6 +302,11 @@ mod tests {
         g.refund(0, 5);
         assert_eq!(g.earliest(0, 1), 100 * MS);
         assert_eq!(g.earliest(0, 2), 110 * MS);
+        // Nor just after the block's end, while the schedule runs: one
+        // token at 100 ms, the next at 110 ms, not all five at 101 ms.
+        g.refund(101 * MS, 5);
+        assert_eq!(g.available(101 * MS), 1);
+        assert_eq!(g.earliest(101 * MS, 2), 110 * MS);
     }
 
     #[test]
