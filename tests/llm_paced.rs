@@ -97,6 +97,21 @@ fn host(server: &LlmServer) -> String {
     server.url()
 }
 
+/// `b` with a host scope of input tokens and one of output tokens,
+/// nothing configured but the dimension.
+fn input_and_output(b: PacerBuilder) -> PacerBuilder {
+    b.scope(
+        Scope::per_host()
+            .named("input")
+            .dimension(Dimension::InputTokens),
+    )
+    .scope(
+        Scope::per_host()
+            .named("output")
+            .dimension(Dimension::OutputTokens),
+    )
+}
+
 fn anthropic_split() -> LlmServerBuilder {
     LlmServer::builder()
         .dialect(LlmDialect::Anthropic)
@@ -144,19 +159,7 @@ async fn a_requests_scope_and_a_tokens_scope_both_learn_from_the_same_responses(
 #[tokio::test(start_paused = true)]
 async fn input_and_output_token_scopes_learn_from_anthropic_headers_apart() {
     let server = anthropic_split().start().await.unwrap();
-    let pacer = Pacer::builder()
-        .scope(
-            Scope::per_host()
-                .named("input")
-                .dimension(Dimension::InputTokens),
-        )
-        .scope(
-            Scope::per_host()
-                .named("output")
-                .dimension(Dimension::OutputTokens),
-        )
-        .build()
-        .unwrap();
+    let pacer = input_and_output(Pacer::builder()).build().unwrap();
     let mut service = paced(&pacer, &server);
     for _ in 0..5 {
         let mut request = call(&server, 300, 200);
@@ -465,19 +468,7 @@ async fn nothing_configured_but_the_reconciler_meets_the_goal_on_input_and_outpu
             .seed(seed)
     };
     let pacers = |seed| {
-        let scopes = |b: PacerBuilder| {
-            b.scope(
-                Scope::per_host()
-                    .named("input")
-                    .dimension(Dimension::InputTokens),
-            )
-            .scope(
-                Scope::per_host()
-                    .named("output")
-                    .dimension(Dimension::OutputTokens),
-            )
-            .reconcile((FromHeaders, UsageBody))
-        };
+        let scopes = |b: PacerBuilder| input_and_output(b).reconcile((FromHeaders, UsageBody));
         seeded_pacer_without_tokens(Box::new(scopes), seed)
     };
     goal_on(&[LlmDialect::Anthropic], servers, pacers).await;

@@ -329,6 +329,18 @@ struct BucketTrack {
     grown_at: Option<Instant>,
 }
 
+impl BucketTrack {
+    /// The refill a unit is waited for at with nothing left: the
+    /// measure, else the pace, and no less than `lo`, the refill the
+    /// readings prove.
+    fn unit_rate(&self, lo: f64) -> f64 {
+        self.measured
+            .unwrap_or(self.per_second)
+            .max(lo)
+            .max(f64::MIN_POSITIVE)
+    }
+}
+
 /// A lower bound on a refilling limiter's rate, from how `remaining`
 /// moved between this key's own readings.
 ///
@@ -736,10 +748,9 @@ impl Series {
             .stated
             .filter(|_| self.refused_while_stated < T.stated_refusals);
         if let (Some(w), true) = (stated, self.quota > 0) {
-            // Refused once, a unit short of the quota (see
-            // `Tuning::stated_refusals`).
-            // Not a quota of 2 or less, which a late answer refused once
-            // would halve for good.
+            // Refused once, a unit short of a quota above 2 (see
+            // `Tuning::stated_refusals`): a quota of 2 a late answer was
+            // refused at would be halved for good.
             let short = u64::from(self.refused_while_stated > 0 && self.quota > 2);
             let per_second = (self.quota - short) as f64 / w.as_secs_f64();
             let exhausted_until = (left == 0)
@@ -899,8 +910,10 @@ impl Series {
         // it says nothing of the pace, which does not grow on it.
         // The pace is what `per_second` allows, or, with nothing left, the
         // refill a unit is waited for at (see `exhausted_until` below).
-        let unit_rate = b.measured.unwrap_or(b.per_second).max(self.refill.lo);
-        let sent_at = b.per_second.min(unit_rate).max(f64::MIN_POSITIVE);
+        let sent_at = b
+            .per_second
+            .min(b.unit_rate(self.refill.lo))
+            .max(f64::MIN_POSITIVE);
         let paused = self.gap.as_secs_f64() > 2.0 * self.grants_between as f64 / sent_at;
         if paused {
             b.stretch = None;
@@ -960,11 +973,7 @@ impl Series {
         // window thought to refill ends): a refill measured near zero
         // must not hold the key for long.
         let exhausted_until = (left == 0).then(|| {
-            let rate = b
-                .measured
-                .unwrap_or(b.per_second)
-                .max(self.refill.lo)
-                .max(f64::MIN_POSITIVE);
+            let rate = b.unit_rate(self.refill.lo);
             let unit = Duration::from_secs_f64((1.0 / rate).min(60.0));
             now + reading
                 .reset

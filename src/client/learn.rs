@@ -398,10 +398,7 @@ fn describes(signal: &RateLimitSignal, dimension: &Dimension) -> bool {
 /// Whether `signal` states a limit of `dimension` with less left than
 /// `weight`.
 fn short(signal: &RateLimitSignal, dimension: &Dimension, weight: u64) -> bool {
-    signal
-        .limits
-        .iter()
-        .any(|l| &l.dimension == dimension && l.remaining.is_some_and(|r| r < weight))
+    remaining(signal, dimension).is_some_and(|r| r < weight)
 }
 
 /// The least `remaining` of `dimension` the signal states.
