@@ -52,6 +52,18 @@ pub fn preset(name: &str) -> ServerBuilder {
         .expect("zoo server by name")
 }
 
+/// Points of a second for a server's wall clock to start at, as
+/// milliseconds past a whole second and the instant: whole-second `Date`s
+/// and epoch resets make the client's view depend on the phase.
+pub fn phases() -> impl Iterator<Item = (u64, std::time::SystemTime)> {
+    [0, 250, 500, 750, 999].into_iter().map(|millis| {
+        (
+            millis,
+            UNIX_EPOCH + Duration::from_millis(1_800_000_000_000 + millis),
+        )
+    })
+}
+
 /// Runs `run` on the server `make` builds with its wall clock starting at
 /// each of several points of a second (whole-second `Date`s and epoch
 /// resets make the client's view depend on it) and checks every run
@@ -66,8 +78,7 @@ pub async fn check_phases<F, Fut>(
     F: Fn(ServerBuilder) -> Fut,
     Fut: Future<Output = Figures>,
 {
-    for millis in [0, 250, 500, 750, 999] {
-        let wall = UNIX_EPOCH + Duration::from_millis(1_800_000_000_000 + millis);
+    for (millis, wall) in phases() {
         let figures = run(make().wall_clock(wall)).await;
         println!("{name} (+{millis} ms): {figures:?}");
         let at = format!("{name} +{millis} ms: {figures:?}");
