@@ -90,11 +90,8 @@ fn a_bucket_of_one_whose_reset_names_the_next_second() -> ServerBuilder {
 }
 
 #[tokio::test(start_paused = true)]
-#[ignore = "known gap: 0.92 of the limit, 0.3 % refused, over 60 s: slow start's refusals and \
-            the two it takes to bracket the interval by the gaps each block a whole-second \
-            Retry-After (before, 0.05 of the limit: one request a second)"]
 async fn a_bucket_of_one_paced_by_what_it_admits() {
-    assert_goal(&run(a_bucket_of_one_whose_reset_names_the_next_second()).await);
+    assert_goal_at_every_phase(a_bucket_of_one_whose_reset_names_the_next_second).await;
 }
 
 /// Whatever the regime's cost, the key is not held to the one request a
@@ -113,21 +110,18 @@ async fn a_bucket_of_one_is_not_held_to_one_request_a_second() {
 /// responses' `Date`s, at different phases of the server's second, place
 /// its clock to within about the time between two responses.
 #[tokio::test(start_paused = true)]
-#[ignore = "known gap: 0.89 of the limit, 0.1 % refused, over 60 s: a bucket of one paced 50 \
-            times a second places the server's clock only to within its own 20 ms, as coarse \
-            as the reset, and the header-less regime paces it (see the whole-second case)"]
 async fn a_bucket_of_one_with_an_epoch_millisecond_reset() {
-    let figures = run(RateLimitedServer::builder()
-        .algorithm(Algorithm::TokenBucket {
-            rate: Rate::per_second(50).expect("a rate"),
-            burst: 1,
-        })
-        .dialect(Dialect::XRateLimit)
-        .limit_is_burst(true)
-        .reset_format(ResetFormat::EpochMillis)
-        .wall_clock(std::time::UNIX_EPOCH + Duration::from_millis(1_800_000_000_730)))
+    assert_goal_at_every_phase(|| {
+        RateLimitedServer::builder()
+            .algorithm(Algorithm::TokenBucket {
+                rate: Rate::per_second(50).expect("a rate"),
+                burst: 1,
+            })
+            .dialect(Dialect::XRateLimit)
+            .limit_is_burst(true)
+            .reset_format(ResetFormat::EpochMillis)
+    })
     .await;
-    assert_goal(&figures);
 }
 
 /// A GCRA of 9,439 a minute with a burst of 3,204 whose GitHub headers
@@ -281,12 +275,8 @@ async fn a_bucket_a_round_trip_away_is_paced_at_its_rate() {
 
 /// A bucket of one: `remaining: 0` after every admission.
 #[tokio::test(start_paused = true)]
-#[ignore = "known gap: 0.94 of the limit, 0.3 % refused: paced at its interval by the gaps, but \
-            slow start's refusals and the probe each block for the whole second of the \
-            `Retry-After` they carry (reading what remains as of each send instead of each \
-            answer measured 0.89)"]
 async fn a_bucket_of_one_a_round_trip_away_is_paced_at_its_rate() {
-    assert_goal(&run(a_bucket_a_round_trip_away(1)).await);
+    assert_goal_at_every_phase(|| a_bucket_a_round_trip_away(1)).await;
 }
 
 /// A token bucket of 3 refilling 5 a second whose `x-ratelimit-limit` is

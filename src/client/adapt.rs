@@ -59,7 +59,7 @@ use tokio::time::Instant;
 
 use super::headerless::{Admitted, Congestion, Phase};
 use super::infer::{Reading, Series};
-use super::spacing::Spacing;
+use super::spacing::{Spacing, Tuning as SpacingTuning};
 use super::tuning::TUNING;
 use crate::headers::{Dimension, Limit, RateLimitSignal, MAX_WAIT};
 use crate::limiter::{Adjustment, Grant, Rate};
@@ -74,6 +74,10 @@ const MAX_SERIES: usize = 32;
 /// Requests unanswered for longer than this no longer count as in flight
 /// (their caller gave up without telling).
 const IN_FLIGHT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The resolution of a `Retry-After` in whole seconds (RFC 9110's
+/// delay-seconds): what it says lies within this of the wait meant.
+const RETRY_AFTER_RESOLUTION: Duration = Duration::from_secs(1);
 
 /// Per-key learning state.
 #[derive(Debug)]
@@ -117,6 +121,12 @@ pub(crate) struct Adaptive {
     /// The gaps between this key's admissions: a server that spaces them
     /// (a bucket of one) is paced by them.
     spacing: Spacing,
+    /// The interval the gaps paced the key at as of the latest response
+    /// (see [`spacing`](super::spacing)); `None` while they pace nothing.
+    spaced_by: Option<Duration>,
+    /// Whether the latest response stating a limit stated a quota of one:
+    /// the server says it spaces the key's requests.
+    quota_of_one: bool,
     /// Where other processes share the key's limiter: its rate as of this
     /// process's latest grant, per second (whoever set it), and the rate a
     /// server last refused, as the process that saw it named it.
@@ -339,6 +349,8 @@ impl Adaptive {
             fleet_peak: None,
             congestion: Congestion::open(),
             spacing: Spacing::default(),
+            quota_of_one: false,
+            spaced_by: None,
         }
     }
 
@@ -477,6 +489,9 @@ impl Adaptive {
             .filter(|l| l.dimension == self.dimension)
             .collect();
         let has_headers = limits.iter().any(|l| l.remaining.is_some());
+        if let Some(least) = limits.iter().filter_map(|l| l.limit).min() {
+            self.quota_of_one = least == 1;
+        }
         if signal.is_throttled() && !has_headers && self.header_driven && counted.is_none() {
             // Refused without a word by a key whose server speaks: a
             // limiter in front of it, slower than the headers say.
@@ -494,6 +509,7 @@ impl Adaptive {
         let spaced = this
             .filter(|_| counted.is_none())
             .and_then(|this| self.spaced(seq, this.at, signal));
+        self.spaced_by = spaced;
         if spaced.is_none()
             && (self.front || (!header_paced && (has_headers || !self.header_driven)))
         {
@@ -508,7 +524,7 @@ impl Adaptive {
             out.retain(|a| !matches!(a, Adjustment::LimitRemaining(0)));
             self.pace_every(interval, &mut out);
         }
-        if let (true, Some(wait)) = (signal.is_throttled(), signal.believable_retry_after()) {
+        if let Some(wait) = self.server_wait(signal) {
             out.push(Adjustment::BlockUntil(now + wait));
         }
         if let (Some(this), Some(_)) = (this, counted) {
@@ -521,13 +537,43 @@ impl Adaptive {
         out
     }
 
+    /// The wait a refusal asks of the key: its `Retry-After`, believed
+    /// (under a day), except where the gaps show a spacer. A `Retry-After`
+    /// in whole seconds is then a resolution: a server that spaces the
+    /// key every `interval` rounds the few milliseconds it means to a
+    /// second (or to 0), and sitting it out would leave a second's sends
+    /// unsent on every probe. A wait no more than a second beyond the
+    /// interval is read as the interval; a fractional one is exact, and a
+    /// longer one is something else (a penalty), both believed.
+    pub(crate) fn server_wait(&self, signal: &RateLimitSignal) -> Option<Duration> {
+        if !signal.is_throttled() {
+            return None;
+        }
+        let wait = signal.believable_retry_after()?;
+        match self.spaced_by {
+            Some(interval)
+                if wait.subsec_nanos() == 0 && wait <= interval + RETRY_AFTER_RESOLUTION =>
+            {
+                Some(interval)
+            }
+            _ => Some(wait),
+        }
+    }
+
     /// Reads the gap before the request `seq`, sent at `sent`, and returns
     /// the interval to space the key's sends by where the gaps show a
     /// server that spaces them (see [`spacing`](super::spacing)). Only for
     /// a key no other process spends: a fleet's admissions fall between
     /// this process's.
     fn spaced(&mut self, seq: u64, sent: Instant, signal: &RateLimitSignal) -> Option<Duration> {
-        let t = &TUNING.spacing;
+        let t = &if self.quota_of_one {
+            SpacingTuning {
+                agreeing_refusals: TUNING.spacing.agreeing_refusals_of_one,
+                ..TUNING.spacing
+            }
+        } else {
+            TUNING.spacing
+        };
         let refused = signal.is_throttled();
         if refused || counted_by_server(signal) {
             // In flight in send order: the oldest unanswered is the front.
@@ -540,12 +586,16 @@ impl Adaptive {
     /// Paces the key at one send per `interval`, whatever else paced it.
     fn pace_every(&mut self, interval: Duration, out: &mut Vec<Adjustment>) {
         // Exactly the interval, not within a percent of it: a bucket of
-        // one refuses any gap shorter.
-        let mut per_second = 1.0 / (interval.as_secs_f64() + 1e-6);
-        if let Some(c) = self.ceiling {
-            per_second = per_second.min(c.per_second_f64());
+        // one refuses any gap shorter. Nor a nanosecond longer: a timer
+        // wakes on its millisecond tick, rounded up, so a gap a hair over
+        // a whole millisecond is sent a whole millisecond later.
+        let mut rate = Rate::every(interval);
+        if let (Some(c), Ok(r)) = (self.ceiling, rate.as_ref()) {
+            if c.per_second_f64() < r.per_second_f64() {
+                rate = Ok(c);
+            }
         }
-        if let Ok(rate) = Rate::from_per_second_f64(per_second) {
+        if let Ok(rate) = rate {
             if self.applied != Some(rate.per_second_f64()) {
                 self.applied = Some(rate.per_second_f64());
                 out.push(Adjustment::SetRate(rate));
@@ -1111,6 +1161,72 @@ mod tests {
         let paced = respond(&mut a, at + 60, true);
         assert!(a.spacing.interval(t0, &TUNING.spacing).is_some(), "spaced");
         assert!(!paced.contains(&Adjustment::LimitRemaining(0)), "{paced:?}");
+    }
+
+    /// A key stating a quota of one, admitted every 60 ms and refused at
+    /// 59 ms (the bracket 59..60 ms, narrow): `(adaptive, what the last
+    /// response taught)` after that refusal, carrying `retry_after`.
+    fn spacer_of_one(retry_after: Option<Duration>) -> (Adaptive, Vec<Adjustment>) {
+        let mut a = fresh();
+        let t0 = Instant::now();
+        let respond = |a: &mut Adaptive, ms: u64, ok: bool| {
+            let at = t0 + Duration::from_millis(ms);
+            let seq = a.on_send(at, Grant::default(), 1);
+            let mut one = signal(if ok { 200 } else { 429 }, vec![requests(1, 0, 1)]);
+            if !ok {
+                one.retry_after = retry_after;
+            }
+            a.on_response(at, seq, &one, ok)
+        };
+        for ms in [0, 60, 120, 180, 240] {
+            respond(&mut a, ms, true);
+        }
+        let taught = respond(&mut a, 299, false);
+        (a, taught)
+    }
+
+    #[test]
+    fn a_quota_of_one_is_paced_by_its_gaps_from_the_first_refusal() {
+        let (a, taught) = spacer_of_one(None);
+        assert_eq!(a.spaced_by, Some(Duration::from_millis(60)));
+        // Exactly the gap admitted, not a nanosecond over: a timer rounds
+        // a deadline up to its millisecond.
+        let sixty = Rate::every(Duration::from_millis(60)).expect("a rate");
+        assert!(taught.contains(&Adjustment::SetRate(sixty)), "{taught:?}");
+    }
+
+    #[test]
+    fn a_whole_second_retry_after_on_a_spacer_is_its_interval() {
+        let sixty = Duration::from_millis(60);
+        for (retry_after, read) in [
+            // Rounded up or down to whole seconds: a resolution.
+            (Duration::from_secs(1), sixty),
+            (Duration::ZERO, sixty),
+            // Exact, or a penalty beyond the resolution: believed.
+            (Duration::from_millis(20), Duration::from_millis(20)),
+            (Duration::from_secs(2), Duration::from_secs(2)),
+        ] {
+            let (a, taught) = spacer_of_one(Some(retry_after));
+            let mut refused = signal(429, vec![requests(1, 0, 1)]);
+            refused.retry_after = Some(retry_after);
+            assert_eq!(a.server_wait(&refused), Some(read), "{retry_after:?}");
+            let blocks = taught
+                .iter()
+                .filter(|a| matches!(a, Adjustment::BlockUntil(_)))
+                .count();
+            assert_eq!(blocks, 1, "{taught:?}");
+        }
+    }
+
+    #[test]
+    fn a_retry_after_off_a_spacer_is_believed() {
+        let a = fresh();
+        let mut refused = signal(429, vec![]);
+        refused.retry_after = Some(Duration::from_secs(1));
+        assert_eq!(a.server_wait(&refused), Some(Duration::from_secs(1)));
+        let mut admitted = signal(200, vec![]);
+        admitted.retry_after = Some(Duration::from_secs(1));
+        assert_eq!(a.server_wait(&admitted), None, "only a refusal asks a wait");
     }
 
     #[test]

@@ -339,7 +339,12 @@ impl Pacer {
                 .ok()
                 .map(Response::status)
                 .or(call.last_status);
-            match self.decide(&call, &read, replay.is_some(), paced) {
+            let server_wait = taught.server_wait.or_else(|| {
+                read.signal
+                    .as_ref()
+                    .and_then(RateLimitSignal::believable_retry_after)
+            });
+            match self.decide(&call, &read, replay.is_some(), (paced, server_wait)) {
                 Decision::Return => {
                     let result = self.with_charge(result, cost, &members, &taught.followed);
                     return self.finish(&call, result);
@@ -516,13 +521,16 @@ impl Pacer {
     /// Charge the retry budget for this attempt and ask the policy. A
     /// refusal the key's model paces (`paced`: its server limits, and the
     /// key now goes slower) is retried at the key's pace, not in a storm:
-    /// like a retry the server invited, it spends no budget.
-    fn decide(&self, call: &Call, read: &Read, replayable: bool, paced: bool) -> Decision {
+    /// like a retry the server invited, it spends no budget. `server_wait`
+    /// is the wait the server asked for, as the keys' models read it.
+    fn decide(
+        &self,
+        call: &Call,
+        read: &Read,
+        replayable: bool,
+        (paced, server_wait): (bool, Option<Duration>),
+    ) -> Decision {
         let policy = &self.inner.policy;
-        let server_wait = read
-            .signal
-            .as_ref()
-            .and_then(RateLimitSignal::believable_retry_after);
         let budget = self.inner.budget.as_deref().filter(|_| !paced);
         match (read.outcome, budget) {
             (Outcome::Success, Some(budget)) => budget.record_success(),

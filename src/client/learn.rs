@@ -27,6 +27,12 @@ pub(crate) struct Taught {
     ///
     /// [`Reconcile::follows_headers`]: super::Reconcile::follows_headers
     pub(crate) followed: Vec<usize>,
+    /// The longest wait a refusal asks of a taught key, as its model reads
+    /// the `Retry-After` ([`Adaptive::server_wait`]); `None` when no key
+    /// was taught a wait.
+    ///
+    /// [`Adaptive::server_wait`]: super::adapt::Adaptive::server_wait
+    pub(crate) server_wait: Option<Duration>,
 }
 
 impl Pacer {
@@ -63,6 +69,8 @@ impl Pacer {
                     taught.paced |= signal.is_throttled()
                         && self.inner.scopes[m.scope].adaptive()
                         && m.state.adapt().server_admits();
+                    let wait = m.state.adapt().server_wait(signal);
+                    taught.server_wait = taught.server_wait.max(wait);
                 }
                 None => m.state.adapt().on_no_response(seq),
             }
@@ -207,7 +215,7 @@ impl Pacer {
             m.state.adapt().on_response(now, seq, signal, success)
         } else {
             // A cap is not lowered, but the server's wait is kept.
-            server_block(signal, now)
+            server_block(m, signal, now)
                 .map(Adjustment::BlockUntil)
                 .into_iter()
                 .collect()
@@ -321,7 +329,7 @@ impl Pacer {
     ) {
         let adjustment = match adjustment {
             Adjustment::BlockUntil(until) => {
-                let spent_quota = server_block(signal, now) != Some(until);
+                let spent_quota = server_block(m, signal, now) != Some(until);
                 let block = ServerBlock::new(until, signal.status, spent_quota);
                 m.state.set_server_block(Some(block));
                 let wait = until.saturating_duration_since(now);
@@ -423,10 +431,8 @@ fn least_limit(signal: &RateLimitSignal, dimension: &Dimension) -> Option<u64> {
         .min()
 }
 
-/// The block a throttled response's `Retry-After` asks for.
-fn server_block(signal: &RateLimitSignal, now: Instant) -> Option<Instant> {
-    signal
-        .believable_retry_after()
-        .filter(|_| signal.is_throttled())
-        .map(|wait| now + wait)
+/// The block a throttled response's `Retry-After` asks of the member's
+/// key, as its model reads it.
+fn server_block(m: &Member, signal: &RateLimitSignal, now: Instant) -> Option<Instant> {
+    m.state.adapt().server_wait(signal).map(|wait| now + wait)
 }

@@ -38,6 +38,10 @@ pub(crate) struct Tuning {
     /// pace a bucket of one sooner; more keep a window's refusals at its
     /// end (one per gap, growing) from pacing it for a while.
     pub(crate) agreeing_refusals: u32,
+    /// The same, where the headers state a quota of one (`limit: 1`): the
+    /// server says it is a bucket of one, and the bracket's first refusal
+    /// paces it (a wrong guess costs a refusal, as two would).
+    pub(crate) agreeing_refusals_of_one: u32,
     /// Admissions that agree with the bracket before it paces the key.
     /// Fewer pace a bucket of one sooner; more make sure the gaps admitted
     /// are the key's pace, not one long gap after a window's lockout.
@@ -80,6 +84,7 @@ impl Tuning {
     /// The default (in force through [`TUNING`](super::tuning::TUNING)).
     pub(crate) const DEFAULT: Tuning = Tuning {
         agreeing_refusals: 2,
+        agreeing_refusals_of_one: 1,
         agreeing_admissions: 4,
         narrow: 0.02,
         tick: Duration::from_millis(1),
