@@ -244,6 +244,9 @@ impl<B: Into<reqwest::Body>> IntoRequest for http::Request<B> {
 pub(crate) struct CallOptions {
     pub(crate) cost: Option<Cost>,
     pub(crate) deadline: Option<Duration>,
+    /// Read by the middleware and the tower service (a client's
+    /// `http::Request` gives its own through `call_priority`).
+    #[cfg_attr(not(any(feature = "middleware", feature = "tower")), allow(dead_code))]
     pub(crate) priority: Priority,
 }
 
