@@ -127,6 +127,23 @@ pub enum Error {
         status: reqwest::StatusCode,
     },
 
+    /// A priority class outside the classes there are
+    /// ([`Priority::new`](crate::Priority::new) takes 0 to
+    /// [`Priority::MAX_CLASS`](crate::Priority::MAX_CLASS);
+    /// [`Priority::saturating`](crate::Priority::saturating) clamps
+    /// instead).
+    #[cfg(feature = "client")]
+    #[error(
+        "priority class {class} is out of range: classes go from 0 (batch) to {max} (interactive)"
+    )]
+    #[non_exhaustive]
+    PriorityOutOfRange {
+        /// The class asked for.
+        class: u8,
+        /// The highest class.
+        max: u8,
+    },
+
     /// The key's circuit breaker is open: its host failed too many sends
     /// in a row (no connection, a timeout, a 5xx other than 503), and the
     /// call failed at once instead of sending (see

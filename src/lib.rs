@@ -81,8 +81,8 @@ pub use client::Robots;
 #[cfg(feature = "client")]
 pub use client::{
     host_key, AutoThrottle, Charge, CircuitBreaker, CircuitState, Cost, Deadline, Event,
-    FromHeaders, IntoRequest, KeyStatus, PaceBuilder, PacedRequestBuilder, Pacer, Reconcile, Scope,
-    ThrottledClient, ThrottledClientBuilder, UsageBody,
+    FromHeaders, IntoRequest, KeyStatus, PaceBuilder, PacedRequestBuilder, Pacer, Priority,
+    Reconcile, Scope, ThrottledClient, ThrottledClientBuilder, UsageBody,
 };
 pub use error::Error;
 #[cfg(feature = "client")]

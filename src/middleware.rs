@@ -17,7 +17,9 @@ use crate::Pacer;
 /// request without one) and waits by the [`Deadline`](crate::Deadline)
 /// there, as a [`ThrottledClient`](crate::ThrottledClient)'s builder's
 /// [`cost`](crate::PacedRequestBuilder::cost) and
-/// [`deadline`](crate::PacedRequestBuilder::deadline) do; each attempt
+/// [`deadline`](crate::PacedRequestBuilder::deadline) do, and queues at
+/// its keys in the class of the [`Priority`](crate::Priority) there
+/// ([`NORMAL`](crate::Priority::NORMAL) without one); each attempt
 /// runs the rest of the chain with a fresh copy of the call's extensions,
 /// so what a later middleware writes into them is not seen here. Errors of
 /// this crate come out as
@@ -61,10 +63,11 @@ impl Middleware for PaceMiddleware {
         next: Next<'_>,
     ) -> reqwest_middleware::Result<Response> {
         let template = extensions.clone();
-        let (cost, deadline) = from_extensions(extensions);
+        let options = from_extensions(extensions);
+        let cost = options.cost.unwrap_or_default();
         let result = self
             .pacer
-            .run(req, &cost.unwrap_or_default(), deadline, |attempt| {
+            .run(req, &cost, options.deadline, options.priority, |attempt| {
                 let next = next.clone();
                 let mut ext = template.clone();
                 async move {

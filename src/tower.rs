@@ -10,7 +10,7 @@ use std::task::{Context, Poll};
 use reqwest::{Request, Response};
 use tower_service::Service;
 
-use crate::client::{from_extensions, Cost, SendFailure};
+use crate::client::{from_extensions, CallOptions, SendFailure};
 use crate::sync::lock;
 use crate::{Error, Pacer};
 
@@ -19,9 +19,11 @@ use crate::{Error, Pacer};
 /// service (on a clone of it, made ready first).
 ///
 /// A `reqwest::Request` costs one request, by the pacer's own
-/// [`deadline`](crate::PaceBuilder::deadline) if it has one: its
-/// extensions are reqwest's own, which no layer can read. For a
-/// [`Cost`](crate::Cost) or a [`Deadline`](crate::Deadline) per call,
+/// [`deadline`](crate::PaceBuilder::deadline) if it has one, in the
+/// [`NORMAL`](crate::Priority::NORMAL) class: its extensions are
+/// reqwest's own, which no layer can read. For a [`Cost`](crate::Cost), a
+/// [`Deadline`](crate::Deadline) or a [`Priority`](crate::Priority) per
+/// call,
 /// send `http::Request`s with them in their extensions through
 /// [`PaceService::for_http_requests`], as a
 /// [`PaceMiddleware`](crate::PaceMiddleware)'s calls carry theirs.
@@ -87,7 +89,12 @@ where
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
-        self.paced(request, None, None)
+        let options = CallOptions {
+            cost: None,
+            deadline: None,
+            priority: crate::Priority::default(),
+        };
+        self.paced(request, options)
     }
 }
 
@@ -96,30 +103,36 @@ where
     S: Service<Request, Response = Response, Error = reqwest::Error> + Clone + Send + 'static,
     S::Future: Send,
 {
-    /// The call of `request`, spending `cost` (one request without one) by
-    /// `deadline` (the pacer's without one).
+    /// The call of `request`, spending its `options`' cost (one request
+    /// without one) by their deadline (the pacer's without one), in their
+    /// priority's class.
     fn paced(
         &mut self,
         request: Request,
-        cost: Option<Cost>,
-        deadline: Option<std::time::Duration>,
+        options: CallOptions,
     ) -> Pin<Box<dyn Future<Output = Result<Response, Error>> + Send>> {
         let pacer = self.pacer.clone();
         // Behind a mutex only so that the call's future is `Send` without
         // asking `S` to be `Sync`: each attempt clones the service out.
         let inner = Mutex::new(self.inner.clone());
         Box::pin(async move {
-            let cost = cost.unwrap_or_default();
+            let cost = options.cost.unwrap_or_default();
             pacer
-                .run(request, &cost, deadline, |attempt| {
-                    let mut service = lock(&inner).clone();
-                    async move {
-                        futures::future::poll_fn(|cx| service.poll_ready(cx))
-                            .await
-                            .map_err(SendFailure::Reqwest)?;
-                        service.call(attempt).await.map_err(SendFailure::Reqwest)
-                    }
-                })
+                .run(
+                    request,
+                    &cost,
+                    options.deadline,
+                    options.priority,
+                    |attempt| {
+                        let mut service = lock(&inner).clone();
+                        async move {
+                            futures::future::poll_fn(|cx| service.poll_ready(cx))
+                                .await
+                                .map_err(SendFailure::Reqwest)?;
+                            service.call(attempt).await.map_err(SendFailure::Reqwest)
+                        }
+                    },
+                )
                 .await
         })
     }
@@ -128,12 +141,12 @@ where
 impl<S> PaceService<S> {
     /// The same service, taking `http::Request<B>`s instead of reqwest's:
     /// each is converted as reqwest converts one, and its extensions'
-    /// [`Cost`](crate::Cost) and [`Deadline`](crate::Deadline) are the
-    /// call's. One that does not convert (a URL reqwest does not take)
+    /// [`Cost`](crate::Cost), [`Deadline`](crate::Deadline) and
+    /// [`Priority`](crate::Priority) are the call's. One that does not convert (a URL reqwest does not take)
     /// fails with [`Error::Transport`] after no attempt.
     ///
     /// ```
-    /// use reqwest_pace::{headers::Dimension, Cost, Deadline, PaceLayer, Pacer};
+    /// use reqwest_pace::{headers::Dimension, Cost, Deadline, PaceLayer, Pacer, Priority};
     /// use std::time::Duration;
     /// use tower_layer::Layer;
     ///
@@ -144,6 +157,7 @@ impl<S> PaceService<S> {
     /// let mut request = http::Request::new(String::from("{}"));
     /// request.extensions_mut().insert(Cost::default().with(Dimension::Requests, 3));
     /// request.extensions_mut().insert(Deadline(Duration::from_secs(5)));
+    /// request.extensions_mut().insert(Priority::INTERACTIVE);
     /// # drop((service, request));
     /// # Ok::<(), reqwest_pace::Error>(())
     /// ```
@@ -195,9 +209,9 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        let (cost, deadline) = from_extensions(request.extensions());
+        let options = from_extensions(request.extensions());
         match Request::try_from(request) {
-            Ok(request) => self.service.paced(request, cost, deadline),
+            Ok(request) => self.service.paced(request, options),
             Err(source) => Box::pin(std::future::ready(Err(Error::Transport {
                 attempts: 0,
                 source,

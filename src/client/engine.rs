@@ -23,7 +23,7 @@ use super::events::{emit, listened, Hook};
 use super::scope::BuiltScope;
 use super::server_clock::ServerClocks;
 use super::wait::{status_or_429, time_limit, Member, Sent};
-use super::{scope, CircuitState, Cost, Event, KeyStatus, SendFailure};
+use super::{scope, CircuitState, Cost, Event, KeyStatus, Priority, SendFailure};
 use crate::error::LastResponse;
 use crate::headers::RateLimitSignal;
 use crate::limiter::Adjustment;
@@ -93,6 +93,8 @@ pub(crate) struct Call {
     url: reqwest::Url,
     /// The call's own deadline, as an instant and the limit it came from.
     deadline: Option<(Instant, Duration)>,
+    /// The class it queues in at each of its keys.
+    pub(crate) priority: Priority,
     pub(crate) first_send: Option<Instant>,
     pub(crate) attempt: u32,
     previous_delay: Option<Duration>,
@@ -102,11 +104,12 @@ pub(crate) struct Call {
 }
 
 impl Call {
-    fn new(request: &Request, deadline: Option<Duration>) -> Call {
+    pub(crate) fn new(request: &Request, deadline: Option<Duration>, priority: Priority) -> Call {
         Call {
             method: request.method().clone(),
             url: request.url().clone(),
             deadline: deadline.map(|d| (Instant::now() + d, d)),
+            priority,
             first_send: None,
             attempt: 0,
             previous_delay: None,
@@ -245,7 +248,8 @@ impl Pacer {
         (self.inner.random)()
     }
 
-    /// Run one call: pace, send with `send`, learn, retry.
+    /// Run one call: pace (queued in `priority`'s class at each key), send
+    /// with `send`, learn, retry.
     ///
     /// Runs inside a `reqwest_pace.send` span carrying the method and URL,
     /// so every event of one call is grouped under it.
@@ -254,6 +258,7 @@ impl Pacer {
         request: Request,
         cost: &Cost,
         deadline: Option<Duration>,
+        priority: Priority,
         send: F,
     ) -> Result<Response, Error>
     where
@@ -267,7 +272,7 @@ impl Pacer {
             url = %request.url()
         );
         let deadline = deadline.or(self.inner.deadline);
-        self.attempts(request, cost, deadline, send)
+        self.attempts(request, cost, deadline, priority, send)
             .instrument(span)
             .await
     }
@@ -279,6 +284,7 @@ impl Pacer {
         request: Request,
         cost: &Cost,
         deadline: Option<Duration>,
+        priority: Priority,
         mut send: F,
     ) -> Result<Response, Error>
     where
@@ -286,8 +292,8 @@ impl Pacer {
         Fut: Future<Output = Result<Response, SendFailure>>,
     {
         let gate = self.obey_robots(&request, &mut send).await?;
-        self.paced_attempts(request, cost, deadline, send, gate)
-            .await
+        let call = Call::new(&request, deadline, priority);
+        self.paced_attempts(request, cost, call, send, gate).await
     }
 
     /// Without feature `robots`, every request may go, ungated.
@@ -302,7 +308,7 @@ impl Pacer {
         &self,
         request: Request,
         cost: &Cost,
-        deadline: Option<Duration>,
+        mut call: Call,
         mut send: F,
         gate: Option<Gate>,
     ) -> Result<Response, Error>
@@ -311,7 +317,6 @@ impl Pacer {
         Fut: Future<Output = Result<Response, SendFailure>>,
     {
         let members = self.members(&request, cost);
-        let mut call = Call::new(&request, deadline);
         let mut current = request;
         loop {
             call.attempt += 1;

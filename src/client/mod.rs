@@ -20,6 +20,7 @@ mod learn;
 mod memory;
 #[cfg(feature = "metrics")]
 mod metrics;
+mod priority;
 mod reconcile;
 mod request;
 #[cfg(feature = "robots")]
@@ -41,6 +42,7 @@ pub use breaker::{CircuitBreaker, CircuitState};
 pub use builder::{PaceBuilder, ThrottledClientBuilder};
 pub use engine::Pacer;
 pub use events::Event;
+pub use priority::Priority;
 pub use reconcile::{Charge, FromHeaders, Reconcile, UsageBody};
 pub use request::PacedRequestBuilder;
 #[cfg(feature = "robots")]
@@ -146,8 +148,8 @@ impl Cost {
 /// (`.with_extension(Deadline(..))`), an `http::Request`'s for the tower
 /// service and for [`ThrottledClient::send`]; a [`ThrottledClient`]'s own
 /// builder takes [`PacedRequestBuilder::deadline`]. It overrides the
-/// client's [`deadline`](ThrottledClientBuilder::deadline). A [`Cost`] in
-/// the same extensions is honoured the same way.
+/// client's [`deadline`](ThrottledClientBuilder::deadline). A [`Cost`] and
+/// a [`Priority`] in the same extensions are honoured the same way.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Deadline(pub Duration);
 
@@ -184,12 +186,19 @@ pub struct KeyStatus {
 }
 
 /// Something that can become a [`reqwest::Request`]: a `Request`, a
-/// `RequestBuilder`, a [`PacedRequestBuilder`] (with its cost and
-/// deadline), or an `http::Request` (with the [`Cost`] and [`Deadline`] in
-/// its extensions).
+/// `RequestBuilder`, a [`PacedRequestBuilder`] (with its cost, deadline
+/// and priority), or an `http::Request` (with the [`Cost`], [`Deadline`]
+/// and [`Priority`] in its extensions).
 pub trait IntoRequest {
     /// Build the request.
     fn into_request(self) -> Result<Request, reqwest::Error>;
+
+    /// The priority class the call carries (a [`PacedRequestBuilder`]'s,
+    /// an `http::Request`'s extensions'; none for a plain request or
+    /// builder, which is then [`Priority::NORMAL`]).
+    fn call_priority(&self) -> Option<Priority> {
+        None
+    }
 
     /// Build the request with the cost and deadline it carries (a
     /// [`PacedRequestBuilder`]'s; none for a plain request or builder).
@@ -213,25 +222,42 @@ impl IntoRequest for RequestBuilder {
     }
 }
 
-/// An `http::Request`: its extensions' [`Cost`] and [`Deadline`] are the
-/// call's, as a middleware chain's are.
+/// An `http::Request`: its extensions' [`Cost`], [`Deadline`] and
+/// [`Priority`] are the call's, as a middleware chain's are.
 impl<B: Into<reqwest::Body>> IntoRequest for http::Request<B> {
     fn into_request(self) -> Result<Request, reqwest::Error> {
         Request::try_from(self)
     }
 
+    fn call_priority(&self) -> Option<Priority> {
+        self.extensions().get::<Priority>().copied()
+    }
+
     fn into_call(self) -> Result<(Request, Option<Cost>, Option<Duration>), reqwest::Error> {
-        let (cost, deadline) = from_extensions(self.extensions());
-        Ok((Request::try_from(self)?, cost, deadline))
+        let options = from_extensions(self.extensions());
+        Ok((Request::try_from(self)?, options.cost, options.deadline))
     }
 }
 
-/// The [`Cost`] and [`Deadline`] a request's extensions carry.
-pub(crate) fn from_extensions(extensions: &http::Extensions) -> (Option<Cost>, Option<Duration>) {
-    (
-        extensions.get::<Cost>().cloned(),
-        extensions.get::<Deadline>().map(|d| d.0),
-    )
+/// What a request's extensions say of its call: its [`Cost`],
+/// [`Deadline`] and [`Priority`].
+pub(crate) struct CallOptions {
+    pub(crate) cost: Option<Cost>,
+    pub(crate) deadline: Option<Duration>,
+    /// Read by the middleware and the tower service (a client's
+    /// `http::Request` gives its own through `call_priority`).
+    #[cfg_attr(not(any(feature = "middleware", feature = "tower")), allow(dead_code))]
+    pub(crate) priority: Priority,
+}
+
+/// The [`Cost`], [`Deadline`] and [`Priority`] a request's extensions
+/// carry.
+pub(crate) fn from_extensions(extensions: &http::Extensions) -> CallOptions {
+    CallOptions {
+        cost: extensions.get::<Cost>().cloned(),
+        deadline: extensions.get::<Deadline>().map(|d| d.0),
+        priority: extensions.get::<Priority>().copied().unwrap_or_default(),
+    }
 }
 
 /// A failure of one attempt's transport, as the retry loop sees it.
@@ -365,8 +391,9 @@ impl ThrottledClient {
     /// response's status, headers and first bytes of body
     /// ([`Error::last_response`]).
     pub async fn send(&self, request: impl IntoRequest) -> Result<Response, Error> {
+        let priority = request.call_priority().unwrap_or_default();
         let (request, cost, deadline) = request.into_call()?;
-        self.send_with(request, &cost.unwrap_or_default(), deadline)
+        self.send_with(request, &cost.unwrap_or_default(), deadline, priority)
             .await
     }
 
@@ -377,20 +404,23 @@ impl ThrottledClient {
         request: impl IntoRequest,
         cost: &Cost,
     ) -> Result<Response, Error> {
+        let priority = request.call_priority().unwrap_or_default();
         let (request, _, deadline) = request.into_call()?;
-        self.send_with(request, cost, deadline).await
+        self.send_with(request, cost, deadline, priority).await
     }
 
-    /// [`send_with_cost`](Self::send_with_cost) by a deadline of its own.
+    /// [`send_with_cost`](Self::send_with_cost) by a deadline of its own,
+    /// queued at its key in `priority`'s class.
     pub(crate) async fn send_with(
         &self,
         request: Request,
         cost: &Cost,
         deadline: Option<Duration>,
+        priority: Priority,
     ) -> Result<Response, Error> {
         let client = &self.client;
         self.pacer
-            .run(request, cost, deadline, |r| async move {
+            .run(request, cost, deadline, priority, |r| async move {
                 client.execute(r).await.map_err(SendFailure::Reqwest)
             })
             .await

@@ -16,7 +16,7 @@ use std::time::Duration;
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Request, RequestBuilder, Response};
 
-use super::{Cost, IntoRequest, ThrottledClient};
+use super::{Cost, IntoRequest, Priority, ThrottledClient};
 use crate::Error;
 
 /// A request being built for a [`ThrottledClient`]; [`send`](Self::send)
@@ -42,6 +42,7 @@ pub struct PacedRequestBuilder {
     inner: RequestBuilder,
     cost: Cost,
     deadline: Option<Duration>,
+    priority: Priority,
 }
 
 impl PacedRequestBuilder {
@@ -51,6 +52,7 @@ impl PacedRequestBuilder {
             inner,
             cost: Cost::default(),
             deadline: None,
+            priority: Priority::default(),
         }
     }
 
@@ -129,7 +131,8 @@ impl PacedRequestBuilder {
         self.with(|b| b.multipart(form))
     }
 
-    /// A copy of the builder, with its cost and deadline, when its body
+    /// A copy of the builder, with its cost, deadline and priority, when
+    /// its body
     /// can be copied (as [`reqwest::RequestBuilder::try_clone`]).
     pub fn try_clone(&self) -> Option<Self> {
         Some(PacedRequestBuilder {
@@ -137,6 +140,7 @@ impl PacedRequestBuilder {
             inner: self.inner.try_clone()?,
             cost: self.cost.clone(),
             deadline: self.deadline,
+            priority: self.priority,
         })
     }
 
@@ -154,6 +158,31 @@ impl PacedRequestBuilder {
     /// [`deadline`](crate::ThrottledClientBuilder::deadline).
     pub fn deadline(mut self, deadline: Duration) -> Self {
         self.deadline = Some(deadline);
+        self
+    }
+
+    /// The call's priority class at its keys ([`Priority::NORMAL`] by
+    /// default): within a key, a higher class is admitted first, and a
+    /// lower one is not overtaken for ever (see [`Priority`] for the
+    /// guarantees).
+    ///
+    /// ```no_run
+    /// use reqwest_pace::{Priority, ThrottledClient};
+    ///
+    /// # async fn run() -> Result<(), reqwest_pace::Error> {
+    /// let client = ThrottledClient::new(reqwest::Client::new())?;
+    /// // A user is waiting for this one: ahead of the key's batch calls.
+    /// let response = client
+    ///     .get("https://api.example.com/me")
+    ///     .priority(Priority::INTERACTIVE)
+    ///     .send()
+    ///     .await?;
+    /// # drop(response);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn priority(mut self, priority: Priority) -> Self {
+        self.priority = priority;
         self
     }
 
@@ -183,18 +212,23 @@ impl PacedRequestBuilder {
             inner,
             cost,
             deadline,
+            priority,
         } = self;
         let request = inner.build().map_err(|source| Error::Transport {
             attempts: 0,
             source,
         })?;
-        client.send_with(request, &cost, deadline).await
+        client.send_with(request, &cost, deadline, priority).await
     }
 }
 
 impl IntoRequest for PacedRequestBuilder {
     fn into_request(self) -> Result<Request, reqwest::Error> {
         self.build()
+    }
+
+    fn call_priority(&self) -> Option<Priority> {
+        Some(self.priority)
     }
 
     /// Keeps the builder's cost and deadline: `client.send(builder)` is
@@ -216,6 +250,7 @@ impl fmt::Debug for PacedRequestBuilder {
             .field("request", &self.inner)
             .field("cost", &self.cost)
             .field("deadline", &self.deadline)
+            .field("priority", &self.priority)
             .finish_non_exhaustive()
     }
 }

@@ -20,9 +20,9 @@ use std::time::Duration;
 use reqwest::{Method, Request, Response, StatusCode};
 use tokio::time::Instant;
 
-use super::engine::{Gate, Pacer};
+use super::engine::{Call, Gate, Pacer};
 use super::wait::Spacer;
-use super::{scope, Cost, SendFailure};
+use super::{scope, Cost, Priority, SendFailure};
 use crate::Error;
 
 /// Obey each host's robots.txt: see [`PaceBuilder::robots`](crate::PaceBuilder::robots).
@@ -450,11 +450,14 @@ impl Pacer {
         }
         let timeout = cache.config.fetch_timeout;
         let max_size = cache.config.max_size;
+        // The fetch serves every call to the origin, not only the one that
+        // asked first: it queues in the default class.
+        let fetch_call = Call::new(&fetch, Some(timeout), Priority::default());
         let call = async {
             let response = Box::pin(self.paced_attempts(
                 fetch,
                 &Cost::default(),
-                Some(timeout),
+                fetch_call,
                 &mut *send,
                 gate,
             ))

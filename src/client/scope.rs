@@ -13,6 +13,7 @@ use super::adapt::{Adaptive, Learned};
 use super::autothrottle::{AutoThrottle, Politeness};
 use super::breaker::{Breaker, CircuitBreaker, CircuitState};
 use super::memory::Memory;
+use super::priority::Turns;
 use crate::headers::Dimension;
 use crate::limiter::{Evictable, KeyedLimiter, Limiter, Rate, ServerBlock, TokenBucket};
 use crate::Error;
@@ -74,6 +75,8 @@ pub struct Scope {
     breaker: Option<CircuitBreaker>,
     /// Each key's latency-aware politeness (`None`: none).
     auto_throttle: Option<AutoThrottle>,
+    /// What one priority class is worth of waiting in a key's queue.
+    aging: Duration,
     /// Why the scope cannot be built, found while it was set up.
     invalid: Option<String>,
 }
@@ -135,6 +138,7 @@ impl Scope {
             max_in_flight: None,
             breaker: None,
             auto_throttle: None,
+            aging: super::priority::DEFAULT_AGING,
             invalid: None,
         }
     }
@@ -351,10 +355,11 @@ impl Scope {
     /// does after the call returns, nor a retry's sleep: each retry takes a
     /// permit again, behind the requests already queued.
     ///
-    /// **Guarantees.** The queue is fair: permits go in the order requests
-    /// asked for them (a tokio [`Semaphore`](tokio::sync::Semaphore)), and
-    /// a call dropped while it waits leaves the queue without taking a
-    /// permit. A request in several scopes with caps takes them in the
+    /// **Guarantees.** The queue is fair: permits go in the order of the
+    /// key's queue, which is the order requests asked for them among calls
+    /// of one [`Priority`](crate::Priority) class (see its guarantees for
+    /// how classes are ordered), and a call dropped while it waits leaves
+    /// the queue without taking a permit. A request in several scopes with caps takes them in the
     /// order the scopes were added (the host scope first). A call's
     /// [`deadline`](crate::PaceBuilder::deadline) bounds the wait for a
     /// permit, as it bounds every wait. A key with a request in flight is
@@ -440,6 +445,34 @@ impl Scope {
         self
     }
 
+    /// How much of a head start each [`Priority`](crate::Priority) class
+    /// is worth over the class below it in a key's queue (default: 10 s):
+    /// a call of class `c` arriving at `t` is ordered as if it had arrived
+    /// at `t − c × aging`. So an
+    /// [`INTERACTIVE`](crate::Priority::INTERACTIVE) call goes before the
+    /// [`BATCH`](crate::Priority::BATCH) calls that have waited less than
+    /// `2 × aging`, and no call is overtaken by one that arrives more than
+    /// `2 × aging` after it: the bound on how long a low class can be
+    /// passed over. Longer favours the high classes over a deeper backlog;
+    /// shorter serves the low ones sooner. `Duration::ZERO` turns
+    /// priorities off for the scope (every call in arrival order).
+    ///
+    /// ```
+    /// use reqwest_pace::{Pacer, Scope};
+    /// use std::time::Duration;
+    ///
+    /// // A batch call is never passed over by calls arriving more than a
+    /// // minute after it.
+    /// let pacer = Pacer::builder()
+    ///     .host_scope(Scope::per_host().aging(Duration::from_secs(30)))
+    ///     .build()?;
+    /// # Ok::<(), reqwest_pace::Error>(())
+    /// ```
+    pub fn aging(mut self, aging: Duration) -> Self {
+        self.aging = aging;
+        self
+    }
+
     pub(crate) fn dimension_ref(&self) -> &Dimension {
         &self.dimension
     }
@@ -519,6 +552,7 @@ impl fmt::Debug for Scope {
             .field("max_in_flight", &self.max_in_flight)
             .field("circuit_breaker", &self.breaker)
             .field("auto_throttle", &self.auto_throttle)
+            .field("aging", &self.aging)
             .finish_non_exhaustive()
     }
 }
@@ -693,6 +727,9 @@ pub(crate) struct KeyState {
     pub(crate) booking: Option<tokio::sync::Semaphore>,
     /// The permits of [`Scope::max_in_flight`], with their number.
     pub(crate) in_flight: Option<(Arc<tokio::sync::Semaphore>, usize)>,
+    /// The key's calls by priority, in front of everything else a call
+    /// waits for on the key.
+    pub(crate) turns: Turns,
     /// The key's circuit breaker, when its scope has one.
     pub(crate) breaker: Option<Mutex<Breaker>>,
     /// The key's latency-aware delay, and the bucket of one that spaces
@@ -914,6 +951,7 @@ impl KeyState {
             in_flight: config
                 .max_in_flight
                 .map(|max| (Arc::new(tokio::sync::Semaphore::new(max)), max)),
+            turns: Turns::new(config.aging),
             breaker: config.breaker.map(|b| Mutex::new(Breaker::new(b))),
             politeness: config.auto_throttle.and_then(|tuning| {
                 let politeness = Politeness::new(tuning);
@@ -1038,7 +1076,14 @@ impl Evictable for KeyState {
         // What the latency taught is dropped with the key, once its gate is
         // full again (as what a bucket learned is).
         let politeness_idle = self.politeness.as_ref().is_none_or(|(_, g)| g.is_idle());
-        bucket_idle && !blocked && self.in_flight() == 0 && breaker_fresh && politeness_idle
+        // A call in the key's queue (between two of its waits) keeps it.
+        let unqueued = self.turns.is_idle();
+        bucket_idle
+            && !blocked
+            && self.in_flight() == 0
+            && breaker_fresh
+            && politeness_idle
+            && unqueued
     }
 }
 

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::breaker::{Admission, Health, Transition};
 use super::engine::{Call, Gate, Pacer};
 use super::scope::KeyState;
-use super::Event;
+use super::{Event, Priority};
 use crate::headers::MAX_WAIT;
 use crate::limiter::{Adjustment, Bounds, Grant, Limiter};
 use crate::Error;
@@ -106,7 +106,10 @@ impl Pacer {
             return Err(open);
         }
         let until = call.limit(self.inner.policy.max_elapsed());
-        let sent = match self.wait_for_members(members, gate, until).await {
+        let sent = match self
+            .wait_for_members(members, gate, until, call.priority)
+            .await
+        {
             Ok(sent) => sent,
             Err(WaitError::Deadline { wait, limit }) => {
                 let error = Error::DeadlineExceeded {
@@ -225,7 +228,8 @@ impl Pacer {
     }
 
     /// Wait for every bucket of the request (and for each key's first
-    /// response, when it learns), then count the request as sent on each;
+    /// response, when it learns), each in its key's queue by `priority`,
+    /// then count the request as sent on each;
     /// last, for the `gate` that spaces its host's sends (a robots.txt's
     /// interval), so that nothing waited for after it can bunch two sends
     /// up. On an error, no member counts the request as in flight.
@@ -234,11 +238,24 @@ impl Pacer {
         members: &'m [Member],
         gate: Option<&Gate>,
         until: Option<(Instant, Duration)>,
+        priority: Priority,
     ) -> Result<Sent<'m>, WaitError> {
         let mut probes = Vec::new();
         let mut permits = Vec::new();
         let mut seqs = Vec::with_capacity(members.len());
         for m in members {
+            // The key's queue by priority comes before everything else the
+            // call waits for on the key: only the call holding the turn
+            // waits for those, so who goes next is chosen when the key can
+            // take a call. The turn goes back once the key's waits are over.
+            let arrived = Instant::now();
+            let _turn = match by_deadline(until, m.state.turns.take(priority)).await {
+                Ok(turn) => turn,
+                Err(e) => {
+                    no_longer_in_flight(members, &seqs);
+                    return Err(e);
+                }
+            };
             if let Some((in_flight, _)) = &m.state.in_flight {
                 match take_permit(in_flight, until).await {
                     Ok(permit) => permits.push(permit),
@@ -248,7 +265,7 @@ impl Pacer {
                     }
                 }
             }
-            let grant = match self.wait_for_member(m, until, &mut probes).await {
+            let grant = match self.wait_for_member(m, until, arrived, &mut probes).await {
                 Ok(grant) => grant,
                 Err(e) => {
                     no_longer_in_flight(members, &seqs);
@@ -285,16 +302,18 @@ impl Pacer {
     }
 
     /// Wait for one member's bucket (after its key's first response, when
-    /// it learns); returns the limiter's grant.
+    /// it learns, waited for at most [`PROBE_WAIT`] from when the call
+    /// `arrived` at the key); returns the limiter's grant.
     async fn wait_for_member<'m>(
         &self,
         m: &'m Member,
         until: Option<(Instant, Duration)>,
+        arrived: Instant,
         probes: &mut Vec<ProbeGuard<'m>>,
     ) -> Result<Grant, WaitError> {
         let scope = &self.inner.scopes[m.scope];
         if scope.probes() && !m.state.has_seen_response() {
-            if let Some(guard) = wait_for_probe(&m.state, until).await? {
+            if let Some(guard) = wait_for_probe(&m.state, until, arrived).await? {
                 probes.push(guard);
             }
         }
@@ -556,12 +575,16 @@ async fn take_permit(
 
 /// Wait for the key's first response, but not forever: a probe that hangs
 /// must not hold every caller (nor pass the deadline). Returns the probe
-/// lock when this request is the key's first.
+/// lock when this request is the key's first. The wait counts from when
+/// the call `arrived` at the key: the calls queued behind it (see
+/// [`Priority`]) would otherwise each wait the whole of it, one after the
+/// other.
 async fn wait_for_probe(
     state: &KeyState,
     until: Option<(Instant, Duration)>,
+    arrived: Instant,
 ) -> Result<Option<ProbeGuard<'_>>, WaitError> {
-    let probe_until = Instant::now() + PROBE_WAIT;
+    let probe_until = arrived + PROBE_WAIT;
     let cap = until.map_or(probe_until, |(at, _)| at.min(probe_until));
     match tokio::time::timeout_at(cap, state.probe.lock()).await {
         Ok(guard) if !state.has_seen_response() => Ok(Some(guard)),
