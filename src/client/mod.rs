@@ -12,6 +12,7 @@ mod adapt;
 mod autothrottle;
 mod breaker;
 mod builder;
+mod concurrency;
 mod engine;
 mod events;
 mod headerless;

@@ -12,6 +12,7 @@ use reqwest::Request;
 use super::adapt::{Adaptive, Learned};
 use super::autothrottle::{AutoThrottle, Politeness};
 use super::breaker::{Breaker, CircuitBreaker, CircuitState};
+use super::concurrency::InFlight;
 use super::memory::Memory;
 use crate::headers::Dimension;
 use crate::limiter::{Evictable, KeyedLimiter, Limiter, Rate, ServerBlock, TokenBucket};
@@ -691,8 +692,10 @@ pub(crate) struct KeyState {
     /// what the next response says still reaches them (a turn booked in a
     /// shared bucket is granted, whatever the server says meanwhile).
     pub(crate) booking: Option<tokio::sync::Semaphore>,
-    /// The permits of [`Scope::max_in_flight`], with their number.
-    pub(crate) in_flight: Option<(Arc<tokio::sync::Semaphore>, usize)>,
+    /// The key's permits of calls in flight, capped by
+    /// [`Scope::max_in_flight`] or by what concurrency refusals taught,
+    /// for a scope that has one or learns.
+    pub(crate) in_flight: Option<Arc<InFlight>>,
     /// The key's circuit breaker, when its scope has one.
     pub(crate) breaker: Option<Mutex<Breaker>>,
     /// The key's latency-aware delay, and the bucket of one that spaces
@@ -911,9 +914,8 @@ impl KeyState {
             server_block: Mutex::new(None),
             block_changed: tokio::sync::Notify::new(),
             booking,
-            in_flight: config
-                .max_in_flight
-                .map(|max| (Arc::new(tokio::sync::Semaphore::new(max)), max)),
+            in_flight: (config.max_in_flight.is_some() || config.learns())
+                .then(|| Arc::new(InFlight::new(config.max_in_flight))),
             breaker: config.breaker.map(|b| Mutex::new(Breaker::new(b))),
             politeness: config.auto_throttle.and_then(|tuning| {
                 let politeness = Politeness::new(tuning);
@@ -935,6 +937,9 @@ impl KeyState {
             *crate::sync::lock(breaker) = Breaker::new(tuning);
         }
         *self.weights() = Weights::default();
+        if let Some(in_flight) = &self.in_flight {
+            in_flight.reset();
+        }
         *self.adapt() = Adaptive::new(
             config.dimension.clone(),
             config.rate,
@@ -1020,9 +1025,12 @@ impl KeyState {
 
     /// How many requests hold one of the key's in-flight permits.
     pub(crate) fn in_flight(&self) -> usize {
-        self.in_flight
-            .as_ref()
-            .map_or(0, |(permits, max)| max - permits.available_permits())
+        self.in_flight.as_ref().map_or(0, |f| f.held())
+    }
+
+    /// The key's cap on calls in flight, configured or learned.
+    pub(crate) fn max_in_flight(&self) -> Option<usize> {
+        self.in_flight.as_ref().and_then(|f| f.cap())
     }
 }
 
