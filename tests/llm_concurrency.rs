@@ -27,8 +27,6 @@ use tokio::time::Instant;
 use tower_layer::Layer as _;
 use tower_service::Service;
 
-const SEC: Duration = Duration::from_secs(1);
-
 /// What the server's door saw.
 #[derive(Debug, Default)]
 struct Seen {

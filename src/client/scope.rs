@@ -368,6 +368,20 @@ impl Scope {
     /// [`key_status`](crate::Pacer::key_status) reports a key's cap and
     /// how many requests hold a permit. Zero fails the build.
     ///
+    /// **Learned.** A learning scope (see [`adaptive`](Self::adaptive))
+    /// needs no cap set to keep under its server's: a refusal that says the
+    /// limit is concurrency, not rate (a 429 or 503 naming no wait, with
+    /// every limit it states holding room for the call, while other calls
+    /// of the key are in flight), caps the key at the calls it had in
+    /// flight less the refused one (at least 1), and is not read as a rate
+    /// refusal (the rate is not cut). A call that took its permit before
+    /// the cap went down takes one again before it is sent, so the cap
+    /// holds from the next send on. The cap is probed one call higher
+    /// after 256 calls answered at it without a concurrency refusal, a run
+    /// that doubles (up to 65 536) each time a probe is refused: a server
+    /// whose cap grows is found again, at one refused call per probe. A
+    /// cap set here is lowered so, never raised above what was set.
+    ///
     /// ```
     /// use reqwest_pace::{Pacer, Scope};
     ///
