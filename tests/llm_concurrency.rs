@@ -134,6 +134,8 @@ struct Run {
     seen: Seen,
     /// The learned cap at the end, as `key_status` says it.
     cap: Option<usize>,
+    /// The host key's rate at the end, per second.
+    rate: Option<f64>,
 }
 
 /// `calls` calls by `workers` tasks, each a prompt of 100 to 1 500 tokens
@@ -207,6 +209,7 @@ async fn run(server: &LlmServer, pacer: &Pacer, calls: usize, workers: usize) ->
         elapsed,
         seen,
         cap: status.and_then(|s| s.max_in_flight),
+        rate: pacer.current_rate("host", &server.url()),
     }
 }
 
@@ -236,7 +239,10 @@ fn runs() -> impl Iterator<Item = (LlmDialect, u64)> {
 /// refused, no failed call; after the first refusal the calls in flight
 /// at the door never pass the cap but by the probes, one call each, at
 /// most 3 in 2 000 calls (the first after 256 answered at the cap, the
-/// run doubling on each refused probe), and the key ends at the cap.
+/// run doubling on each refused probe), the key ends at the cap, and its
+/// rate was not cut by the refusals. (Before the cap was learned, OpenAI's
+/// seeds 1 to 3: 0.89 to 0.90 of the throughput, 43 to 44 % refused, 59
+/// to 78 failed calls.)
 #[tokio::test(start_paused = true)]
 async fn a_cap_on_calls_in_flight_is_learned_and_kept() {
     const CAP: usize = 4;
@@ -255,7 +261,8 @@ async fn a_cap_on_calls_in_flight_is_learned_and_kept() {
         eprintln!(
             "{dialect:?} seed {seed}: {:.3} of the cap's throughput, {:.2} % refused \
              ({} for concurrency), {} failed, {:?}; after the first refusal {} at most \
-             in flight at the door, {} arrivals over the cap; learned cap {:?}; server peak {}",
+             in flight at the door, {} arrivals over the cap; learned cap {:?}; server peak {}; \
+             rate {:?}/s",
             run.share,
             run.refused * 100.0,
             stats.refused(LlmLimit::Concurrency),
@@ -265,6 +272,7 @@ async fn a_cap_on_calls_in_flight_is_learned_and_kept() {
             run.seen.over_after,
             run.cap,
             stats.peak_in_flight,
+            run.rate,
         );
         assert!(stats.peak_in_flight <= CAP);
         let bad = run.failed > 0
@@ -273,17 +281,21 @@ async fn a_cap_on_calls_in_flight_is_learned_and_kept() {
             || !run.seen.refused
             || run.seen.peak_after > CAP + 1
             || run.seen.over_after > 3
-            || run.cap != Some(CAP);
+            || run.cap != Some(CAP)
+            // Not read as rate refusals: the rate stays at the requests
+            // limit's (50 a second), far above what the cap lets through.
+            || run.rate.is_none_or(|r| r < 0.95 * 50.0);
         if bad {
             worst.push(format!(
                 "{dialect:?} seed {seed}: {:.3}, {:.2} % refused, {} failed, peak {} \
-                 ({} over), cap {:?}",
+                 ({} over), cap {:?}, rate {:?}",
                 run.share,
                 run.refused * 100.0,
                 run.failed,
                 run.seen.peak_after,
                 run.seen.over_after,
-                run.cap
+                run.cap,
+                run.rate
             ));
         }
     }
@@ -293,7 +305,8 @@ async fn a_cap_on_calls_in_flight_is_learned_and_kept() {
 /// Where tokens bind (150 000 a minute, about 2.2 calls a second) and the
 /// cap does not (6 calls held 1 s: 6 a second), 32 tasks run into the cap
 /// at first: what it teaches does not cut the throughput below 0.95 of
-/// the tokens limit, with at most 1 % refused and no failed call.
+/// the tokens limit, with at most 1 % refused and no failed call. (Before
+/// the cap was learned: 13.8 to 14.4 % refused, 46 to 53 failed calls.)
 #[tokio::test(start_paused = true)]
 async fn a_cap_learned_where_a_rate_binds_costs_no_throughput() {
     const CAP: usize = 6;
