@@ -170,7 +170,7 @@ impl Pacer {
             rate,
             closed_for: closed.map(|b| b.until - now),
             closed_by: closed.map(|b| status_or_429(b.status)),
-            max_in_flight: state.in_flight.as_ref().map(|(_, max)| *max),
+            max_in_flight: state.max_in_flight(),
             in_flight: state.in_flight(),
             circuit: state.circuit(now),
             crawl_delay: self.crawl_delay(key),
@@ -335,7 +335,12 @@ impl Pacer {
             self.judge(&members, &mut sent, health(&result));
             self.measure_latency(&members, &result, sent_at);
             let taught = self
-                .learn(&members, &sent, (&call, read.signal.as_ref()), read.outcome)
+                .learn(
+                    &members,
+                    &sent,
+                    (&call, read.signal.as_ref(), cost),
+                    read.outcome,
+                )
                 .await;
             let paced = taught.paced;
             drop(sent);

@@ -5,10 +5,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::concurrency;
 use super::engine::{Call, Pacer};
 use super::scope::BuiltScope;
 use super::wait::{Member, Sent};
-use super::Event;
+use super::{Cost, Event};
 use crate::headers::{Dimension, RateLimitSignal};
 use crate::limiter::{Adjustment, Limiter, ServerBlock};
 use crate::retry::Outcome;
@@ -45,13 +46,16 @@ impl Pacer {
     /// [`targets`](Self::targets)). A response that describes none of
     /// their dimensions (no rate-limit headers) teaches the requests
     /// scope, or, without one, the narrowest scope of all, as the
-    /// header-less regime reads it.
+    /// header-less regime reads it. A refusal that says the limit is
+    /// concurrency, not rate ([`concurrency::refusal`]), teaches the
+    /// targets' caps on calls in flight instead of their rates; the
+    /// call's `cost` says what it would have taken of each limit.
     /// Every member counts the attempt as answered.
     pub(crate) async fn learn(
         &self,
         members: &[Member],
         sent: &Sent<'_>,
-        (call, signal): (&Call, Option<&RateLimitSignal>),
+        (call, signal, cost): (&Call, Option<&RateLimitSignal>, &Cost),
         outcome: Outcome,
     ) -> Taught {
         let mut taught = Taught::default();
@@ -60,6 +64,10 @@ impl Pacer {
         for (i, (m, &seq)) in members.iter().zip(&sent.seqs).enumerate() {
             m.state.seen_response.store(true, Ordering::Release);
             match signal.filter(|_| targets.contains(&m.scope)) {
+                Some(signal) if self.learn_concurrency(m, seq, signal, cost) => {
+                    taught.paced |=
+                        self.inner.scopes[m.scope].adaptive() && m.state.adapt().server_admits();
+                }
                 Some(signal) => {
                     self.teach(m, (call, seq), signal, outcome == Outcome::Success, now)
                         .await;
@@ -77,8 +85,57 @@ impl Pacer {
             if self.weighs(m) {
                 m.state.weights().answered(seq);
             }
+            if signal.is_some_and(|s| !s.is_throttled() && s.status < 400) {
+                self.answered_in_flight(m);
+            }
         }
         taught
+    }
+
+    /// A refusal that the key's permits read as one of concurrency
+    /// ([`concurrency::refusal`], for a learning key): it lowers the key's
+    /// cap on calls in flight, and the rate model does not read it (the
+    /// server counted nothing, and a rate refusal would cut a rate that
+    /// does not bind). Returns whether it was one.
+    fn learn_concurrency(
+        &self,
+        m: &Member,
+        seq: u64,
+        signal: &RateLimitSignal,
+        cost: &Cost,
+    ) -> bool {
+        let scope = &self.inner.scopes[m.scope];
+        let Some(in_flight) = m.state.in_flight.as_ref().filter(|_| scope.adaptive()) else {
+            return false;
+        };
+        if concurrency::refusal(signal, |d| cost.get(d), in_flight.sent()).is_none() {
+            return false;
+        }
+        m.state.adapt().on_no_response(seq);
+        self.emit(Event::Throttled {
+            scope: scope.config.name.clone(),
+            key: m.state.key.clone(),
+            status: signal.status,
+            retry_after: signal.retry_after,
+        });
+        if let Some(cap) = in_flight.refused() {
+            tracing::debug!(target: "reqwest_pace", key = m.state.key, cap, "concurrency refusal: fewer calls in flight");
+        }
+        true
+    }
+
+    /// A call the server admitted was answered: a learning key's cap on
+    /// calls in flight counts it toward its next probe.
+    fn answered_in_flight(&self, m: &Member) {
+        let Some(in_flight) = &m.state.in_flight else {
+            return;
+        };
+        if !self.inner.scopes[m.scope].adaptive() {
+            return;
+        }
+        if let Some(cap) = in_flight.answered() {
+            tracing::debug!(target: "reqwest_pace", key = m.state.key, cap, "probing one more call in flight");
+        }
     }
 
     /// The scopes a response teaches: per dimension it describes (for a

@@ -12,6 +12,7 @@ mod adapt;
 mod autothrottle;
 mod breaker;
 mod builder;
+mod concurrency;
 mod engine;
 mod events;
 mod headerless;
@@ -166,11 +167,13 @@ pub struct KeyStatus {
     pub closed_for: Option<Duration>,
     /// The status of the response that closed it.
     pub closed_by: Option<StatusCode>,
-    /// The key's cap on requests in flight
-    /// ([`Scope::max_in_flight`]); `None` without one.
+    /// The key's cap on requests in flight: the one set
+    /// ([`Scope::max_in_flight`]) or the one its server's concurrency
+    /// refusals taught, whichever is less; `None` without either.
     pub max_in_flight: Option<usize>,
     /// How many requests hold one of the key's in-flight permits now
-    /// (always 0 without a cap).
+    /// (counted for a learning scope's key without a cap too; always 0
+    /// for another scope without one).
     pub in_flight: usize,
     /// The key's circuit breaker ([`Scope::circuit_breaker`]); `None`
     /// without one.

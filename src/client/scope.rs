@@ -12,6 +12,7 @@ use reqwest::Request;
 use super::adapt::{Adaptive, Learned};
 use super::autothrottle::{AutoThrottle, Politeness};
 use super::breaker::{Breaker, CircuitBreaker, CircuitState};
+use super::concurrency::InFlight;
 use super::memory::Memory;
 use super::priority::Turns;
 use crate::headers::Dimension;
@@ -372,6 +373,20 @@ impl Scope {
     /// [`key_status`](crate::Pacer::key_status) reports a key's cap and
     /// how many requests hold a permit. Zero fails the build.
     ///
+    /// **Learned.** A learning scope (see [`adaptive`](Self::adaptive))
+    /// needs no cap set to keep under its server's: a refusal that says the
+    /// limit is concurrency, not rate (a 429 or 503 naming no wait, with
+    /// every limit it states holding room for the call, while other calls
+    /// of the key are in flight), caps the key at the calls it had in
+    /// flight less the refused one (at least 1), and is not read as a rate
+    /// refusal (the rate is not cut). A call that took its permit before
+    /// the cap went down takes one again before it is sent, so the cap
+    /// holds from the next send on. The cap is probed one call higher
+    /// after 256 calls answered at it without a concurrency refusal, a run
+    /// that doubles (up to 65 536) each time a probe is refused: a server
+    /// whose cap grows is found again, at one refused call per probe. A
+    /// cap set here is lowered so, never raised above what was set.
+    ///
     /// ```
     /// use reqwest_pace::{Pacer, Scope};
     ///
@@ -725,8 +740,10 @@ pub(crate) struct KeyState {
     /// what the next response says still reaches them (a turn booked in a
     /// shared bucket is granted, whatever the server says meanwhile).
     pub(crate) booking: Option<tokio::sync::Semaphore>,
-    /// The permits of [`Scope::max_in_flight`], with their number.
-    pub(crate) in_flight: Option<(Arc<tokio::sync::Semaphore>, usize)>,
+    /// The key's permits of calls in flight, capped by
+    /// [`Scope::max_in_flight`] or by what concurrency refusals taught,
+    /// for a scope that has one or learns.
+    pub(crate) in_flight: Option<Arc<InFlight>>,
     /// The key's calls by priority, in front of everything else a call
     /// waits for on the key.
     pub(crate) turns: Turns,
@@ -948,9 +965,8 @@ impl KeyState {
             server_block: Mutex::new(None),
             block_changed: tokio::sync::Notify::new(),
             booking,
-            in_flight: config
-                .max_in_flight
-                .map(|max| (Arc::new(tokio::sync::Semaphore::new(max)), max)),
+            in_flight: (config.max_in_flight.is_some() || config.learns())
+                .then(|| Arc::new(InFlight::new(config.max_in_flight))),
             turns: Turns::new(config.aging),
             breaker: config.breaker.map(|b| Mutex::new(Breaker::new(b))),
             politeness: config.auto_throttle.and_then(|tuning| {
@@ -973,6 +989,9 @@ impl KeyState {
             *crate::sync::lock(breaker) = Breaker::new(tuning);
         }
         *self.weights() = Weights::default();
+        if let Some(in_flight) = &self.in_flight {
+            in_flight.reset();
+        }
         *self.adapt() = Adaptive::new(
             config.dimension.clone(),
             config.rate,
@@ -1058,9 +1077,12 @@ impl KeyState {
 
     /// How many requests hold one of the key's in-flight permits.
     pub(crate) fn in_flight(&self) -> usize {
-        self.in_flight
-            .as_ref()
-            .map_or(0, |(permits, max)| max - permits.available_permits())
+        self.in_flight.as_ref().map_or(0, |f| f.held())
+    }
+
+    /// The key's cap on calls in flight, configured or learned.
+    pub(crate) fn max_in_flight(&self) -> Option<usize> {
+        self.in_flight.as_ref().and_then(|f| f.cap())
     }
 }
 

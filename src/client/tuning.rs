@@ -2,11 +2,12 @@
 //! rate-limit headers mean ([`infer`](super::infer)), how a key without
 //! them finds its rate ([`headerless`](super::headerless)), and how the
 //! gaps between a key's sends read a server that spaces them
-//! ([`spacing`](super::spacing)). Each part's fields say what they trade
+//! ([`spacing`](super::spacing)), and when a key's cap on calls in flight
+//! is probed ([`concurrency`](super::concurrency)). Each part's fields say what they trade
 //! off; [`TUNING`] is the one in force, and the modules read theirs from
 //! it, never a number of their own.
 
-use super::{headerless, infer, spacing};
+use super::{concurrency, headerless, infer, spacing};
 
 /// The thresholds of reading a server.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -18,6 +19,9 @@ pub(crate) struct Tuning {
     pub(crate) header_less: headerless::Tuning,
     /// A server that spaces a key's requests, read from their gaps.
     pub(crate) spacing: spacing::Tuning,
+    /// A cap on calls in flight learned from concurrency refusals: when
+    /// it is probed higher.
+    pub(crate) concurrency: concurrency::Tuning,
     /// Where processes share a key's limiter, a shared rate below this
     /// share of the highest one a process saw since the last cut means a
     /// process cut it (the header-less decreases are 0.9 at most); a
@@ -34,6 +38,7 @@ pub(crate) const TUNING: Tuning = Tuning {
     headers: infer::Tuning::DEFAULT,
     header_less: headerless::Tuning::DEFAULT,
     spacing: spacing::Tuning::DEFAULT,
+    concurrency: concurrency::Tuning::DEFAULT,
     fleet_cut: 0.95,
     latest_sends: 8,
 };

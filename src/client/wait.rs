@@ -9,6 +9,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::breaker::{Admission, Health, Transition};
+use super::concurrency::Permit;
 use super::engine::{Call, Gate, Pacer};
 use super::scope::KeyState;
 use super::{Event, Priority};
@@ -37,7 +38,7 @@ pub(crate) struct Member {
 /// dropped: an error, a cancelled call), and each member's send number.
 pub(crate) struct Sent<'m> {
     _probes: Vec<ProbeGuard<'m>>,
-    _permits: Vec<OwnedSemaphorePermit>,
+    _permits: Vec<Permit>,
     pub(crate) seqs: Vec<u64>,
     /// What each member's circuit breaker admitted the attempt as, for the
     /// members whose scope has one.
@@ -256,9 +257,9 @@ impl Pacer {
                     return Err(e);
                 }
             };
-            if let Some((in_flight, _)) = &m.state.in_flight {
-                match take_permit(in_flight, until).await {
-                    Ok(permit) => permits.push(permit),
+            if let Some(in_flight) = &m.state.in_flight {
+                match take_permit(in_flight.semaphore(), until).await {
+                    Ok(permit) => permits.push(in_flight.hold(permit)),
                     Err(e) => {
                         no_longer_in_flight(members, &seqs);
                         return Err(e);
@@ -277,6 +278,10 @@ impl Pacer {
                 m.state.weights().sent(seq, m.weight);
             }
             seqs.push(seq);
+        }
+        if let Err(e) = settle_permits(&mut permits, until).await {
+            no_longer_in_flight(members, &seqs);
+            return Err(e);
         }
         if let Some((origin, gate)) = gate {
             let t0 = Instant::now();
@@ -559,8 +564,8 @@ impl Spacer {
     }
 }
 
-/// One of a key's in-flight permits ([`Scope::max_in_flight`]), by
-/// `until`: fair (first asked, first served) and cancel-safe (a call
+/// One of a key's in-flight permits ([`Scope::max_in_flight`], or a cap
+/// learned), by `until`: fair (first asked, first served) and cancel-safe (a call
 /// dropped while it waits leaves the queue).
 ///
 /// [`Scope::max_in_flight`]: crate::Scope::max_in_flight
@@ -571,6 +576,26 @@ async fn take_permit(
     let permit = by_deadline(until, Arc::clone(permits).acquire_owned()).await?;
     // Never closed: the semaphore lives as long as the key's state.
     permit.map_err(|_| WaitError::Failed(Error::config("the key's in-flight permits closed")))
+}
+
+/// Before the send: a permit its key's cap no longer covers (the cap went
+/// down while the call waited, a concurrency refusal read meanwhile) is
+/// given back and taken again behind the queue, so that what was learned
+/// holds from this send on; then every permit counts its call as sent.
+async fn settle_permits(
+    permits: &mut [Permit],
+    until: Option<(Instant, Duration)>,
+) -> Result<(), WaitError> {
+    for permit in permits.iter_mut() {
+        while permit.repay() {
+            let again = take_permit(permit.semaphore(), until).await?;
+            permit.replace(again);
+        }
+    }
+    for permit in permits {
+        permit.send();
+    }
+    Ok(())
 }
 
 /// Wait for the key's first response, but not forever: a probe that hangs
