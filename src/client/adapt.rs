@@ -862,7 +862,7 @@ impl Adaptive {
         let rate = self
             .congestion
             .cut(now, self.sent, (delivered, admitted), t);
-        if let Some(wait) = signal.believable_retry_after() {
+        if let Some(wait) = self.server_wait(signal) {
             self.congestion.blocked_for(wait, t);
         }
         self.lowered_to(rate, granted_rate.map(|_| delivered), out);
@@ -1166,13 +1166,22 @@ mod tests {
     /// A key stating a quota of one, admitted every 60 ms and refused at
     /// 59 ms (the bracket 59..60 ms, narrow): `(adaptive, what the last
     /// response taught)` after that refusal, carrying `retry_after`.
-    fn spacer_of_one(retry_after: Option<Duration>) -> (Adaptive, Vec<Adjustment>) {
+    fn spacer_of_one(retry_after: Option<Duration>) -> (Adaptive, Vec<Adjustment>, Instant) {
+        spacer_stating(1, retry_after)
+    }
+
+    /// The same, the headers stating a quota of `quota`; with the instant
+    /// the refusal was answered.
+    fn spacer_stating(
+        quota: u64,
+        retry_after: Option<Duration>,
+    ) -> (Adaptive, Vec<Adjustment>, Instant) {
         let mut a = fresh();
         let t0 = Instant::now();
         let respond = |a: &mut Adaptive, ms: u64, ok: bool| {
             let at = t0 + Duration::from_millis(ms);
             let seq = a.on_send(at, Grant::default(), 1);
-            let mut one = signal(if ok { 200 } else { 429 }, vec![requests(1, 0, 1)]);
+            let mut one = signal(if ok { 200 } else { 429 }, vec![requests(quota, 0, 1)]);
             if !ok {
                 one.retry_after = retry_after;
             }
@@ -1182,17 +1191,21 @@ mod tests {
             respond(&mut a, ms, true);
         }
         let taught = respond(&mut a, 299, false);
-        (a, taught)
+        (a, taught, t0 + Duration::from_millis(299))
     }
 
     #[test]
     fn a_quota_of_one_is_paced_by_its_gaps_from_the_first_refusal() {
-        let (a, taught) = spacer_of_one(None);
+        let (a, taught, _) = spacer_of_one(None);
         assert_eq!(a.spaced_by, Some(Duration::from_millis(60)));
         // Exactly the gap admitted, not a nanosecond over: a timer rounds
         // a deadline up to its millisecond.
         let sixty = Rate::every(Duration::from_millis(60)).expect("a rate");
         assert!(taught.contains(&Adjustment::SetRate(sixty)), "{taught:?}");
+        // Stating a quota above one, a refusal alone does not pace it.
+        let (a, taught, _) = spacer_stating(2, None);
+        assert_eq!(a.spaced_by, None);
+        assert!(!taught.contains(&Adjustment::SetRate(sixty)), "{taught:?}");
     }
 
     #[test]
@@ -1206,15 +1219,18 @@ mod tests {
             (Duration::from_millis(20), Duration::from_millis(20)),
             (Duration::from_secs(2), Duration::from_secs(2)),
         ] {
-            let (a, taught) = spacer_of_one(Some(retry_after));
+            let (a, taught, refused_at) = spacer_of_one(Some(retry_after));
             let mut refused = signal(429, vec![requests(1, 0, 1)]);
             refused.retry_after = Some(retry_after);
             assert_eq!(a.server_wait(&refused), Some(read), "{retry_after:?}");
-            let blocks = taught
+            let blocks: Vec<_> = taught
                 .iter()
-                .filter(|a| matches!(a, Adjustment::BlockUntil(_)))
-                .count();
-            assert_eq!(blocks, 1, "{taught:?}");
+                .filter_map(|a| match a {
+                    Adjustment::BlockUntil(until) => Some(*until),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(blocks, [refused_at + read], "{taught:?}");
         }
     }
 

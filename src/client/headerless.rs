@@ -39,7 +39,10 @@
 //!   (up to the last refusal) is the rate that is too fast: the limit of a
 //!   window, measured whatever rate ran into it, where the lockout lasted
 //!   [`Tuning::spent_share`] of the cycle at least (a short lockout at the
-//!   end of a long cycle measured only what the key chose to send).
+//!   end of a long cycle measured only what the key chose to send). For
+//!   as long as the cycle admitted before its lockout, a refusal after its
+//!   end cuts the rate but keeps the target: a log the cycle overran
+//!   refuses until those admissions age out.
 //! - **Recovery.** The rate climbs back to [`Tuning::recover_to`] of the
 //!   rate that was too fast, linearly over [`Tuning::recovery`].
 //! - **Hold, then probe.** The target is held for [`Tuning::first_hold`]
@@ -303,6 +306,16 @@ pub(crate) struct Congestion {
     /// let through is its limit (a window spent, then refused until it
     /// ends), whatever the rate that ran into it.
     cycle: Option<(Instant, u64)>,
+    /// Until when the limit the end of a lockout measured stands against
+    /// refusals (the rate still cut, the target kept): a log the cycle
+    /// overran refuses until the admissions that overran it age out, over
+    /// as long as they took to come in (the cycle up to its lockout), and
+    /// that says nothing of the limit (a log of 585 in 7 s went from 0.64
+    /// to 0.95 of its limit). Later, a sliding counter's overrun still
+    /// weighs on its estimate for a window, and the target must come down
+    /// under it (kept for the whole cycle, a counter took a refusal a
+    /// second).
+    measured_until: Option<Instant>,
 }
 
 impl Congestion {
@@ -329,6 +342,7 @@ impl Congestion {
             lockouts: 0,
             last_refused: None,
             cycle: None,
+            measured_until: None,
         }
     }
 
@@ -400,6 +414,10 @@ impl Congestion {
             self.rate = self.rate.min(self.target);
             self.cut_to = self.rate;
             self.held_since = None;
+            let admitting = self
+                .locked_since
+                .map_or(Duration::ZERO, |l| l.saturating_duration_since(since));
+            self.measured_until = Some(now + admitting);
         }
     }
 
@@ -421,6 +439,7 @@ impl Congestion {
         // whose climb a second's average lags.
         let measured = admitted.map_or(delivered, |a| delivered.min(a.average.max(t.min_rate)));
         let probing = self.phase == Phase::Steady && self.rate > self.target;
+        let overrun = self.measured_until.is_some_and(|until| now < until);
         let held = self.target;
         let mut guess = None;
         let (too_fast, target, rate) = match self.phase {
@@ -490,6 +509,13 @@ impl Congestion {
             // rate refused: a window or log that slow start overran goes
             // on refusing until its count of the overshoot runs out, and
             // that says nothing of what it allows after.
+            // Refused at or below a limit the end of a lockout measured,
+            // while what overran it ages out (see `measured_until`): the
+            // target stands.
+            Phase::Steady if overrun => {
+                let from = self.rate.min(delivered);
+                (self.too_fast, held, from * t.first_decrease)
+            }
             Phase::Steady => {
                 let sent = self.rate.min(measured);
                 // Refused again, within a cycle, where the last such
@@ -1144,6 +1170,37 @@ mod tests {
         assert_eq!(c.lockout_wait(at(5_700), &T), None);
         // The next cycle starts at this one's end.
         assert_eq!(c.cycle, Some((at(5_700), 1)));
+    }
+
+    /// A lockout's end measures 100 in 4.1 s; the cycle admitted for its
+    /// first second before the lockout began. A refusal within a second of
+    /// the end (a log still counting the cycle's admissions) cuts the rate
+    /// but keeps the target; one later finds the target too high.
+    #[test]
+    fn a_refusal_while_the_measured_overrun_ages_out_keeps_the_target() {
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        let locked_out = || {
+            let mut c = steady_after(start, (100.0, 200.0), 100, 10);
+            c.cut(at(1_000), 100, (100.0, None), &T);
+            for (k, ms) in [1_100, 1_300, 1_700, 2_500, 4_100].into_iter().enumerate() {
+                c.cut(at(ms), 101 + k as u64, (50.0, None), &T);
+            }
+            c.admitted(at(5_700), &T);
+            c
+        };
+        let measured = 100.0 / 4.1 * T.recover_to;
+        let mut c = locked_out();
+        assert_eq!(c.target(), measured);
+        let rate = c.rate;
+        c.admitted(at(6_000), &T);
+        c.cut(at(6_500), 200, (rate, None), &T);
+        assert_eq!(c.target(), measured, "within the overrun");
+        assert!(c.rate < rate, "{} {rate}", c.rate);
+        let mut c = locked_out();
+        c.admitted(at(6_000), &T);
+        c.cut(at(6_800), 200, (rate, None), &T);
+        assert!(c.target() < measured, "after it: {}", c.target());
     }
 
     /// A long window spent at 1,000 a second: the lockout's cuts leave

@@ -69,16 +69,16 @@ impl Pacer {
                         self.inner.scopes[m.scope].adaptive() && m.state.adapt().server_admits();
                 }
                 Some(signal) => {
-                    self.teach(m, (call, seq), signal, outcome == Outcome::Success, now)
+                    let wait = self
+                        .teach(m, (call, seq), signal, outcome == Outcome::Success, now)
                         .await;
+                    taught.server_wait = taught.server_wait.max(wait);
                     if self.follow_headers(m, seq, signal) {
                         taught.followed.push(i);
                     }
                     taught.paced |= signal.is_throttled()
                         && self.inner.scopes[m.scope].adaptive()
                         && m.state.adapt().server_admits();
-                    let wait = m.state.adapt().server_wait(signal);
-                    taught.server_wait = taught.server_wait.max(wait);
                 }
                 None => m.state.adapt().on_no_response(seq),
             }
@@ -235,7 +235,10 @@ impl Pacer {
         true
     }
 
-    /// Teach one member's key.
+    /// Teach one member's key; returns the wait a refusal asks of it, as
+    /// its model read the response ([`Adaptive::server_wait`]).
+    ///
+    /// [`Adaptive::server_wait`]: super::adapt::Adaptive::server_wait
     async fn teach(
         &self,
         m: &Member,
@@ -243,7 +246,7 @@ impl Pacer {
         signal: &RateLimitSignal,
         success: bool,
         now: Instant,
-    ) {
+    ) -> Option<Duration> {
         let scope = &self.inner.scopes[m.scope];
         if !scope.adaptive() {
             m.state.adapt().on_no_response(seq);
@@ -264,19 +267,26 @@ impl Pacer {
             // its default bucket, which the key itself paces).
             scope.remember_bucket(&m.base, &call.route(), named);
             if !scope.paced_in(&m.base, m.bucket.as_deref(), named) {
-                m.state.adapt().on_no_response(seq);
-                return;
+                let mut adapt = m.state.adapt();
+                adapt.on_no_response(seq);
+                return adapt.server_wait(signal);
             }
         }
-        let mut adjustments = if scope.adaptive() {
-            m.state.adapt().on_response(now, seq, signal, success)
-        } else {
-            // A cap is not lowered, but the server's wait is kept.
-            server_block(m, signal, now)
-                .map(Adjustment::BlockUntil)
-                .into_iter()
-                .collect()
+        // The wait read with the response, under one lock: another
+        // response read meanwhile would change what the model says.
+        let (mut adjustments, wait) = {
+            let mut adapt = m.state.adapt();
+            let adjustments = if scope.adaptive() {
+                adapt.on_response(now, seq, signal, success)
+            } else {
+                Vec::new()
+            };
+            (adjustments, adapt.server_wait(signal))
         };
+        if !scope.adaptive() {
+            // A cap is not lowered, but the server's wait is kept.
+            adjustments.extend(wait.map(|w| Adjustment::BlockUntil(now + w)));
+        }
         if signal.is_throttled() {
             self.emit(Event::Throttled {
                 scope: scope.config.name.clone(),
@@ -286,7 +296,7 @@ impl Pacer {
             });
         }
         let Ok(limiter) = &m.state.limiter else {
-            return;
+            return wait;
         };
         let read_as_bucket = self.read_bucket(m, signal, &mut adjustments);
         let relearned = !read_as_bucket
@@ -300,7 +310,8 @@ impl Pacer {
                 )
             });
         for adjustment in adjustments {
-            self.apply(m, scope, limiter.as_ref(), adjustment, signal, now)
+            let asked = wait.map(|w| now + w);
+            self.apply(m, scope, limiter.as_ref(), adjustment, (signal, asked), now)
                 .await;
         }
         if relearned {
@@ -310,6 +321,7 @@ impl Pacer {
                 scope.memory.remember(&m.state.key, learned);
             }
         }
+        wait
     }
 
     /// For a learning key of a dimension other than requests (its own
@@ -381,12 +393,14 @@ impl Pacer {
         scope: &BuiltScope,
         limiter: &dyn Limiter,
         adjustment: Adjustment,
-        signal: &RateLimitSignal,
+        (signal, asked): (&RateLimitSignal, Option<Instant>),
         now: Instant,
     ) {
         let adjustment = match adjustment {
             Adjustment::BlockUntil(until) => {
-                let spent_quota = server_block(m, signal, now) != Some(until);
+                // Not the block the refusal's wait asked for: a spent
+                // quota's reset.
+                let spent_quota = asked != Some(until);
                 let block = ServerBlock::new(until, signal.status, spent_quota);
                 m.state.set_server_block(Some(block));
                 let wait = until.saturating_duration_since(now);
@@ -486,10 +500,4 @@ fn least_limit(signal: &RateLimitSignal, dimension: &Dimension) -> Option<u64> {
         .filter_map(|l| l.limit)
         .filter(|&l| l > 0)
         .min()
-}
-
-/// The block a throttled response's `Retry-After` asks of the member's
-/// key, as its model reads it.
-fn server_block(m: &Member, signal: &RateLimitSignal, now: Instant) -> Option<Instant> {
-    m.state.adapt().server_wait(signal).map(|wait| now + wait)
 }
