@@ -214,14 +214,22 @@ impl Turns {
         arrived - head_start
     }
 
-    /// Hand the turn to the first call waiting, or free it.
-    fn pass(&self, queue: &mut Queue) {
+    /// Hand the turn to the first call waiting, or free it. Returns the
+    /// waker of the call handed the turn, to be woken once the queue is
+    /// unlocked: a waker may run code that takes the queue's lock again
+    /// (an executor that polls on wake), and a std mutex taken twice by
+    /// one thread deadlocks.
+    #[must_use = "the call handed the turn is woken by the caller"]
+    fn pass(&self, queue: &mut Queue) -> Option<Waker> {
         match queue.waiting.pop_first() {
             Some(((_, arrival), waker)) => {
                 queue.handed = Some(arrival);
-                waker.wake();
+                Some(waker)
             }
-            None => queue.held = false,
+            None => {
+                queue.held = false;
+                None
+            }
         }
     }
 }
@@ -279,11 +287,16 @@ impl Drop for Take<'_> {
             return;
         };
         let mut queue = lock(&self.turns.queue);
-        if queue.handed == Some(arrival) {
+        let next = if queue.handed == Some(arrival) {
             queue.handed = None;
-            self.turns.pass(&mut queue);
+            self.turns.pass(&mut queue)
         } else {
             queue.waiting.remove(&(order, arrival));
+            None
+        };
+        drop(queue);
+        if let Some(waker) = next {
+            waker.wake();
         }
     }
 }
@@ -296,8 +309,10 @@ pub(crate) struct Turn<'a> {
 
 impl Drop for Turn<'_> {
     fn drop(&mut self) {
-        let mut queue = lock(&self.turns.queue);
-        self.turns.pass(&mut queue);
+        let next = self.turns.pass(&mut lock(&self.turns.queue));
+        if let Some(waker) = next {
+            waker.wake();
+        }
     }
 }
 
@@ -473,6 +488,47 @@ mod tests {
         tokio::time::sleep(50 * MS).await;
         drop(holder);
         assert_eq!(next.await.unwrap(), 100 * MS);
+    }
+
+    /// A waker that looks whether the queue is locked as it is woken.
+    struct Probe {
+        turns: Arc<Turns>,
+        woken_locked: Mutex<Vec<bool>>,
+    }
+
+    impl std::task::Wake for Probe {
+        fn wake(self: Arc<Self>) {
+            let locked = matches!(
+                self.turns.queue.try_lock(),
+                Err(std::sync::TryLockError::WouldBlock)
+            );
+            lock(&self.woken_locked).push(locked);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_next_call_is_woken_after_the_queue_is_unlocked() {
+        // A waker may run the woken task's code at once (another executor's
+        // inline wake-up, a select's own waker): woken under the queue's
+        // lock, such code taking it again would deadlock.
+        let turns = Arc::new(Turns::new(Duration::from_secs(10)));
+        let probe = Arc::new(Probe {
+            turns: Arc::clone(&turns),
+            woken_locked: Mutex::new(Vec::new()),
+        });
+        let waker = Waker::from(Arc::clone(&probe));
+        let mut cx = Context::from_waker(&waker);
+        let holder = turns.take(Priority::NORMAL).await;
+        let mut handed = Box::pin(turns.take(Priority::NORMAL));
+        let mut next = Box::pin(turns.take(Priority::NORMAL));
+        assert!(handed.as_mut().poll(&mut cx).is_pending());
+        assert!(next.as_mut().poll(&mut cx).is_pending());
+        // Handed on by a turn dropped, then by a call dropped as it was
+        // handed the turn.
+        drop(holder);
+        drop(handed);
+        assert_eq!(*lock(&probe.woken_locked), [false, false]);
+        assert!(next.as_mut().poll(&mut cx).is_ready());
     }
 
     #[test]
