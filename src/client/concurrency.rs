@@ -79,7 +79,11 @@ pub(crate) fn refusal(
     weight: impl Fn(&Dimension) -> u64,
     in_flight: usize,
 ) -> Option<Evidence> {
-    if !signal.is_throttled() || signal.believable_retry_after().is_some() || in_flight < 2 {
+    // Only a 429: a 503 says the server is overloaded or down, whatever
+    // its headers say, and a run of them (an outage) read as concurrency
+    // would cut the cap at each; the rate model reads it, as before caps
+    // were learned.
+    if signal.status != 429 || signal.believable_retry_after().is_some() || in_flight < 2 {
         return None;
     }
     let mut stated = signal
@@ -437,6 +441,10 @@ mod tests {
         // Alone in flight: no cap refuses one call.
         let room = refusal_with(vec![limit(Dimension::Requests, 40)]);
         assert_eq!(refusal(&room, weight, 1), None);
+        // A 503 with room and no wait: overload (an outage), not a cap.
+        let mut overload = room.clone();
+        overload.status = 503;
+        assert_eq!(refusal(&overload, weight, 32), None);
         // Not a refusal.
         let mut ok = room.clone();
         ok.status = 200;
