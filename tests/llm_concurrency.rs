@@ -408,3 +408,155 @@ async fn the_call_refused_for_concurrency_waits_for_a_permit() {
     );
     assert_eq!(run.elapsed, Duration::from_millis(3_002));
 }
+
+/// A server answering `/refuse` with a concurrency refusal (a 429 naming
+/// no wait, its requests limit with room, which the call gives up on)
+/// after 200 ms, `/long` after
+/// 1 s, anything else at once; it logs each arrival (path, user, ms).
+#[derive(Clone)]
+struct Scripted {
+    t0: Instant,
+    log: Arc<Mutex<Vec<(String, String, u128)>>>,
+}
+
+impl Service<reqwest::Request> for Scripted {
+    type Response = reqwest::Response;
+    type Error = reqwest::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<reqwest::Response, reqwest::Error>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), reqwest::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: reqwest::Request) -> Self::Future {
+        let path = request.url().path().to_owned();
+        let user = request
+            .headers()
+            .get("x-user")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let at = self.t0.elapsed().as_millis();
+        self.log.lock().unwrap().push((path.clone(), user, at));
+        Box::pin(async move {
+            let (status, hold) = match path.as_str() {
+                "/refuse" => (429, 200),
+                "/long" => (200, 1_000),
+                _ => (200, 0),
+            };
+            tokio::time::sleep(Duration::from_millis(hold)).await;
+            let response = http::Response::builder()
+                .status(status)
+                .header("x-ratelimit-limit-requests", "1000")
+                .header("x-ratelimit-remaining-requests", "900")
+                .header("x-ratelimit-reset-requests", "1s")
+                .body(String::new())
+                .unwrap();
+            Ok(reqwest::Response::from(response))
+        })
+    }
+}
+
+/// Two scopes with permits, taken in their order: the learning host
+/// scope's, then a user's (one call in flight, one a second). A
+/// concurrency refusal read at 210 ms lowers the host's cap to 1 below
+/// what is held, while X holds a host permit and waits for its user's
+/// token, and Y holds another and waits for X's user permit. X is sent at
+/// 1 s with its permit (one send over the just-lowered cap, which holds
+/// from the next call on), not made to queue for the host's permit again
+/// while it holds its user's (it would wait for Y, Y for it, and every
+/// later call of the host behind them); Y goes at 2 s, its user's next
+/// token, and a call of another user after them.
+#[tokio::test(start_paused = true)]
+async fn a_cap_lowered_while_a_call_waits_on_a_later_scope_never_deadlocks() {
+    let pacer = Pacer::builder()
+        .retry(RetryPolicy::default().with_max_attempts(1))
+        .host_scope(Scope::per_host().probe_first(false))
+        .scope(
+            Scope::per_header("user", "x-user")
+                .adaptive(false)
+                .rate(reqwest_pace::Rate::per_second(1).unwrap())
+                .burst(1)
+                .max_in_flight(1),
+        )
+        .build()
+        .unwrap();
+    let t0 = Instant::now();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let service = PaceLayer::new(pacer.clone()).layer(Scripted {
+        t0,
+        log: Arc::clone(&log),
+    });
+    let spawn = |path: &'static str, user: &'static str, at: u64| {
+        let mut service = service.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(at)).await;
+            let mut request = reqwest::Request::new(
+                reqwest::Method::GET,
+                format!("http://api.test{path}").parse().unwrap(),
+            );
+            request
+                .headers_mut()
+                .insert("x-user", user.parse().unwrap());
+            let status = service.call(request).await.map(|r| r.status().as_u16());
+            (status.ok(), t0.elapsed().as_millis())
+        })
+    };
+    // W spends u3's token; the refusal of u1's call comes with u2's in
+    // flight (sent at 11 ms: the first answer taught the host 1 000
+    // requests a second); X and Y are u3's next calls.
+    let w = spawn("/", "u3", 0);
+    let refused = spawn("/refuse", "u1", 10);
+    let long = spawn("/long", "u2", 10);
+    let x = spawn("/", "u3", 20);
+    let y = spawn("/", "u3", 30);
+    let ends = tokio::time::timeout(Duration::from_secs(60), async {
+        let mut ends = Vec::new();
+        for task in [w, refused, long, x, y] {
+            ends.push(task.await.unwrap());
+        }
+        ends
+    })
+    .await
+    .expect("the calls of the host hang");
+    assert_eq!(
+        ends,
+        [
+            (Some(200), 0),
+            (None, 210),
+            (Some(200), 1_011),
+            (Some(200), 1_000),
+            (Some(200), 2_000),
+        ]
+    );
+    assert_eq!(
+        pacer
+            .key_status("host", "http://api.test:80")
+            .unwrap()
+            .max_in_flight,
+        Some(1)
+    );
+    let after = tokio::time::timeout(Duration::from_secs(60), spawn("/", "u9", 0))
+        .await
+        .expect("a later call of the host hangs")
+        .unwrap();
+    assert_eq!(after, (Some(200), 2_000));
+    let arrivals: Vec<_> = log
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(path, user, at)| (path.clone(), user.clone(), *at))
+        .collect();
+    let expected = [
+        ("/", "u3", 0),
+        ("/refuse", "u1", 10),
+        ("/long", "u2", 11),
+        ("/", "u3", 1_000),
+        ("/", "u3", 2_000),
+        ("/", "u9", 2_000),
+    ];
+    assert_eq!(
+        arrivals,
+        expected.map(|(p, u, at)| (p.to_owned(), u.to_owned(), at))
+    );
+}

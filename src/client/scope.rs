@@ -965,7 +965,14 @@ impl KeyState {
             server_block: Mutex::new(None),
             block_changed: tokio::sync::Notify::new(),
             booking,
-            in_flight: (config.max_in_flight.is_some() || config.learns())
+            // A learning scope of requests learns a cap on its calls in
+            // flight; one of tokens (or another unit) counts what calls
+            // weigh, not how many are out, and a second learned cap on
+            // the same calls would be an earlier member's permit the
+            // settling before a send cannot take again (see
+            // `settle_permits`).
+            in_flight: (config.max_in_flight.is_some()
+                || (config.learns() && *config.dimension_ref() == Dimension::Requests))
                 .then(|| Arc::new(InFlight::new(config.max_in_flight))),
             turns: Turns::new(config.aging),
             breaker: config.breaker.map(|b| Mutex::new(Breaker::new(b))),

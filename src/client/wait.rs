@@ -582,14 +582,23 @@ async fn take_permit(
 /// down while the call waited, a concurrency refusal read meanwhile) is
 /// given back and taken again behind the queue, so that what was learned
 /// holds from this send on; then every permit counts its call as sent.
+///
+/// Only the last permit taken: waiting for an earlier member's while
+/// holding a later one's could make two calls wait for each other (one
+/// holding the later member's permit and waiting for the earlier's, the
+/// other the other way round), and every later call of both keys behind
+/// them; nor can the later ones be given back and taken again, their
+/// buckets' tokens already spent (two sends would go at once). An earlier
+/// member's permit beyond its cap goes with this one send, and pays what
+/// is owed when it is let go.
 async fn settle_permits(
     permits: &mut [Permit],
     until: Option<(Instant, Duration)>,
 ) -> Result<(), WaitError> {
-    for permit in permits.iter_mut() {
-        while permit.repay() {
-            let again = take_permit(permit.semaphore(), until).await?;
-            permit.replace(again);
+    if let Some(last) = permits.last_mut() {
+        while last.repay() {
+            let again = take_permit(last.semaphore(), until).await?;
+            last.replace(again);
         }
     }
     for permit in permits {
