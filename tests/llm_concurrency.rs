@@ -459,7 +459,7 @@ impl Service<reqwest::Request> for Scripted {
 
 /// Two scopes with permits, taken in their order: the learning host
 /// scope's, then a user's (one call in flight, one a second). A
-/// concurrency refusal read at 210 ms lowers the host's cap to 1 below
+/// concurrency refusal read at 210 ms lowers the host's cap to 2 below
 /// what is held, while X holds a host permit and waits for its user's
 /// token, and Y holds another and waits for X's user permit. X is sent at
 /// 1 s with its permit (one send over the just-lowered cap, which holds
@@ -534,7 +534,7 @@ async fn a_cap_lowered_while_a_call_waits_on_a_later_scope_never_deadlocks() {
             .key_status("host", "http://api.test:80")
             .unwrap()
             .max_in_flight,
-        Some(1)
+        Some(2)
     );
     let after = tokio::time::timeout(Duration::from_secs(60), spawn("/", "u9", 0))
         .await
@@ -559,4 +559,103 @@ async fn a_cap_lowered_while_a_call_waits_on_a_later_scope_never_deadlocks() {
         arrivals,
         expected.map(|(p, u, at)| (p.to_owned(), u.to_owned(), at))
     );
+}
+
+/// A server that holds each call 200 ms and answers `outage` (with its
+/// requests limit showing room, no wait) from 5 s to 7 s, 200 otherwise.
+#[derive(Clone)]
+struct Outage {
+    t0: Instant,
+    outage: u16,
+}
+
+impl Service<reqwest::Request> for Outage {
+    type Response = reqwest::Response;
+    type Error = reqwest::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<reqwest::Response, reqwest::Error>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), reqwest::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: reqwest::Request) -> Self::Future {
+        let (t0, outage) = (self.t0, self.outage);
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let at = t0.elapsed();
+            let down = at >= Duration::from_secs(5) && at < Duration::from_secs(7);
+            let response = http::Response::builder()
+                .status(if down { outage } else { 200 })
+                .header("x-ratelimit-limit-requests", "100000")
+                .header("x-ratelimit-remaining-requests", "99000")
+                .header("x-ratelimit-reset-requests", "60s")
+                .body(String::new())
+                .unwrap();
+            Ok(reqwest::Response::from(response))
+        })
+    }
+}
+
+/// 32 tasks for 60 s against [`Outage`]: the calls answered, and the
+/// host key's cap at the seconds given.
+async fn through_an_outage(outage: u16, at: &[u64]) -> (u32, Vec<Option<usize>>) {
+    let pacer = Pacer::builder()
+        .retry(RetryPolicy::default().with_max_attempts(1))
+        .build()
+        .unwrap();
+    let t0 = Instant::now();
+    let service = PaceLayer::new(pacer.clone()).layer(Outage { t0, outage });
+    let mut tasks = Vec::new();
+    for _ in 0..32 {
+        let mut service = service.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut calls = 0;
+            while t0.elapsed() < Duration::from_secs(60) {
+                let request = reqwest::Request::new(
+                    reqwest::Method::GET,
+                    "http://api.test/".parse().unwrap(),
+                );
+                let _ = service.call(request).await;
+                calls += 1;
+            }
+            calls
+        }));
+    }
+    let mut caps = Vec::new();
+    for &second in at {
+        tokio::time::sleep_until(t0 + Duration::from_secs(second)).await;
+        let status = pacer.key_status("host", "http://api.test:80");
+        caps.push(status.and_then(|s| s.max_in_flight));
+    }
+    let mut calls = 0;
+    for task in tasks {
+        calls += task.await.unwrap();
+    }
+    (calls, caps)
+}
+
+/// A 2 s outage of 503s with room in the rate headers is overload, not a
+/// cap on calls in flight: no cap is learned, and the 60 s see nearly the
+/// 9 569 calls of a run without it (9 504; before only 429s were read so:
+/// a cap of 1 within the second, 2 at 59 s, 1 084 calls).
+#[tokio::test(start_paused = true)]
+async fn an_outage_of_503s_teaches_no_cap() {
+    let (calls, caps) = through_an_outage(503, &[6, 7, 8, 15, 59]).await;
+    assert_eq!(caps, [None; 5]);
+    assert!(calls >= 9_400, "{calls} calls");
+}
+
+/// The same outage answered with 429s, which do read as concurrency
+/// refusals: the cap is halved once a round (no lower than half what was
+/// in flight at each round's first refusal, 2 s of rounds of 200 ms take
+/// it to 1), and it is back at 32 by 15 s, one round of calls at each
+/// cap.
+#[tokio::test(start_paused = true)]
+async fn a_cap_an_outage_of_429s_cut_comes_back_in_seconds() {
+    let (calls, caps) = through_an_outage(429, &[6, 8, 10, 12, 15, 59]).await;
+    assert_eq!(
+        caps,
+        [Some(1), Some(6), Some(16), Some(26), Some(33), Some(33)]
+    );
+    assert!(calls >= 8_500, "{calls} calls");
 }

@@ -34,11 +34,33 @@ use crate::headers::{Dimension, RateLimitSignal};
 /// The thresholds of learning a cap on calls in flight.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Tuning {
-    /// Calls answered at the cap (as many in flight), with no concurrency
-    /// refusal, before the cap is probed one higher. Longer keeps the key
-    /// under the server's cap longer and refuses fewer probes; shorter
-    /// finds a grown cap sooner. 256 costs at most 0.4 % refused calls
-    /// from the first probe, less as the run doubles.
+    /// The least share of the calls in flight that the refusals of one
+    /// episode leave the cap at (TCP's multiplicative decrease, β): an
+    /// episode is opened by a refusal of a call sent after the last cut,
+    /// and holds every refusal of the calls sent before it. Within it each
+    /// refusal still caps at what is in flight less one, which finds a
+    /// server's cap from one burst, but no lower than this share of what
+    /// was in flight at its first refusal: a run of refusals that is no
+    /// cap (an outage answered with 429s) halves the cap once per round
+    /// of calls instead of taking it to one at the first round's end.
+    /// Lower finds a cap far below what is in flight in fewer rounds;
+    /// higher gives up less to an outage.
+    pub(crate) decrease: f64,
+    /// Below what the server was seen to admit (the most calls in flight
+    /// at an admitted answer, no more than a refused probe left the cap
+    /// at): rounds at the cap (a round: as many calls answered as the cap,
+    /// at the cap, with no concurrency refusal) before the cap goes one
+    /// higher, TCP's additive increase of one per round trip. One round
+    /// brings a cap cut to 1 by an outage back to 32 in about 500 calls;
+    /// more recover slower. No probe is refused here unless the server's
+    /// cap went down meanwhile.
+    pub(crate) recover_rounds: u64,
+    /// At or above what the server was seen to admit: calls answered at
+    /// the cap, with no concurrency refusal, before the cap is probed one
+    /// higher. Longer keeps the key under the server's cap longer and
+    /// refuses fewer probes; shorter finds a grown cap sooner. 256 costs
+    /// at most 0.4 % refused calls from the first probe, less as the run
+    /// doubles on each refused probe (back to this after one stands).
     pub(crate) probe_after: u64,
     /// The longest run a refused probe doubles to: a cap that has stood
     /// for a long time is still probed now and then, about once per this
@@ -49,6 +71,8 @@ pub(crate) struct Tuning {
 impl Tuning {
     /// The tuning in force.
     pub(crate) const DEFAULT: Tuning = Tuning {
+        decrease: 0.5,
+        recover_rounds: 1,
         probe_after: 256,
         max_probe_after: 65_536,
     };
@@ -70,19 +94,19 @@ pub(crate) enum Evidence {
 /// `in_flight` calls of the key sent and not yet answered as it is read
 /// (the refused one among them).
 ///
-/// A refusal that names a wait (a `Retry-After`), states a limit with less
-/// left than the call weighs there, states no limit at all (a bare 429: a
-/// limiter in front, read by the header-less regime), or came with nothing
-/// else in flight (no cap refuses a call alone) is left to the rate model.
+/// Only a 429 is: a 503 says the server is overloaded or down, whatever
+/// its headers say, and a run of them (an outage) read as concurrency
+/// would cut the cap at every one; the rate model reads it, as it did
+/// before caps were learned. A 429 that names a wait (a `Retry-After`),
+/// states a limit with less left than the call weighs there, states no
+/// limit at all (a bare 429: a limiter in front, read by the header-less
+/// regime), or came with nothing else in flight (no cap refuses a call
+/// alone) is left to the rate model too.
 pub(crate) fn refusal(
     signal: &RateLimitSignal,
     weight: impl Fn(&Dimension) -> u64,
     in_flight: usize,
 ) -> Option<Evidence> {
-    // Only a 429: a 503 says the server is overloaded or down, whatever
-    // its headers say, and a run of them (an outage) read as concurrency
-    // would cut the cap at each; the rate model reads it, as before caps
-    // were learned.
     if signal.status != 429 || signal.believable_retry_after().is_some() || in_flight < 2 {
         return None;
     }
@@ -109,10 +133,16 @@ pub(crate) struct Cap {
     current: Option<usize>,
     /// Calls answered at the cap since it last moved.
     run: u64,
-    /// The run the next probe waits for.
+    /// The run the next probe above what the server admitted waits for.
     probe_after: u64,
+    /// The most calls the key had in flight as one the server admitted was
+    /// answered, lowered to the cap a refused probe falls back to: up to
+    /// it the cap recovers by rounds, above it it is probed.
+    admitted: usize,
     /// Whether the cap was last raised by a probe not yet borne out.
     probing: bool,
+    /// The least cap the current episode of refusals cuts to.
+    floor: usize,
 }
 
 impl Cap {
@@ -123,7 +153,9 @@ impl Cap {
             current: configured,
             run: 0,
             probe_after: TUNING.concurrency.probe_after,
+            admitted: 0,
             probing: false,
+            floor: 1,
         }
     }
 
@@ -140,18 +172,25 @@ impl Cap {
 
     /// A concurrency refusal read with `in_flight` calls sent and not yet
     /// answered, the refused one among them: the server had at most the
-    /// others in flight, so its cap is at most `in_flight − 1` (at least
-    /// 1; less when calls were answered between the refusal and its
-    /// reading, which a later probe makes good). A refused probe doubles
-    /// the run to the next one. Returns the new cap when it went down.
-    pub(crate) fn refused(&mut self, in_flight: usize) -> Option<usize> {
+    /// others in flight, so its cap is at most `in_flight − 1` (less when
+    /// calls were answered between the refusal and its reading, which a
+    /// later probe makes good). A refusal that opens an episode (`opens`:
+    /// its call was sent after the last cut) sets the episode's floor, the
+    /// [`Tuning::decrease`] share of `in_flight`: no refusal of the
+    /// episode cuts below it (nor below 1). A refused probe doubles the
+    /// run to the next one. Returns the new cap when it went down.
+    pub(crate) fn refused(&mut self, in_flight: usize, opens: bool) -> Option<usize> {
         let t = &TUNING.concurrency;
+        self.run = 0;
+        if opens {
+            self.floor = (in_flight as f64 * t.decrease).ceil() as usize;
+        }
+        let to = in_flight.saturating_sub(1).max(self.floor).max(1);
         if self.probing {
             self.probe_after = self.probe_after.saturating_mul(2).min(t.max_probe_after);
             self.probing = false;
+            self.admitted = self.admitted.min(to);
         }
-        self.run = 0;
-        let to = in_flight.saturating_sub(1).max(1);
         match self.current {
             Some(cap) if cap <= to => None,
             _ => {
@@ -164,29 +203,38 @@ impl Cap {
     /// A call the server admitted was answered with `in_flight` calls sent
     /// and not yet answered, itself among them. Only calls answered at the
     /// cap (as many in flight: the cap binds) count toward the probe; after
-    /// the run,
-    /// a learned cap goes one higher (never above the configured one).
-    /// Returns the new cap when it went up.
+    /// the run (below what the server admitted, [`Tuning::recover_rounds`]
+    /// of the cap's calls; above, the probe's run), a learned cap goes one
+    /// higher (never above the configured one). Returns the new cap when
+    /// it went up.
     pub(crate) fn answered(&mut self, in_flight: usize) -> Option<usize> {
+        let t = &TUNING.concurrency;
+        self.admitted = self.admitted.max(in_flight);
         let cap = self.current.filter(|_| self.learned())?;
         if in_flight < cap {
             return None;
         }
         self.run += 1;
-        if self.run < self.probe_after {
+        let recovering = cap < self.admitted;
+        let run = if recovering {
+            (cap as u64).saturating_mul(t.recover_rounds)
+        } else {
+            self.probe_after
+        };
+        if self.run < run {
             return None;
         }
         self.run = 0;
-        if self.probing {
+        if self.probing && !recovering {
             // The last probe stood a whole run: the cap grew, and the next
             // probe comes after the shortest run again.
-            self.probe_after = TUNING.concurrency.probe_after;
+            self.probe_after = t.probe_after;
         }
         let to = cap + 1;
         if self.configured.is_some_and(|c| to > c) {
             return None;
         }
-        self.probing = true;
+        self.probing = !recovering;
         self.current = Some(to);
         Some(to)
     }
@@ -215,6 +263,12 @@ struct State {
     /// Permits held beyond the cap (it was lowered below what was held):
     /// forgotten as they come back, rather than given to the next call.
     debt: usize,
+    /// Calls sent so far: each sent permit's number is the count at its
+    /// send.
+    sends: u64,
+    /// [`sends`](Self::sends) when a refusal last cut the cap: the refusal
+    /// of a call numbered at most this is of that cut's episode.
+    cut_at: u64,
 }
 
 /// One call's permit; dropped, it goes back to the key's semaphore, or is
@@ -225,6 +279,9 @@ pub(crate) struct Permit {
     owner: Arc<InFlight>,
     /// Whether its call was sent (counted in [`State::sent`]).
     sent: bool,
+    /// The call's number among the key's sends ([`State::sends`]), once
+    /// sent.
+    number: u64,
 }
 
 impl Permit {
@@ -262,8 +319,22 @@ impl Permit {
     pub(crate) fn send(&mut self) {
         if !self.sent && self.permit.is_some() {
             self.sent = true;
-            crate::sync::lock(&self.owner.state).sent += 1;
+            let mut state = crate::sync::lock(&self.owner.state);
+            state.sent += 1;
+            state.sends += 1;
+            self.number = state.sends;
         }
+    }
+
+    /// Its call was refused for concurrency: lower the key's cap (see
+    /// [`InFlight::refused`]). Returns the new cap when it went down.
+    pub(crate) fn refused(&self) -> Option<usize> {
+        self.owner.refused(self.number)
+    }
+
+    /// Whether the permit is one of `in_flight`'s.
+    pub(crate) fn is_of(&self, in_flight: &Arc<InFlight>) -> bool {
+        Arc::ptr_eq(&self.owner, in_flight)
     }
 }
 
@@ -293,6 +364,8 @@ impl InFlight {
                 sent: 0,
                 total,
                 debt: 0,
+                sends: 0,
+                cut_at: 0,
             }),
         }
     }
@@ -309,6 +382,7 @@ impl InFlight {
             permit: Some(permit),
             owner: Arc::clone(self),
             sent: false,
+            number: 0,
         }
     }
 
@@ -329,12 +403,15 @@ impl InFlight {
         crate::sync::lock(&self.state).sent
     }
 
-    /// A concurrency refusal was read: lower the cap to what the key had
-    /// sent in flight less one. Returns the new cap when it went down.
-    pub(crate) fn refused(&self) -> Option<usize> {
+    /// A concurrency refusal of the call sent `number`th (0: not known)
+    /// was read: lower the cap to what the key had sent in flight less
+    /// one, no lower than its episode's floor; a call sent after the last
+    /// cut opens a new episode. Returns the new cap when it went down.
+    pub(crate) fn refused(&self, number: u64) -> Option<usize> {
         let mut state = crate::sync::lock(&self.state);
-        let sent = state.sent;
-        let to = state.cap.refused(sent)?;
+        let (sent, opens) = (state.sent, number == 0 || number > state.cut_at);
+        let to = state.cap.refused(sent, opens)?;
+        state.cut_at = state.sends;
         self.set_total(&mut state, to);
         Some(to)
     }
@@ -452,17 +529,71 @@ mod tests {
     }
 
     #[test]
-    fn a_refusal_caps_at_what_was_in_flight_less_the_refused_call() {
+    fn a_503_is_not_concurrency() {
+        // Room in every limit, no wait, others in flight: an outage's 503
+        // is still the rate model's.
+        let mut overload = refusal_with(vec![limit(Dimension::Requests, 40)]);
+        overload.status = 503;
+        assert_eq!(refusal(&overload, weight, 32), None);
+    }
+
+    #[test]
+    fn a_refusal_caps_at_what_was_in_flight_less_the_refused_call_down_to_its_episodes_floor() {
         let mut cap = Cap::new(None);
         assert_eq!(cap.current(), None);
-        assert_eq!(cap.refused(5), Some(4));
+        // An episode opened with 5 in flight: 4, its floor 3.
+        assert_eq!(cap.refused(5, true), Some(4));
         // More in flight than the cap (sent before it was learned): no
         // news.
-        assert_eq!(cap.refused(7), None);
-        assert_eq!(cap.refused(3), Some(2));
-        assert_eq!(cap.refused(1), Some(1));
-        assert_eq!(cap.refused(0), None);
+        assert_eq!(cap.refused(7, false), None);
+        // Refusals of the calls sent before the cut: down to the floor,
+        // not below, however few are left in flight.
+        assert_eq!(cap.refused(2, false), Some(3));
+        assert_eq!(cap.refused(1, false), None);
+        // A call sent after the cut refused: a new episode, half again.
+        assert_eq!(cap.refused(3, true), Some(2));
+        assert_eq!(cap.refused(1, true), Some(1));
+        assert_eq!(cap.refused(0, true), None);
         assert_eq!(cap.current(), Some(1));
+    }
+
+    #[test]
+    fn an_outage_of_refusals_halves_the_cap_once_a_round() {
+        // 32 in flight, every call refused, each refusal read as one more
+        // of the calls comes back: the first round ends at 16, not 1.
+        let mut cap = Cap::new(None);
+        let mut last = None;
+        for in_flight in (1..=32).rev() {
+            last = cap.refused(in_flight, in_flight == 32).or(last);
+        }
+        assert_eq!(last, Some(16));
+        // The next round, 16 sent after that cut: 8.
+        for in_flight in (1..=16).rev() {
+            last = cap.refused(in_flight, in_flight == 16).or(last);
+        }
+        assert_eq!(last, Some(8));
+    }
+
+    #[test]
+    fn a_cap_cut_to_one_is_back_at_32_in_a_round_at_each_cap() {
+        let mut cap = Cap::new(None);
+        // 32 in flight admitted, then an outage cuts the cap to 1.
+        assert_eq!(cap.answered(32), None);
+        cap.refused(2, true);
+        assert_eq!(cap.current(), Some(1));
+        let mut calls = 0;
+        while cap.current() < Some(32) {
+            let at = cap.current().unwrap_or(1);
+            cap.answered(at);
+            calls += 1;
+        }
+        // One round of calls at each cap from 1 to 31.
+        assert_eq!(calls, (1..32).sum::<u64>());
+        // At what the server admitted: probed after the long run again.
+        for _ in 1..TUNING.concurrency.probe_after {
+            assert_eq!(cap.answered(32), None);
+        }
+        assert_eq!(cap.answered(32), Some(33));
     }
 
     #[test]
@@ -473,12 +604,12 @@ mod tests {
         for _ in 0..1_000 {
             assert_eq!(cap.answered(3), None);
         }
-        assert_eq!(cap.refused(3), Some(2));
+        assert_eq!(cap.refused(3, true), Some(2));
         assert!(cap.learned());
         let run = TUNING.concurrency.probe_after;
-        for _ in 1..run {
-            assert_eq!(cap.answered(2), None);
-        }
+        // Below the 3 in flight it was seen to admit, it recovers after a
+        // cap's worth of calls at the cap, and no higher than configured.
+        assert_eq!(cap.answered(2), None);
         assert_eq!(cap.answered(2), Some(3));
         assert!(!cap.learned());
         for _ in 0..10 * run {
@@ -490,7 +621,7 @@ mod tests {
     fn a_probe_comes_after_a_run_at_the_cap_that_doubles_when_refused() {
         let run = TUNING.concurrency.probe_after;
         let mut cap = Cap::new(None);
-        assert_eq!(cap.refused(5), Some(4));
+        assert_eq!(cap.refused(5, true), Some(4));
         // Answers below the cap do not count: it does not bind.
         for _ in 0..10 * run {
             assert_eq!(cap.answered(3), None);
@@ -500,12 +631,12 @@ mod tests {
         }
         assert_eq!(cap.answered(4), Some(5));
         // The probe refused: back to the server's cap, and twice the run.
-        assert_eq!(cap.refused(5), Some(4));
+        assert_eq!(cap.refused(5, true), Some(4));
         for _ in 1..2 * run {
             assert_eq!(cap.answered(4), None);
         }
         assert_eq!(cap.answered(4), Some(5));
-        assert_eq!(cap.refused(5), Some(4));
+        assert_eq!(cap.refused(5, true), Some(4));
         for _ in 1..4 * run {
             assert_eq!(cap.answered(4), None);
         }
@@ -526,14 +657,14 @@ mod tests {
     fn the_run_doubles_up_to_its_longest() {
         let t = TUNING.concurrency;
         let mut cap = Cap::new(None);
-        cap.refused(2);
+        cap.refused(2, true);
         for _ in 0..64 {
             let mut answered = 0;
             while cap.answered(1).is_none() {
                 answered += 1;
             }
             assert!(answered < t.max_probe_after);
-            cap.refused(2);
+            cap.refused(2, true);
         }
         assert_eq!(cap.probe_after, t.max_probe_after);
     }
@@ -550,7 +681,7 @@ mod tests {
         }
         assert_eq!(limit.held(), 6);
         // Refused with six in flight: a cap of five, one owed.
-        assert_eq!(limit.refused(), Some(5));
+        assert_eq!(limit.refused(0), Some(5));
         assert_eq!(limit.cap(), Some(5));
         assert_eq!(limit.semaphore().available_permits(), 0);
         held.pop();
@@ -563,7 +694,7 @@ mod tests {
         );
         // A refusal with fewer held lowers it again, from the free permits.
         held.pop();
-        assert_eq!(limit.refused(), Some(2));
+        assert_eq!(limit.refused(0), Some(2));
         assert_eq!(
             (limit.held(), limit.semaphore().available_permits()),
             (3, 0)
@@ -590,11 +721,11 @@ mod tests {
             permit
         };
         let mut held: Vec<Permit> = (0..3).map(|_| take()).collect();
-        assert_eq!(limit.refused(), Some(2));
-        // One owed; a probe forgives it instead of adding a permit.
-        for _ in 1..TUNING.concurrency.probe_after {
-            assert_eq!(limit.answered(), None);
-        }
+        assert_eq!(limit.refused(0), Some(2));
+        // One owed; the cap is below the three answered in flight, so it
+        // comes back after a round (two calls), forgiving the debt instead
+        // of adding a permit.
+        assert_eq!(limit.answered(), None);
         assert_eq!(limit.answered(), Some(3));
         assert_eq!(limit.semaphore().available_permits(), 0);
         held.clear();

@@ -64,7 +64,7 @@ impl Pacer {
         for (i, (m, &seq)) in members.iter().zip(&sent.seqs).enumerate() {
             m.state.seen_response.store(true, Ordering::Release);
             match signal.filter(|_| targets.contains(&m.scope)) {
-                Some(signal) if self.learn_concurrency(m, seq, signal, cost) => {
+                Some(signal) if self.learn_concurrency(m, (sent, seq), signal, cost) => {
                     taught.paced |=
                         self.inner.scopes[m.scope].adaptive() && m.state.adapt().server_admits();
                 }
@@ -100,7 +100,7 @@ impl Pacer {
     fn learn_concurrency(
         &self,
         m: &Member,
-        seq: u64,
+        (sent, seq): (&Sent<'_>, u64),
         signal: &RateLimitSignal,
         cost: &Cost,
     ) -> bool {
@@ -118,7 +118,13 @@ impl Pacer {
             status: signal.status,
             retry_after: signal.retry_after,
         });
-        if let Some(cap) = in_flight.refused() {
+        // The refused call's number tells a refusal of the calls sent
+        // before the last cut (the same episode) from a new one.
+        let cut = match sent.permit_of(in_flight) {
+            Some(permit) => permit.refused(),
+            None => in_flight.refused(0),
+        };
+        if let Some(cap) = cut {
             tracing::debug!(target: "reqwest_pace", key = m.state.key, cap, "concurrency refusal: fewer calls in flight");
         }
         true

@@ -373,18 +373,27 @@ impl Scope {
     /// [`key_status`](crate::Pacer::key_status) reports a key's cap and
     /// how many requests hold a permit. Zero fails the build.
     ///
-    /// **Learned.** A learning scope (see [`adaptive`](Self::adaptive))
-    /// needs no cap set to keep under its server's: a refusal that says the
-    /// limit is concurrency, not rate (a 429 or 503 naming no wait, with
-    /// every limit it states holding room for the call, while other calls
-    /// of the key are in flight), caps the key at the calls it had in
-    /// flight less the refused one (at least 1), and is not read as a rate
-    /// refusal (the rate is not cut). A call that took its permit before
-    /// the cap went down takes one again before it is sent, so the cap
-    /// holds from the next send on. The cap is probed one call higher
-    /// after 256 calls answered at it without a concurrency refusal, a run
-    /// that doubles (up to 65 536) each time a probe is refused: a server
-    /// whose cap grows is found again, at one refused call per probe. A
+    /// **Learned.** A learning scope of requests (see
+    /// [`adaptive`](Self::adaptive)) needs no cap set to keep under its
+    /// server's: a refusal that says the limit is concurrency, not rate (a
+    /// 429 naming no wait, with every limit it states holding room for the
+    /// call, while other calls of the key are in flight; a 503 is overload,
+    /// read by the rate model) caps the key at the calls it had in flight
+    /// less the refused one, no lower than half of what was in flight at
+    /// the first refusal of a round (at least 1), and is not read as a rate
+    /// refusal (the rate is not cut). A call whose last permit was taken
+    /// before the cap went down takes it again before it is sent, so the
+    /// cap holds from the next send on (a permit of an earlier scope goes
+    /// with that one send: taking it again while holding a later one could
+    /// make two calls wait for each other). Below the most calls in flight
+    /// the server was seen to admit, the cap climbs one call per cap's
+    /// worth of calls answered at it (a cap an outage of 429s cut is back
+    /// in seconds); above, it is probed one call higher after 256 calls
+    /// answered at it, a run that doubles (up to 65 536) each time a probe
+    /// is refused: a server whose cap grows is found again, at one refused
+    /// call per probe. The permit covers a call until its response's
+    /// headers, not its body: against a server that counts a streamed
+    /// response until its end, the cap learned is below its own. A
     /// cap set here is lowered so, never raised above what was set.
     ///
     /// ```

@@ -9,7 +9,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::breaker::{Admission, Health, Transition};
-use super::concurrency::Permit;
+use super::concurrency::{InFlight, Permit};
 use super::engine::{Call, Gate, Pacer};
 use super::scope::KeyState;
 use super::{Event, Priority};
@@ -38,11 +38,18 @@ pub(crate) struct Member {
 /// dropped: an error, a cancelled call), and each member's send number.
 pub(crate) struct Sent<'m> {
     _probes: Vec<ProbeGuard<'m>>,
-    _permits: Vec<Permit>,
+    permits: Vec<Permit>,
     pub(crate) seqs: Vec<u64>,
     /// What each member's circuit breaker admitted the attempt as, for the
     /// members whose scope has one.
     pub(crate) tickets: Vec<Ticket>,
+}
+
+impl Sent<'_> {
+    /// The attempt's permit of `in_flight`, if it holds one.
+    pub(crate) fn permit_of(&self, in_flight: &Arc<InFlight>) -> Option<&Permit> {
+        self.permits.iter().find(|p| p.is_of(in_flight))
+    }
 }
 
 /// A send a key's circuit breaker admitted, until its verdict is recorded
@@ -300,7 +307,7 @@ impl Pacer {
         }
         Ok(Sent {
             _probes: probes,
-            _permits: permits,
+            permits,
             seqs,
             tickets: Vec::new(),
         })
