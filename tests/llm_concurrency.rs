@@ -10,9 +10,11 @@
 //! arrives.
 #![cfg(feature = "testing")]
 
+mod llm_support;
+
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -20,9 +22,7 @@ use std::time::Duration;
 use reqwest_pace::headers::Dimension;
 use reqwest_pace::retry::RetryPolicy;
 use reqwest_pace::testing::llm::{LlmDialect, LlmLimit, LlmServer, LlmServerBuilder, LlmService};
-use reqwest_pace::{
-    Charge, Cost, FromHeaders, PaceHttpService, PaceLayer, Pacer, Scope, UsageBody,
-};
+use reqwest_pace::{FromHeaders, PaceHttpService, PaceLayer, Pacer, Scope, UsageBody};
 use tokio::time::Instant;
 use tower_layer::Layer as _;
 use tower_service::Service;
@@ -109,22 +109,6 @@ fn pacer(seed: u64) -> Pacer {
         .unwrap()
 }
 
-/// A call of `input` prompt tokens and `max_tokens`, estimated at their sum.
-fn call(server: &LlmServer, input: u64, max_tokens: u64) -> http::Request<String> {
-    let mut request = http::Request::post(format!("{}/v1/chat/completions", server.url()))
-        .body(format!(
-            r#"{{"input_tokens": {input}, "max_tokens": {max_tokens}}}"#
-        ))
-        .unwrap();
-    request.extensions_mut().insert(
-        Cost::default()
-            .with(Dimension::Tokens, input + max_tokens)
-            .with(Dimension::InputTokens, input)
-            .with(Dimension::OutputTokens, max_tokens),
-    );
-    request
-}
-
 struct Run {
     /// Admitted over what the binding limit allows in the run's time.
     share: f64,
@@ -154,36 +138,7 @@ async fn run(server: &LlmServer, pacer: &Pacer, calls: usize, workers: usize) ->
         .layer(door)
         .for_http_requests::<String>();
     let t0 = Instant::now();
-    let next = Arc::new(AtomicUsize::new(0));
-    let mut tasks = Vec::new();
-    for _ in 0..workers {
-        let (mut service, next, server) = (service.clone(), next.clone(), server.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut failed = 0;
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= calls {
-                    return failed;
-                }
-                let input = 100 + (i as u64 * 7_919) % 1_401;
-                let max_tokens = 100 + (i as u64 * 104_729) % 901;
-                match service.call(call(&server, input, max_tokens)).await {
-                    Ok(response) if response.status() == 200 => {
-                        let charge = Charge::of(&response);
-                        let body = response.bytes().await.unwrap_or_default();
-                        if let Some(charge) = charge {
-                            charge.settle_body(&body);
-                        }
-                    }
-                    _ => failed += 1,
-                }
-            }
-        }));
-    }
-    let mut failed = 0;
-    for task in tasks {
-        failed += task.await.unwrap();
-    }
+    let failed = llm_support::closed_loops(service, server, calls, workers).await;
     let elapsed = t0.elapsed();
     let stats = server.stats();
     let seconds = elapsed.as_secs_f64();

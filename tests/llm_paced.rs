@@ -5,6 +5,10 @@
 //! used is reconciled with its estimate.
 #![cfg(feature = "testing")]
 
+mod llm_support;
+
+use llm_support::call;
+
 use std::time::Duration;
 
 use reqwest_pace::headers::Dimension;
@@ -74,22 +78,6 @@ fn paced(pacer: &Pacer, server: &LlmServer) -> Paced {
     PaceLayer::new(pacer.clone())
         .layer(server.service())
         .for_http_requests::<String>()
-}
-
-/// A call of `input` prompt tokens and `max_tokens`, estimated at their sum.
-fn call(server: &LlmServer, input: u64, max_tokens: u64) -> http::Request<String> {
-    let mut request = http::Request::post(format!("{}/v1/chat/completions", server.url()))
-        .body(format!(
-            r#"{{"input_tokens": {input}, "max_tokens": {max_tokens}}}"#
-        ))
-        .unwrap();
-    request.extensions_mut().insert(
-        Cost::default()
-            .with(Dimension::Tokens, input + max_tokens)
-            .with(Dimension::InputTokens, input)
-            .with(Dimension::OutputTokens, max_tokens),
-    );
-    request
 }
 
 /// The key of the server's host, for `key_status`: `http://127.0.0.1:PORT`.
@@ -377,38 +365,7 @@ struct Run {
 async fn run(server: &LlmServer, pacer: &Pacer, calls: usize, workers: usize) -> Run {
     let service = paced(pacer, server);
     let t0 = Instant::now();
-    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let mut tasks = Vec::new();
-    for _ in 0..workers {
-        let (mut service, next, server) = (service.clone(), next.clone(), server.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut failed = 0;
-            loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if i >= calls {
-                    return failed;
-                }
-                // Varied, and the same on every run: a prompt of 100 to
-                // 1 500 tokens, a `max_tokens` of 100 to 1 000.
-                let input = 100 + (i as u64 * 7_919) % 1_401;
-                let max_tokens = 100 + (i as u64 * 104_729) % 901;
-                match service.call(call(&server, input, max_tokens)).await {
-                    Ok(response) if response.status() == 200 => {
-                        let charge = Charge::of(&response);
-                        let body = response.bytes().await.unwrap_or_default();
-                        if let Some(charge) = charge {
-                            charge.settle_body(&body);
-                        }
-                    }
-                    _ => failed += 1,
-                }
-            }
-        }));
-    }
-    let mut failed = 0;
-    for task in tasks {
-        failed += task.await.unwrap();
-    }
+    let failed = llm_support::closed_loops(service, server, calls, workers).await;
     let elapsed = t0.elapsed();
     let stats = server.stats();
     let minutes = elapsed.as_secs_f64() / 60.0;
