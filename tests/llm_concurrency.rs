@@ -300,8 +300,9 @@ async fn a_cap_learned_where_a_rate_binds_costs_no_throughput() {
     assert!(worst.is_empty(), "{worst:#?}");
 }
 
-/// A configured cap below the server's is kept: no refusal comes, and
-/// learning never raises it.
+/// A configured cap below the server's is kept: no refusal comes (that
+/// learning never raises a cap set is
+/// `a_configured_cap_an_outage_cut_comes_back_no_higher`).
 #[tokio::test(start_paused = true)]
 async fn a_configured_cap_is_never_raised() {
     let server = server(LlmDialect::OpenAi, 1)
@@ -558,6 +559,15 @@ async fn through_an_outage(outage: u16, at: &[u64]) -> (u32, Vec<Option<usize>>)
         .retry(RetryPolicy::default().with_max_attempts(1))
         .build()
         .unwrap();
+    through_an_outage_with(pacer, outage, at).await
+}
+
+/// [`through_an_outage`] with `pacer`.
+async fn through_an_outage_with(
+    pacer: Pacer,
+    outage: u16,
+    at: &[u64],
+) -> (u32, Vec<Option<usize>>) {
     let t0 = Instant::now();
     let service = PaceLayer::new(pacer.clone()).layer(Outage { t0, outage });
     let mut tasks = Vec::new();
@@ -613,4 +623,18 @@ async fn a_cap_an_outage_of_429s_cut_comes_back_in_seconds() {
         [Some(1), Some(6), Some(16), Some(26), Some(33), Some(33)]
     );
     assert!(calls >= 8_500, "{calls} calls");
+}
+
+/// A cap set at 8 that an outage of 429s cut comes back to 8, and no
+/// higher (unset, the same outage's cap climbs to 33).
+#[tokio::test(start_paused = true)]
+async fn a_configured_cap_an_outage_cut_comes_back_no_higher() {
+    let pacer = Pacer::builder()
+        .retry(RetryPolicy::default().with_max_attempts(1))
+        .host_scope(Scope::per_host().max_in_flight(8))
+        .build()
+        .unwrap();
+    let (_, caps) = through_an_outage_with(pacer, 429, &[6, 15, 30, 59]).await;
+    assert!(caps[0].is_some_and(|c| c < 8), "{caps:?}");
+    assert_eq!(caps[1..], [Some(8); 3]);
 }
