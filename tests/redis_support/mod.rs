@@ -38,12 +38,24 @@ pub struct RedisServer {
 }
 
 impl RedisServer {
-    /// Start a server on a free port and wait until it answers PING.
+    /// Start a server on a free port and wait until it answers there. A
+    /// port found free may be taken before the server binds it (by another
+    /// test's server among others): the child then exits, and another
+    /// port is tried.
     pub fn start() -> RedisServer {
-        RedisServer::start_on(free_port())
+        for _ in 0..10 {
+            let mut server = RedisServer {
+                child: None,
+                port: free_port(),
+            };
+            if server.try_spawn() {
+                return server;
+            }
+        }
+        panic!("redis-server did not come up on any of ten free ports");
     }
 
-    /// Start a server on `port` and wait until it answers PING.
+    /// Start a server on `port` and wait until it answers there.
     pub fn start_on(port: u16) -> RedisServer {
         let mut server = RedisServer { child: None, port };
         server.spawn();
@@ -51,15 +63,31 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) {
-        let child = spawn_redis_server(self.port, |_| {});
-        self.child = Some(child);
+        assert!(
+            self.try_spawn(),
+            "redis-server on port {} did not come up",
+            self.port
+        );
+    }
+
+    /// Spawn a server on the port and wait until it is this child that
+    /// answers there (its `INFO`'s `process_id`), not another test's server
+    /// on the same port, which a PING alone would take for it (its end
+    /// would then break this test's connections). False when the child
+    /// exits first (the port was taken) or does not answer in 10 s.
+    fn try_spawn(&mut self) -> bool {
+        let mut child = spawn_redis_server(self.port, |_| {});
         let deadline = Instant::now() + Duration::from_secs(10);
-        while !ping(self.port) {
-            assert!(
-                Instant::now() < deadline,
-                "redis-server on port {} did not come up",
-                self.port
-            );
+        loop {
+            if pid_on(self.port) == Some(child.id()) {
+                self.child = Some(child);
+                return true;
+            }
+            if matches!(child.try_wait(), Ok(Some(_))) || Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return false;
+            }
             std::thread::sleep(Duration::from_millis(10));
         }
     }
@@ -121,17 +149,32 @@ impl Drop for RedisServer {
     }
 }
 
-/// Whether something on `port` answers a PING with PONG.
-fn ping(port: u16) -> bool {
-    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
-    if stream.write_all(b"*1\r\n$4\r\nPING\r\n").is_err() {
-        return false;
+/// The process id of the `redis-server` answering on `port`, if one does
+/// (`INFO server`'s `process_id`).
+fn pid_on(port: u16) -> Option<u32> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .ok()?;
+    stream
+        .write_all(b"*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n")
+        .ok()?;
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = stream.read(&mut buf).ok()?;
+        if n == 0 {
+            return None;
+        }
+        reply.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&reply);
+        if let Some(at) = text.find("process_id:") {
+            let rest = &text[at + "process_id:".len()..];
+            if let Some(end) = rest.find("\r\n") {
+                return rest[..end].trim().parse().ok();
+            }
+        }
     }
-    let mut buf = [0u8; 7];
-    stream.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
 }
 
 /// Each bucket in a task of its own until `deadline`: try, and on a refusal
