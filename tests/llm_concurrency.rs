@@ -14,7 +14,6 @@ mod llm_support;
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -86,16 +85,7 @@ type Paced = PaceHttpService<Door, String>;
 /// A host scope of requests and one of tokens, nothing configured but the
 /// dimension and the reconciler; POSTs retried; random draws from `seed`.
 fn pacer(seed: u64) -> Pacer {
-    let state = AtomicU64::new(seed.max(1));
-    let draw = move || {
-        // xorshift64*
-        let mut x = state.load(Ordering::Relaxed);
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        state.store(x, Ordering::Relaxed);
-        (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
-    };
+    let draw = llm_support::seeded_draws(seed);
     Pacer::builder()
         .retry(RetryPolicy::default().with_retry_non_idempotent(true))
         .random(draw)

@@ -56,16 +56,7 @@ fn seeded_pacer_without_tokens(
     with: Box<dyn Fn(PacerBuilder) -> PacerBuilder>,
     seed: u64,
 ) -> Pacer {
-    let state = std::sync::atomic::AtomicU64::new(seed.max(1));
-    let draw = move || {
-        // xorshift64*
-        let mut x = state.load(std::sync::atomic::Ordering::Relaxed);
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        state.store(x, std::sync::atomic::Ordering::Relaxed);
-        (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
-    };
+    let draw = llm_support::seeded_draws(seed);
     let builder = Pacer::builder()
         .retry(RetryPolicy::default().with_retry_non_idempotent(true))
         .random(draw);

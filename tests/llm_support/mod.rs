@@ -1,13 +1,27 @@
 //! What the tests against the LLM API's model share: a call of varied
 //! token cost, and closed loops of such calls with their usage settled.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use reqwest_pace::headers::Dimension;
 use reqwest_pace::testing::llm::LlmServer;
 use reqwest_pace::{Charge, Cost};
 use tower_service::Service;
+
+/// Random draws in [0, 1) from `seed` (xorshift64*): the same sequence on
+/// every run, for a pacer's retry and release jitter.
+pub fn seeded_draws(seed: u64) -> impl Fn() -> f64 + Send + Sync + 'static {
+    let state = AtomicU64::new(seed.max(1));
+    move || {
+        let mut x = state.load(Ordering::Relaxed);
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        state.store(x, Ordering::Relaxed);
+        (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
 
 /// A call of `input` prompt tokens and `max_tokens`, estimated at their sum.
 pub fn call(server: &LlmServer, input: u64, max_tokens: u64) -> http::Request<String> {
