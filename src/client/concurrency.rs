@@ -8,13 +8,16 @@
 //! refused again. So a refusal is first asked whether it is one of
 //! concurrency ([`refusal`], a pure function of the response and what the
 //! key has in flight), and if so it teaches the key's [`Cap`] instead of
-//! its rate: the cap goes to what was in flight less the refused call
-//! (never below one), the way TCP's window goes down on a loss, and is
-//! probed one call higher only after a long run of answered calls at the
-//! cap, a run that doubles each time a probe is refused. The trade-off:
-//! between probes the key stays at or under the server's cap (a server
-//! whose cap grows is found again late), and each probe costs one refused
-//! call.
+//! its rate, the way TCP's window learns a path: the cap goes to what was
+//! in flight less the refused call, no lower than a share of what was in
+//! flight when the episode of refusals began ([`Tuning::decrease`], never
+//! below one); below what the server was seen to admit it climbs back one
+//! call per round of calls at the cap ([`Tuning::recover_rounds`]), and
+//! above it is probed one call higher only after a long run of answered
+//! calls at the cap, a run that doubles each time a probe is refused. The
+//! trade-off: between probes the key stays at or under the server's cap
+//! (a server whose cap grows is found again late), and each probe costs
+//! one refused call.
 //!
 //! The cap is enforced by [`InFlight`], a tokio semaphore whose permits are
 //! added or forgotten as the cap moves: it stays fair (first asked, first
@@ -296,18 +299,14 @@ impl Permit {
     /// queues for another ([`replace`](Self::replace)), so that what was
     /// learned holds from its send on, not from the next call's.
     pub(crate) fn repay(&mut self) -> bool {
-        let mut state = crate::sync::lock(&self.owner.state);
-        match self.permit.take() {
-            Some(permit) if state.debt > 0 && !self.sent => {
-                state.debt -= 1;
-                permit.forget();
-                true
-            }
-            permit => {
-                self.permit = permit;
-                false
-            }
+        if self.sent {
+            return false;
         }
+        let Some(permit) = self.permit.take() else {
+            return false;
+        };
+        self.permit = crate::sync::lock(&self.owner.state).pay(permit);
+        self.permit.is_none()
     }
 
     /// The permit taken again after [`repay`](Self::repay).
@@ -345,11 +344,23 @@ impl Drop for Permit {
             state.sent = state.sent.saturating_sub(1);
         }
         if let Some(permit) = self.permit.take() {
-            if state.debt > 0 {
-                state.debt -= 1;
-                permit.forget();
-            }
+            // Back to the semaphore unless it is owed.
+            drop(state.pay(permit));
         }
+    }
+}
+
+impl State {
+    /// A permit coming back while permits are owed (the cap was lowered
+    /// below what was held) pays one off: it is forgotten, not handed to
+    /// the next call. Returns it when nothing is owed.
+    fn pay(&mut self, permit: OwnedSemaphorePermit) -> Option<OwnedSemaphorePermit> {
+        if self.debt == 0 {
+            return Some(permit);
+        }
+        self.debt -= 1;
+        permit.forget();
+        None
     }
 }
 
