@@ -89,3 +89,21 @@ async fn the_llm_batch_meets_the_goal_in_both_dialects() {
     }
     assert!(missed.is_empty(), "{missed:#?}");
 }
+
+/// The issue's goal read strictly: after the first refusal, never a call
+/// in flight above the server's cap, probes included.
+#[tokio::test(start_paused = true)]
+#[ignore = "known gap: the learned cap probes one call above the server's after each run of \
+            calls answered at it (2 sends above the cap of 32 in this run), to find a cap \
+            that grew; without probes a grown cap would never be found"]
+async fn the_llm_batch_never_passes_the_cap_after_the_first_refusal() {
+    let wall = std::time::UNIX_EPOCH + Duration::from_millis(1_800_000_000_250);
+    let server = workload::server(LlmDialect::OpenAi, 1, Some(wall))
+        .start()
+        .await
+        .unwrap();
+    let run = workload::run(&server, Some(1), |_| {}).await.unwrap();
+    assert!(run.watch.first_refusal.is_some());
+    assert_eq!(run.watch.over_after, 0);
+    assert!(run.watch.peak_after <= MAX_IN_FLIGHT);
+}
