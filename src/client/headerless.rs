@@ -52,8 +52,13 @@
 //!   comes (the server's capacity may have grown). A probe refused near the
 //!   rate the previous one was refused at doubles the hold, up to
 //!   [`Tuning::max_hold`], and raises the target by at most
-//!   [`Tuning::max_rise`]: against a steady server the key settles into
-//!   one refusal per `max_hold`. A refusal elsewhere (the server changed)
+//!   [`Tuning::max_rise`], and never back past a rate refused while held
+//!   (a bucket with a burst refuses a probe above its rate, and the rise
+//!   that reading gave was refused a few seconds later, again and again).
+//!   A probe refused where the one before it was, after the target it
+//!   left was refused when held, found the same ceiling too (that burst
+//!   lets an accelerating probe run about as far each time). Against a
+//!   steady server the key settles into one refusal per `max_hold`. A refusal elsewhere (the server changed)
 //!   starts the holds over, as does a refusal at or below the target that
 //!   finds it far too high ([`Tuning::holds_over_below`]). A refusal that
 //!   holds the key (`Retry-After`)
@@ -270,6 +275,21 @@ pub(crate) struct Congestion {
     /// the key was sending at then (where it sent at its rate, not a few
     /// sends after a block).
     refused_below: Option<(Instant, f64)>,
+    /// The rate a target was last refused at, held (a refusal at or below
+    /// it): a ceiling the server has shown, which a refused probe's rise
+    /// (see [`Tuning::max_rise`]) does not climb back past. A bucket with
+    /// a burst refuses a probe above its rate, and each rise past it was
+    /// refused again a few seconds later, for as long as the key ran
+    /// (seven refusals a minute against a bucket of 20 a second with a
+    /// burst of 5). Forgotten when a probe finds another ceiling.
+    refused_held: Option<f64>,
+    /// The rate the last refused probe was refused at. A probe refused
+    /// there again found the same ceiling, even where a refusal of the
+    /// rate held moved the rate that was too fast since: a bucket with a
+    /// burst lets an accelerating probe run past its rate before it
+    /// refuses, always about as far, and refuses the target the probe
+    /// left too high when it is held.
+    probe_refused: Option<f64>,
     /// When the last cut was.
     cut_at: Option<Instant>,
     /// Refusals at one ceiling in a row (probes refused near the rate the
@@ -330,6 +350,8 @@ impl Congestion {
             target: 0.0,
             cut_to: 0.0,
             refused_below: None,
+            refused_held: None,
+            probe_refused: None,
             cut_at: None,
             ceiling_sightings: 0,
             guess: None,
@@ -490,11 +512,21 @@ impl Congestion {
                 // The climb refused where slow start's admissions said the
                 // limit was: the second sighting of that ceiling.
                 let seen = self.guess.is_some() && t.same_rate(delivered, held / t.recover_to);
-                let same = t.same_rate(delivered, self.too_fast) || seen;
+                let same = t.same_rate(delivered, self.too_fast)
+                    || seen
+                    || (self.refused_held.is_some()
+                        && self
+                            .probe_refused
+                            .is_some_and(|p| t.same_rate(delivered, p)));
+                self.probe_refused = Some(delivered);
                 self.ceiling_read(same, t.first_hold, t);
                 let most = if same {
-                    held * (1.0 + t.max_rise)
+                    let shown = self
+                        .refused_held
+                        .map_or(f64::INFINITY, |r| r * t.recover_to);
+                    (held * (1.0 + t.max_rise)).min(shown.max(held))
                 } else {
+                    self.refused_held = None;
                     f64::INFINITY
                 };
                 let target = (delivered * t.recover_to).clamp(held, most);
@@ -542,6 +574,13 @@ impl Congestion {
                 if from * t.recover_to < held * t.holds_over_below {
                     self.hold = t.first_hold;
                     self.ceiling_sightings = 0;
+                }
+                // Refused while recovering, the rate may still pay for
+                // what the cut before it sent (a queue in front full of
+                // the probe's excess): only a refusal of the rate held
+                // shows a ceiling.
+                if self.held_since.is_some() {
+                    self.refused_held = Some(from);
                 }
                 (from, from * t.recover_to, from * t.first_decrease)
             }
@@ -1059,6 +1098,44 @@ mod tests {
         c.rate = 30.0;
         c.admitted(now, &T);
         c.cut(now, 1, (29.0, None), &T);
+        assert_eq!(c.hold, T.first_hold);
+    }
+
+    /// A bucket of 20 a second with a burst lets an accelerating probe run
+    /// to 22.8 before it refuses. Read as a ceiling elsewhere, that sets a
+    /// target above the rate, which is refused once held (at 20.5); the
+    /// next probe,
+    /// refused at 22.8 again, found the same ceiling: the hold doubles and
+    /// the target stays under the rate refused held, where the rise of a
+    /// probe refused at one ceiling took it back above. A probe refused
+    /// far above both (the server grew) still moves the target there.
+    #[test]
+    fn a_probe_refused_where_the_last_was_keeps_the_target_under_a_held_refusal() {
+        let now = Instant::now();
+        let later = |s: u64| now + Duration::from_secs(s);
+        let mut c = Congestion::resumed(Phase::Steady, 19.4, 20.0);
+        let probe_refused_at = |c: &mut Congestion, at: Instant, rate: f64| {
+            c.rate = rate + 0.2;
+            c.admitted(at, &T);
+            c.cut(at, 1, (rate, None), &T);
+        };
+        probe_refused_at(&mut c, now, 22.8);
+        assert!(c.target() > 22.0, "{}", c.target());
+        // The target reached and held, then refused at 20.5 (22.8 is
+        // more than `same_ceiling` above that).
+        c.admitted(later(1), &T);
+        c.grow(later(1), c.target(), 0.0, &T);
+        c.cut(later(1), 2, (20.5, None), &T);
+        let after_held_refusal = c.target();
+        assert!((after_held_refusal - 20.5 * T.recover_to).abs() < 1e-9);
+        assert_eq!(c.hold, T.first_hold);
+
+        probe_refused_at(&mut c, later(20), 22.8);
+        assert_eq!(c.target(), after_held_refusal);
+        assert_eq!(c.hold, T.first_hold * 2);
+
+        probe_refused_at(&mut c, later(50), 44.0);
+        assert!((c.target() - 44.0 * T.recover_to).abs() < 1e-9);
         assert_eq!(c.hold, T.first_hold);
     }
 

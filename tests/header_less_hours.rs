@@ -1,0 +1,261 @@
+//! The header-less regime over an hour: `ThrottledClient` with nothing
+//! configured, 16 closed-loop tasks, against servers of 20 a second that
+//! say nothing of their limit (no rate-limit header, no `Retry-After`), on
+//! the paused clock, in process.
+//!
+//! The goal (issue "One model of the server…", item 3): slow start that
+//! cannot overshoot a 20/s server threefold; once the ceiling has been
+//! found, a steady state that probes rarely, **at most one refusal a
+//! minute** against a steady server, while still sending at least 95 % of
+//! what it allows; and a prompt probe when the server's capacity grows.
+//! A 60-second run (`tests/server_space.rs`) cannot show the steady state:
+//! these runs are an hour long.
+#![cfg(feature = "testing")]
+
+mod zoo_support;
+
+use std::time::Duration;
+
+use reqwest_pace::testing::space::RunFigures;
+use reqwest_pace::testing::{Algorithm, Dialect, RateLimitedServer, ServerBuilder};
+use reqwest_pace::Rate;
+
+const HOUR: Duration = Duration::from_secs(3_600);
+const MINUTE: u64 = 60;
+/// Minutes the key is given to find its ceiling before the steady state
+/// is judged.
+const SETTLING: usize = 5;
+
+/// What a run of an hour showed, minute by minute.
+struct Hour {
+    figures: RunFigures,
+    /// Refused and admitted requests in each minute of the run.
+    refused: Vec<u64>,
+    admitted: Vec<u64>,
+    /// Requests that reached the server in each of the first ten seconds.
+    first_seconds: Vec<u64>,
+}
+
+fn twenty() -> Rate {
+    Rate::per_second(20).expect("a positive rate")
+}
+
+fn header_less(algorithm: Algorithm) -> ServerBuilder {
+    RateLimitedServer::builder()
+        .algorithm(algorithm)
+        .dialect(Dialect::None)
+        .retry_after(false)
+}
+
+async fn hour(builder: ServerBuilder) -> Hour {
+    let server = builder.start().await.expect("server starts");
+    let figures = zoo_support::space::default_client_in_process_on(&server, 16, HOUR).await;
+    let minutes = (HOUR.as_secs() / MINUTE) as usize;
+    let (mut refused, mut admitted) = (vec![0; minutes], vec![0; minutes]);
+    let mut first_seconds = vec![0; 10];
+    for record in server.requests() {
+        let second = record.at.as_secs();
+        if let Some(count) = first_seconds.get_mut(second as usize) {
+            *count += 1;
+        }
+        let Some(minute) = usize::try_from(second / MINUTE)
+            .ok()
+            .filter(|&m| m < minutes)
+        else {
+            continue;
+        };
+        if record.status.is_success() {
+            admitted[minute] += 1;
+        } else {
+            refused[minute] += 1;
+        }
+    }
+    println!("{figures:?}\n  first seconds {first_seconds:?}\n  refused a minute {refused:?}");
+    Hour {
+        figures,
+        refused,
+        admitted,
+        first_seconds,
+    }
+}
+
+/// The goal on a steady server of 20 a second: slow start sends fewer
+/// than 60 in any of its first seconds; after [`SETTLING`] minutes, at
+/// most one refusal a minute and at least 95 % of the limit; no failed
+/// call.
+fn assert_polite(hour: &Hour) {
+    let peak = hour.first_seconds.iter().copied().max().unwrap_or(0);
+    assert!(
+        peak < 60,
+        "slow start sent {peak} in a second to a 20/s server"
+    );
+    let steady = &hour.refused[SETTLING..];
+    let refusals: u64 = steady.iter().sum();
+    assert!(
+        refusals <= steady.len() as u64,
+        "{refusals} refusals over the {} steady minutes: {steady:?}",
+        steady.len()
+    );
+    let admitted: u64 = hour.admitted[SETTLING..].iter().sum();
+    let allowed = 20 * MINUTE * steady.len() as u64;
+    assert!(
+        admitted as f64 >= 0.95 * allowed as f64,
+        "{admitted} admitted of {allowed} allowed in the steady minutes"
+    );
+    assert_eq!(hour.figures.failed, 0, "{:?}", hour.figures);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_leaky_bucket_without_burst_is_refused_at_most_once_a_minute() {
+    let server = header_less(Algorithm::LeakyBucket {
+        rate: twenty(),
+        burst: 0,
+    });
+    assert_polite(&hour(server).await);
+}
+
+/// nginx's `limit_req` with a burst: it lets a probe run past its rate
+/// before refusing, and the refusal reads as a ceiling above the rate.
+/// Each such reading raised the target above the limit, refused again a
+/// few seconds later: 7–10 refusals a minute for as long as the key ran.
+#[tokio::test(start_paused = true)]
+async fn a_leaky_bucket_with_a_burst_is_refused_at_most_once_a_minute() {
+    let server = header_less(Algorithm::LeakyBucket {
+        rate: twenty(),
+        burst: 10,
+    });
+    assert_polite(&hour(server).await);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_token_bucket_with_a_burst_is_refused_at_most_once_a_minute() {
+    let server = header_less(Algorithm::TokenBucket {
+        rate: twenty(),
+        burst: 5,
+    });
+    assert_polite(&hour(server).await);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fixed_window_of_a_second_is_refused_at_most_once_a_minute() {
+    let server = header_less(Algorithm::FixedWindow {
+        limit: 20,
+        window: Duration::from_secs(1),
+    });
+    assert_polite(&hour(server).await);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sliding_log_is_refused_at_most_once_a_minute() {
+    let server = header_less(Algorithm::SlidingLog {
+        limit: 20,
+        window: Duration::from_secs(1),
+    });
+    assert_polite(&hour(server).await);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sliding_log_counting_refusals_is_refused_at_most_once_a_minute() {
+    let server = header_less(Algorithm::SlidingLog {
+        limit: 20,
+        window: Duration::from_secs(1),
+    })
+    .counts_refusals(true);
+    assert_polite(&hour(server).await);
+}
+
+/// A sliding counter of 21 a second sustains 20 (its previous window
+/// still weighs something at the very end of the current one).
+#[tokio::test(start_paused = true)]
+async fn a_sliding_counter_is_refused_at_most_once_a_minute() {
+    let server = header_less(Algorithm::SlidingCounter {
+        limit: 21,
+        window: Duration::from_secs(1),
+    });
+    assert_polite(&hour(server).await);
+}
+
+#[tokio::test(start_paused = true)]
+#[ignore = "known gap: 2-7 refusals a minute for the whole hour (0.98 of the limit): a GCRA \
+            with a burst that counts refusals refuses the target a probe left, and the \
+            refusals it counts refuse the next sends too"]
+async fn a_gcra_counting_refusals_is_refused_at_most_once_a_minute() {
+    let server = header_less(Algorithm::Gcra {
+        rate: twenty(),
+        burst: 5,
+    })
+    .counts_refusals(true);
+    assert_polite(&hour(server).await);
+}
+
+/// A quota of 1,200 a minute: slow start, which only a refusal stops,
+/// spends it in the first seconds of the first minute (a window admits
+/// everything until it is spent), and that much is unavoidable; but each
+/// later probe, accelerating while the window absorbs it, spends the
+/// quota early again and is locked out for the rest of the minute.
+#[tokio::test(start_paused = true)]
+#[ignore = "known gap: 8-11 refusals a minute for the whole hour (1.00 of the limit, 0.7-0.9 % \
+            refused): a probe past the rate is refused only once the minute's quota is spent, \
+            so it runs away, the lockout probes with doubling waits until the minute ends, and \
+            the probe's runaway rate, read as a new ceiling, starts the holds over"]
+async fn a_minute_quota_is_refused_at_most_once_a_minute() {
+    let server = header_less(Algorithm::FixedWindow {
+        limit: 1_200,
+        window: Duration::from_secs(60),
+    });
+    let hour = hour(server).await;
+    // Slow start's first window is unavoidable here; the steady state is
+    // what is judged.
+    let steady = &hour.refused[SETTLING..];
+    let refusals: u64 = steady.iter().sum();
+    assert!(refusals <= steady.len() as u64, "{steady:?}");
+    assert_eq!(hour.figures.failed, 0);
+}
+
+/// The server's capacity doubles half an hour in: within two minutes the
+/// key sends at least 95 % of the new limit, and it is still refused at
+/// most once a minute after.
+async fn assert_finds_growth(algorithm: Algorithm) {
+    let server =
+        header_less(algorithm).change_limit_at(HOUR / 2, Rate::per_second(40).expect("positive"));
+    let hour = hour(server).await;
+    let grown = 30 + 2;
+    for (minute, &admitted) in hour.admitted.iter().enumerate().skip(grown) {
+        assert!(
+            admitted as f64 >= 0.95 * (40 * MINUTE) as f64,
+            "minute {minute}: {admitted} admitted of {} allowed",
+            40 * MINUTE
+        );
+    }
+    let after = &hour.refused[grown..];
+    let refusals: u64 = after.iter().sum();
+    assert!(refusals <= after.len() as u64, "{after:?}");
+    assert_eq!(hour.figures.failed, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_token_bucket_whose_rate_doubles_is_found_within_two_minutes() {
+    assert_finds_growth(Algorithm::TokenBucket {
+        rate: twenty(),
+        burst: 5,
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_leaky_bucket_whose_rate_doubles_is_found_within_two_minutes() {
+    assert_finds_growth(Algorithm::LeakyBucket {
+        rate: twenty(),
+        burst: 10,
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sliding_log_whose_quota_doubles_is_found_within_two_minutes() {
+    assert_finds_growth(Algorithm::SlidingLog {
+        limit: 20,
+        window: Duration::from_secs(1),
+    })
+    .await;
+}
