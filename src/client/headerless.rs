@@ -39,7 +39,12 @@
 //!   (up to the last refusal) is the rate that is too fast: the limit of a
 //!   window, measured whatever rate ran into it, where the lockout lasted
 //!   [`Tuning::spent_share`] of the cycle at least (a short lockout at the
-//!   end of a long cycle measured only what the key chose to send). For
+//!   end of a long cycle measured only what the key chose to send). Two
+//!   cycles in a row that let the same count through over the same length
+//!   show a window: within it, a probe's refusal names no ceiling (the
+//!   quota was spent, whatever the rate), and a lockout waits for the
+//!   window's end (up to [`Tuning::max_window_wait`] at a time) instead of
+//!   probing it with refusals; a cycle that disagrees forgets it. For
 //!   as long as the cycle admitted before its lockout, a refusal after its
 //!   end cuts the rate but keeps the target: a log the cycle overran
 //!   refuses until those admissions age out.
@@ -99,6 +104,12 @@ pub(crate) struct Tuning {
     /// ... and at most this long. Longer waits cost fewer refusals while a
     /// window runs out; shorter ones notice its end sooner.
     pub(crate) max_lockout_wait: Duration,
+    /// Within a window the lockouts have shown, a lockout waits for the
+    /// window's end, but no longer than this at a time. Longer waits a
+    /// spent window out with fewer refusals; a call held longer than the
+    /// retry policy's cap on a wait (`max_retry_after`, 60 s by default)
+    /// fails at once instead of waiting.
+    pub(crate) max_window_wait: Duration,
     /// The end of a lockout measures what the server lets through (what
     /// it admitted over the cycle) only when the lockout lasted at least
     /// this share of the cycle: a window spent early and refused until it
@@ -206,6 +217,7 @@ impl Tuning {
         lockout_decrease: 0.7,
         first_lockout_wait: Duration::from_millis(100),
         max_lockout_wait: Duration::from_secs(8),
+        max_window_wait: Duration::from_secs(30),
         lockout_intervals: 2.0,
         spent_share: 0.25,
         recover_to: 0.97,
@@ -336,6 +348,20 @@ pub(crate) struct Congestion {
     /// under it (kept for the whole cycle, a counter took a refusal a
     /// second).
     measured_until: Option<Instant>,
+    /// What the cycle the last lockout ended let through, and how long
+    /// it ran (from the end of the lockout before); once a window is
+    /// shown, what one window lets through, and its length.
+    measured: Option<(u64, Duration)>,
+    /// A window the lockouts have shown: two cycles in a row let the same
+    /// count through and ran as long (or the later one, as many windows
+    /// long as it let that count through). Its length is the shorter
+    /// cycle. Within it a probe's refusal comes only once the window's
+    /// quota is spent, whatever the rate sent (so it names no ceiling),
+    /// and the lockout that follows ends with the window (so the key
+    /// waits for that instead of probing a refusal at a time). A lockout
+    /// end that measures another limit, or a refusal that is no lockout,
+    /// forgets it.
+    window: Option<Duration>,
 }
 
 impl Congestion {
@@ -365,6 +391,8 @@ impl Congestion {
             last_refused: None,
             cycle: None,
             measured_until: None,
+            measured: None,
+            window: None,
         }
     }
 
@@ -412,9 +440,21 @@ impl Congestion {
         self.locked = false;
         self.lockouts = 0;
         self.cycle = Some((now, 1));
+        self.cycle_ended(now, since, admitted, t);
+    }
+
+    /// A lockout ended at `now` the cycle that began at `since` and let
+    /// `admitted` through: where the lockout was long enough to say so,
+    /// what it let through is the limit.
+    fn cycle_ended(&mut self, now: Instant, since: Instant, admitted: u64, t: &Tuning) {
+        let ran = now.saturating_duration_since(since);
+        let windows = self.windows_in(admitted, ran, t);
         // The server took the key back after the last refusal: the cycle
-        // ran that long at least (a window ended in between).
+        // ran that long at least (a window ended in between). Within a
+        // window the lockouts show, the key waits for its end, and the
+        // cycle ran to that end.
         let end = self.last_refused.filter(|&r| r > since).unwrap_or(now);
+        let end = windows.map_or(end, |(_, window)| end.max((since + window).min(now)));
         let span = end.saturating_duration_since(since).as_secs_f64();
         // Locked out for a small share of the cycle, the window is short
         // and the cycle's average is what the key sent, not what the
@@ -423,24 +463,46 @@ impl Congestion {
             .locked_since
             .map_or(0.0, |l| now.saturating_duration_since(l).as_secs_f64());
         let spent = locked_for >= span * t.spent_share;
-        if span >= 1.0 && admitted as f64 >= t.min_sample && spent {
-            let limit = admitted as f64 / span;
-            // A window shows within one cycle whether a rate holds:
-            // holding longer than the cycle measured only wastes it.
-            let cycle = Duration::from_secs_f64(span).min(t.first_hold);
-            self.ceiling_read(t.same_rate(limit, self.too_fast), cycle, t);
-            self.too_fast = limit;
-            self.target = limit * t.recover_to;
-            // The lockout's cuts may have left the rate above the limit
-            // now measured: it goes down to the target at once.
-            self.rate = self.rate.min(self.target);
-            self.cut_to = self.rate;
-            self.held_since = None;
-            let admitting = self
-                .locked_since
-                .map_or(Duration::ZERO, |l| l.saturating_duration_since(since));
-            self.measured_until = Some(now + admitting);
+        if span < 1.0 || (admitted as f64) < t.min_sample || !spent {
+            return;
         }
+        let limit = admitted as f64 / span;
+        self.window = windows.map(|(_, window)| window);
+        self.measured = Some(windows.unwrap_or((admitted, ran)));
+        // A window shows within one cycle whether a rate holds: holding
+        // longer than the cycle measured only wastes it.
+        let cycle = Duration::from_secs_f64(span).min(t.first_hold);
+        let same = self.window.is_some() || t.same_rate(limit, self.too_fast);
+        self.ceiling_read(same, cycle, t);
+        self.too_fast = limit;
+        self.target = limit * t.recover_to;
+        // The lockout's cuts may have left the rate above the limit now
+        // measured: it goes down to the target at once.
+        self.rate = self.rate.min(self.target);
+        self.cut_to = self.rate;
+        self.held_since = None;
+        let admitting = self
+            .locked_since
+            .map_or(Duration::ZERO, |l| l.saturating_duration_since(since));
+        self.measured_until = Some(now + admitting);
+    }
+
+    /// The window a cycle that let `admitted` through over `ran` shows
+    /// with the one measured before it, as what one window lets through
+    /// and its length: a window lets the same count through in every
+    /// cycle, and its cycles (from the end of one lockout to the end of
+    /// the next) are as long as it is (a count is exact where a rate over
+    /// a cycle whose start was found late is not). Held past a window's
+    /// length, a cycle spans several windows, each letting that count
+    /// through.
+    fn windows_in(&self, admitted: u64, ran: Duration, t: &Tuning) -> Option<(u64, Duration)> {
+        let (n, r) = self.measured?;
+        let k = (ran.as_secs_f64() / r.as_secs_f64().max(1e-3))
+            .round()
+            .max(1.0);
+        (t.same_rate(admitted as f64, k * n as f64)
+            && t.same_rate(ran.as_secs_f64(), k * r.as_secs_f64()))
+        .then(|| (n, r.min(ran.div_f64(k))))
     }
 
     /// A refusal of a request sent after the last cut, while `delivered`
@@ -500,6 +562,15 @@ impl Congestion {
             // server absorbs a burst above its limit): the target rises by
             // at most a step. Refused elsewhere, the server changed: the
             // target goes to just under the rate refused.
+            // A probe refused within a window the lockouts have shown:
+            // the window's quota is spent, and the end of the lockout
+            // that follows measures the limit again. The target held
+            // stands.
+            Phase::Steady if probing && self.window.is_some() => (
+                self.too_fast,
+                held,
+                self.rate.min(delivered) * t.later_decrease,
+            ),
             Phase::Steady if probing => {
                 // Climbing to slow start's guess, fast enough for a
                 // window to let it run past its limit before refusing:
@@ -549,6 +620,7 @@ impl Congestion {
                 (self.too_fast, held, from * t.first_decrease)
             }
             Phase::Steady => {
+                self.window = None;
                 let sent = self.rate.min(measured);
                 // Refused again, within a cycle, where the last such
                 // refusal came, both read from a rate: the key's own, or
@@ -670,6 +742,16 @@ impl Congestion {
     /// at the start of the window, waiting for it, ran out of time).
     pub(crate) fn lockout_wait(&self, now: Instant, t: &Tuning) -> Option<Duration> {
         let doubling = self.doubling_lockout_wait(t)?;
+        // Within a window the lockouts have shown, a refusal before its
+        // end only extends a limiter that counts refusals: wait it out.
+        let window_end = self
+            .window
+            .zip(self.cycle)
+            .map(|(window, (since, _))| since + window)
+            .filter(|&end| end > now);
+        if let Some(end) = window_end {
+            return Some(doubling.max((end - now).min(t.max_window_wait)));
+        }
         let round_end = self.cycle.and_then(|(since, _)| {
             ROUND_WINDOWS
                 .iter()
@@ -1247,6 +1329,56 @@ mod tests {
         assert_eq!(c.lockout_wait(at(5_700), &T), None);
         // The next cycle starts at this one's end.
         assert_eq!(c.cycle, Some((at(5_700), 1)));
+    }
+
+    /// A window of 200 in 10 s, spent by its fifth second each time and
+    /// then refused until it ends: two cycles that let 200 through in
+    /// 10 s show the window. In the third, a probe's refusal keeps the
+    /// target, and the lockout after it waits for the window's end, not a
+    /// doubling wait of its own. A cycle that lets another count through
+    /// forgets the window.
+    #[test]
+    fn lockouts_that_measure_one_count_over_one_length_show_a_window() {
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        let mut c = Congestion::resumed(Phase::Steady, 40.0, 50.0);
+        // One cycle from `from`: `n` admitted over its first `spend_ms`,
+        // two refusals, and the admission that ends the lockout at `end`.
+        let cycle = |c: &mut Congestion, from: u64, n: u64, spend_ms: u64, end: u64| {
+            for k in 0..n {
+                c.admitted(at(from + k * spend_ms / n), &T);
+            }
+            c.cut(at(from + spend_ms + 100), from, (40.0, None), &T);
+            c.cut(at(from + spend_ms + 200), from + 1, (40.0, None), &T);
+            c.admitted(at(end), &T);
+        };
+        c.admitted(at(0), &T);
+        cycle(&mut c, 1, 199, 5_000, 10_000);
+        assert_eq!(c.window, None, "one cycle shows no window");
+        cycle(&mut c, 10_001, 199, 5_000, 20_000);
+        assert_eq!(c.window, Some(Duration::from_secs(10)));
+        let target = c.target();
+        assert!((target - 20.0 * T.recover_to).abs() < 1e-9, "{target}");
+
+        // The third window, spent by its third second by a probe.
+        for k in 0..199 {
+            c.admitted(at(20_001 + k * 15), &T);
+        }
+        c.rate = 2.0 * target;
+        c.cut(at(23_000), 30_000, (30.0, None), &T);
+        assert_eq!(c.target(), target, "a probe's refusal within a window");
+        c.cut(at(23_100), 30_001, (30.0, None), &T);
+        assert_eq!(
+            c.lockout_wait(at(23_100), &T),
+            Some(Duration::from_millis(6_900))
+        );
+        c.admitted(at(30_000), &T);
+        assert_eq!(c.window, Some(Duration::from_secs(10)));
+        assert_eq!(c.target(), target);
+
+        // A cycle that lets 120 through: no window.
+        cycle(&mut c, 30_001, 119, 5_000, 40_000);
+        assert_eq!(c.window, None);
     }
 
     /// A lockout's end measures 100 in 4.1 s; the cycle admitted for its
