@@ -105,6 +105,84 @@ impl Hash {
         self.capacity * self.per_token
     }
 
+    /// The hash after an adjustment (any operation but `reserve`, `try`
+    /// and `refund`), as the script's branch for it leaves it.
+    fn adjusted(mut self, op: Op) -> Hash {
+        match op {
+            Op::Rate {
+                per_token,
+                too_fast,
+            } => {
+                self.rescale(per_token, MAX_EXACT_NANOS);
+                if too_fast > 0 {
+                    self.too_fast = too_fast;
+                }
+            }
+            Op::Grow { ppm, at_most } => {
+                // In doubles, as the script divides.
+                let grown = (self.per_token as f64 * 1e6 / ppm as f64).floor() as u64;
+                let per_token = grown.max(at_most).max(1);
+                if per_token < self.per_token {
+                    self.rescale(per_token, u64::MAX);
+                }
+                self.learned = true;
+            }
+            Op::Capacity(capacity) => self.resize(capacity),
+            Op::Limit(remaining) => {
+                let missing = self.capacity - remaining.min(self.capacity);
+                self.owed = self.owed.max(missing * self.per_token);
+            }
+            Op::Remaining(remaining) => {
+                let booked = self.owed.saturating_sub(self.span());
+                let missing = self.capacity - remaining.min(self.capacity);
+                self.owed = booked + missing * self.per_token;
+            }
+            Op::Block { for_ns, cause } => self.block(for_ns, cause),
+            Op::Unblock => {
+                if self.blocked > 0 {
+                    self.owed = self.owed.min((self.capacity - 1) * self.per_token);
+                    self.blocked = 0;
+                    self.cause = 0;
+                    self.blocks += 1;
+                }
+            }
+            Op::Uncount(n) => self.granted = self.granted.saturating_sub(n),
+            Op::Reserve { .. } | Op::Try { .. } | Op::Refund { .. } => {}
+        }
+        self
+    }
+
+    /// A new time per token, the deficit after the block scaled to it (at
+    /// most `most`), as the learned rate.
+    fn rescale(&mut self, per_token: u64, most: u64) {
+        let owed = self.owed.saturating_sub(self.blocked);
+        self.owed = self.blocked + mul_div(owed, per_token, self.per_token).min(most);
+        self.per_token = per_token;
+        self.learned = true;
+    }
+
+    /// A new capacity: past the block, what is booked beyond one bucket
+    /// stays, the tokens at hand are kept up to the new capacity.
+    fn resize(&mut self, capacity: u64) {
+        let owed = self.owed.saturating_sub(self.blocked);
+        let booked = owed.saturating_sub(self.span());
+        let tokens = self.span().saturating_sub(owed);
+        self.capacity = capacity.max(1);
+        self.owed = self.blocked + booked + self.span() - tokens.min(self.span());
+    }
+
+    /// A block of `for_ns` from now: nothing before its end, then one token,
+    /// then the rate.
+    fn block(&mut self, for_ns: u64, cause: u64) {
+        if for_ns > self.blocked {
+            self.cause = cause;
+        }
+        self.blocked = self.blocked.max(for_ns);
+        let resumed = for_ns.saturating_add((self.capacity - 1) * self.per_token);
+        self.owed = self.owed.max(resumed);
+        self.blocks += 1;
+    }
+
     /// The hash as the script reads it at `now_us`: what is owed and
     /// blocked counted from now, a clock that stepped back counting as no
     /// time passed.
@@ -150,6 +228,19 @@ pub enum Op {
 }
 
 impl Op {
+    /// `reserve` of `weight` within `bounds`, as `Core` spells the bounds.
+    pub fn reserve(weight: u64, bounds: Bounds) -> Op {
+        Op::Reserve {
+            weight,
+            max_wait: bounds.by.map_or(UNBOUNDED, nanos_until).min(UNBOUNDED),
+            max_block: bounds.max_block.map_or(UNBOUNDED, |d| {
+                u64::try_from(d.as_nanos())
+                    .unwrap_or(UNBOUNDED)
+                    .min(UNBOUNDED)
+            }),
+        }
+    }
+
     /// The script's name for the operation and its operands (ARGV[5..7]).
     pub fn script_args(&self) -> (&'static str, [u64; 3]) {
         match *self {
@@ -307,76 +398,20 @@ impl Script {
     /// Run `op` at `now_us`, as one `EVALSHA` of the script.
     pub fn run(&mut self, now_us: u64, op: Op) -> Reply {
         let stored = self.hash(now_us);
-        let mut h = stored.map_or_else(|| self.fresh(), |h| h.at(now_us));
+        let h = stored.map_or_else(|| self.fresh(), |h| h.at(now_us));
         match op {
             Op::Reserve {
                 weight,
                 max_wait,
                 max_block,
-            } => return self.take(now_us, h, weight, max_wait, max_block, false),
-            Op::Try { weight } => return self.take(now_us, h, weight, UNBOUNDED, UNBOUNDED, true),
-            Op::Refund { id, weight } => return self.refund(now_us, stored, h, id, weight),
-            Op::Rate {
-                per_token,
-                too_fast,
-            } => {
-                let owed = h.owed.saturating_sub(h.blocked);
-                h.owed = h.blocked + mul_div(owed, per_token, h.per_token).min(MAX_EXACT_NANOS);
-                h.per_token = per_token;
-                h.learned = true;
-                if too_fast > 0 {
-                    h.too_fast = too_fast;
-                }
+            } => self.take(now_us, h, weight, max_wait, max_block, false),
+            Op::Try { weight } => self.take(now_us, h, weight, UNBOUNDED, UNBOUNDED, true),
+            Op::Refund { id, weight } => self.refund(now_us, stored, h, id, weight),
+            adjustment => {
+                self.save(now_us, h.adjusted(adjustment));
+                Reply::Done(0)
             }
-            Op::Grow { ppm, at_most } => {
-                // In doubles, as the script divides.
-                let grown = (h.per_token as f64 * 1e6 / ppm as f64).floor() as u64;
-                let per_token = grown.max(at_most).max(1);
-                if per_token < h.per_token {
-                    let owed = h.owed.saturating_sub(h.blocked);
-                    h.owed = h.blocked + mul_div(owed, per_token, h.per_token);
-                    h.per_token = per_token;
-                }
-                h.learned = true;
-            }
-            Op::Capacity(capacity) => {
-                let owed = h.owed.saturating_sub(h.blocked);
-                let booked = owed.saturating_sub(h.span());
-                let tokens = h.span().saturating_sub(owed);
-                h.capacity = capacity.max(1);
-                h.owed = h.blocked + booked + h.span() - tokens.min(h.span());
-            }
-            Op::Limit(remaining) => {
-                let missing = h.capacity - remaining.min(h.capacity);
-                h.owed = h.owed.max(missing * h.per_token);
-            }
-            Op::Remaining(remaining) => {
-                let booked = h.owed.saturating_sub(h.span());
-                let missing = h.capacity - remaining.min(h.capacity);
-                h.owed = booked + missing * h.per_token;
-            }
-            Op::Block { for_ns, cause } => {
-                if for_ns > h.blocked {
-                    h.cause = cause;
-                }
-                h.blocked = h.blocked.max(for_ns);
-                h.owed = h
-                    .owed
-                    .max(for_ns.saturating_add((h.capacity - 1) * h.per_token));
-                h.blocks += 1;
-            }
-            Op::Unblock => {
-                if h.blocked > 0 {
-                    h.owed = h.owed.min((h.capacity - 1) * h.per_token);
-                    h.blocked = 0;
-                    h.cause = 0;
-                    h.blocks += 1;
-                }
-            }
-            Op::Uncount(n) => h.granted = h.granted.saturating_sub(n),
         }
-        self.save(now_us, h);
-        Reply::Done(0)
     }
 
     /// `reserve`, or `try` when `only_now`.
@@ -517,23 +552,7 @@ impl TwinBucket {
             return Ok(Grant::default());
         }
         loop {
-            let op = Op::Reserve {
-                weight,
-                max_wait: bounds.by.map_or(UNBOUNDED, nanos_until).min(UNBOUNDED),
-                max_block: bounds.max_block.map_or(UNBOUNDED, |d| {
-                    u64::try_from(d.as_nanos())
-                        .unwrap_or(UNBOUNDED)
-                        .min(UNBOUNDED)
-                }),
-            };
-            match self.run(op) {
-                Reply::Granted {
-                    wait: 0,
-                    count,
-                    interval,
-                    too_fast,
-                    ..
-                } => return Ok(grant(count, interval, too_fast)),
+            let (wait, id, epoch, grant) = match self.run(Op::reserve(weight, bounds)) {
                 Reply::Granted {
                     wait,
                     id,
@@ -541,28 +560,24 @@ impl TwinBucket {
                     count,
                     interval,
                     too_fast,
-                } => {
-                    let refund = Refund {
-                        twin: Some(self),
-                        id,
-                        weight,
-                    };
-                    tokio::time::sleep(Duration::from_nanos(wait)).await;
-                    refund.disarm();
-                    if !self.blocked_since(epoch) {
-                        return Ok(grant(count, interval, too_fast));
-                    }
-                    self.run(Op::Refund { id, weight });
-                }
-                Reply::Throttled { wait } => {
-                    return Err(Error::throttled(Duration::from_nanos(wait)))
-                }
-                Reply::Held { wait, cause } => return Err(held(wait, cause, bounds)),
-                Reply::TooHeavy { capacity } => {
-                    return Err(Error::weight_exceeds_capacity(weight, capacity))
-                }
-                Reply::Done(_) => return Err(Error::backend("unexpected script reply", None)),
+                } => (wait, id, epoch, grant(count, interval, too_fast)),
+                refused => return Err(refusal(refused, weight, bounds)),
+            };
+            if wait == 0 {
+                return Ok(grant);
             }
+            let refund = Refund {
+                twin: Some(self),
+                id,
+                weight,
+            };
+            tokio::time::sleep(Duration::from_nanos(wait)).await;
+            refund.disarm();
+            if !self.blocked_since(epoch) {
+                return Ok(grant);
+            }
+            // A block came while the turn slept: give it up, queue again.
+            self.run(Op::Refund { id, weight });
         }
     }
 
@@ -622,14 +637,7 @@ impl Limiter for TwinBucket {
             0 => Ok(()),
             _ => match self.run(Op::Try { weight }) {
                 Reply::Granted { .. } => Ok(()),
-                Reply::Throttled { wait } => Err(Error::throttled(Duration::from_nanos(wait))),
-                Reply::TooHeavy { capacity } => {
-                    Err(Error::weight_exceeds_capacity(weight, capacity))
-                }
-                other => Err(Error::backend(
-                    format!("unexpected script reply {other:?}"),
-                    None,
-                )),
+                refused => Err(refusal(refused, weight, Bounds::default())),
             },
         };
         Box::pin(std::future::ready(result))
@@ -681,6 +689,17 @@ fn grant(count: u64, interval: u64, too_fast: u64) -> Grant {
     Grant::counted(count)
         .with_rate(rate(interval))
         .with_too_fast(rate(too_fast))
+}
+
+/// The error for a reservation the script did not grant, as `Core` reads
+/// the reply.
+fn refusal(reply: Reply, weight: u64, bounds: Bounds) -> Error {
+    match reply {
+        Reply::Throttled { wait } => Error::throttled(Duration::from_nanos(wait)),
+        Reply::Held { wait, cause } => held(wait, cause, bounds),
+        Reply::TooHeavy { capacity } => Error::weight_exceeds_capacity(weight, capacity),
+        other => Error::backend(format!("unexpected script reply {other:?}"), None),
+    }
 }
 
 /// The error for a block longer than the call's bound, as `Core` builds it.
