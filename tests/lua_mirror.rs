@@ -7,6 +7,14 @@
 //! what the Rust bucket's answers say they must, and lifting a block
 //! leaves the state `Gcra::unblock` leaves.
 //!
+//! The fleet tests on the paused clock share a twin of the script in
+//! process (`tests/twin_support`): driven over seeded random sequences of
+//! every operation `RedisTokenBucket` sends (reservations within bounds,
+//! refunds, rates, growth, cuts, capacities, remaining counts, blocks and
+//! their lifting, uncounting) and clock advances long enough for keys to
+//! expire, the twin gives the script's every reply and keeps its hash
+//! field for field, with the same lifetime for the key.
+//!
 //! The script reads the clock with Redis `TIME`, which a test cannot set.
 //! It counts time from the instant stored with the state (`t`), and a clock
 //! that steps back counts as no time passed: so before each call the test
@@ -17,6 +25,7 @@
 #![cfg(feature = "redis")]
 
 mod redis_support;
+mod twin_support;
 
 use std::time::Duration;
 
@@ -25,6 +34,7 @@ use redis::Script;
 use redis_support::RedisServer;
 use reqwest_pace::limiter::{Algorithm, Gcra};
 use reqwest_pace::Rate;
+use twin_support::{Op as TwinOp, Reply, Script as Twin};
 
 /// The script the shared bucket runs, as it is shipped.
 const TOKEN_BUCKET: &str = include_str!("../src/redis/lua/token_bucket.lua");
@@ -381,4 +391,271 @@ async fn the_script_decides_as_the_rust_bucket_over_random_sequences() {
         .await
         .expect("SCRIPT EXISTS");
     assert_eq!(exists, vec![1]);
+}
+
+/// The key the twin's sequences run on, apart from the mirror's.
+const TWIN_KEY: &str = "twin";
+/// The key lifetimes the twin's sequences send (ARGV[2], ARGV[8]): short
+/// enough that long clock advances let keys expire.
+const IDLE_MS: u64 = 60_000;
+const LEARNED_MS: u64 = 600_000;
+
+/// One call of the script on the twin's key, as `Core` sends it.
+async fn call_as_core(
+    conn: &mut MultiplexedConnection,
+    script: &Script,
+    twin: &Twin,
+    op: TwinOp,
+) -> Vec<i64> {
+    let (name, operands) = op.script_args();
+    let (per_token, capacity) = twin.defaults();
+    script
+        .key(TWIN_KEY)
+        .arg(name)
+        .arg(IDLE_MS)
+        .arg(per_token)
+        .arg(capacity)
+        .arg(operands[0])
+        .arg(operands[1])
+        .arg(operands[2])
+        .arg(LEARNED_MS)
+        .invoke_async(conn)
+        .await
+        .expect("the script runs")
+}
+
+/// Give the script the key the twin holds at `now_us`: none once it has
+/// expired, else its hash with what is owed and blocked counted from now
+/// and `t` in the future (so that no time passes for the script).
+async fn hand_over(conn: &mut MultiplexedConnection, twin: &Twin, now_us: u64) {
+    let Some(hash) = twin.hash(now_us) else {
+        let _: i64 = redis::cmd("DEL")
+            .arg(TWIN_KEY)
+            .query_async(conn)
+            .await
+            .expect("DEL");
+        return;
+    };
+    let hash = hash.at(now_us);
+    let _: i64 = redis::cmd("HSET")
+        .arg(TWIN_KEY)
+        .arg("t")
+        .arg(FUTURE_US)
+        .arg("d")
+        .arg(hash.owed)
+        .arg("b")
+        .arg(hash.blocked)
+        .query_async(conn)
+        .await
+        .expect("HSET");
+}
+
+/// The hash's fields but `t` as the script left them (all `None` for no
+/// key), and the key's time to live in milliseconds (negative for none).
+async fn script_key(conn: &mut MultiplexedConnection) -> (Vec<Option<u64>>, i64) {
+    let fields: Vec<Option<u64>> = redis::cmd("HMGET")
+        .arg(TWIN_KEY)
+        .arg(&["d", "b", "T", "C", "n", "e", "a", "c", "L", "F"])
+        .query_async(conn)
+        .await
+        .expect("HMGET");
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(TWIN_KEY)
+        .query_async(conn)
+        .await
+        .expect("PTTL");
+    (fields, ttl)
+}
+
+/// A random operation on a key of `per_token` and `capacity`, with the
+/// reservations granted so far (`id`, weight) to refund one of.
+fn twin_op(seq: &mut Seq, per_token: u64, capacity: u64, granted: &[(u64, u64)]) -> TwinOp {
+    let weight = if seq.range(0, 19) == 0 {
+        capacity + seq.range(1, 3)
+    } else {
+        seq.range(1, capacity)
+    };
+    let span = per_token * capacity;
+    // Rates and capacities whose refill stays within 2^44 ns, where the
+    // sequence's bookings stay exact in a Lua number.
+    let most = 1u64 << 44;
+    match seq.range(0, 29) {
+        0..=7 => TwinOp::Try { weight },
+        8..=11 => TwinOp::Reserve {
+            weight,
+            max_wait: UNBOUNDED,
+            max_block: UNBOUNDED,
+        },
+        12..=14 => TwinOp::Reserve {
+            weight,
+            max_wait: seq.range(0, 2 * span),
+            max_block: seq.range(0, 2 * span),
+        },
+        15..=16 => {
+            // The last reservation (its turn back when nothing was written
+            // since), an earlier one, or an id never given.
+            let (id, weight) = match granted.len() {
+                0 => (seq.range(0, 5), weight),
+                n => granted[n - 1 - (seq.range(0, 2) as usize).min(n - 1)],
+            };
+            TwinOp::Refund { id, weight }
+        }
+        17 => TwinOp::Rate {
+            per_token: seq.range(1, 4 * per_token).min(most / capacity).max(1),
+            too_fast: if seq.range(0, 1) == 0 {
+                0
+            } else {
+                seq.range(1, 2 * per_token)
+            },
+        },
+        18 => TwinOp::Grow {
+            ppm: seq.range(1_000_000, 3_000_000),
+            at_most: seq.range(1, 2 * per_token),
+        },
+        19 => TwinOp::Capacity(seq.range(0, 2 * capacity).min(most / per_token)),
+        20 => TwinOp::Limit(seq.range(0, capacity + 2)),
+        21 => TwinOp::Remaining(seq.range(0, capacity + 2)),
+        22..=24 => TwinOp::Block {
+            for_ns: seq.range(0, 3 * span),
+            cause: [0, 858, 859, 1006][seq.range(0, 3) as usize],
+        },
+        25..=26 => TwinOp::Unblock,
+        _ => TwinOp::Uncount(seq.range(0, 2 * capacity)),
+    }
+}
+
+/// How often each outcome came up in the twin's sequences.
+#[derive(Debug, Default)]
+struct TwinSeen {
+    granted_now: u64,
+    booked_later: u64,
+    throttled: u64,
+    held: u64,
+    too_heavy: u64,
+    turn_given_back: u64,
+    refund_counted_only: u64,
+    expired: u64,
+    learned: u64,
+    cut: u64,
+}
+
+/// Run one sequence on the twin and the script; panics with its seed and
+/// step on the first difference.
+async fn twin_agrees(
+    conn: &mut MultiplexedConnection,
+    script: &Script,
+    seed: u64,
+    steps: usize,
+    seen: &mut TwinSeen,
+) {
+    let mut seq = Seq(seed);
+    let (per_token, capacity) = bucket_params(&mut seq);
+    let mut twin = Twin::new(per_token, capacity, IDLE_MS, LEARNED_MS);
+    let mut now_us = seq.range(0, 1_000_000);
+    let mut granted = Vec::new();
+    let mut live = false;
+    for i in 0..steps {
+        let (per_token, capacity) = (twin.per_token(now_us), twin.capacity(now_us));
+        let span_us = per_token * capacity / 1_000;
+        now_us += match seq.range(0, 3) {
+            0 => 0,
+            1 => seq.range(0, per_token / 1_000 + 1),
+            _ => seq.range(0, 3 * span_us + 1),
+        };
+        seen.expired += u64::from(live && twin.hash(now_us).is_none());
+        hand_over(conn, &twin, now_us).await;
+        let op = twin_op(&mut seq, per_token, capacity, &granted);
+        let at = format!(
+            "seed {seed}, step {i}: {op:?} at {now_us} us on {:?}",
+            twin.hash(now_us)
+        );
+        let expected = twin.run(now_us, op);
+        let reply = call_as_core(conn, script, &twin, op).await;
+        assert_eq!(reply, expected.to_script(), "{at}: the reply");
+        match expected {
+            Reply::Granted {
+                wait,
+                id,
+                interval,
+                too_fast,
+                ..
+            } => {
+                granted.push((id, op_weight(op)));
+                seen.granted_now += u64::from(wait == 0);
+                seen.booked_later += u64::from(wait > 0);
+                seen.learned += u64::from(interval > 0);
+                seen.cut += u64::from(too_fast > 0);
+            }
+            Reply::Throttled { .. } => seen.throttled += 1,
+            Reply::Held { .. } => seen.held += 1,
+            Reply::TooHeavy { .. } => seen.too_heavy += 1,
+            Reply::Done(1) => seen.turn_given_back += 1,
+            Reply::Done(_) => {
+                seen.refund_counted_only += u64::from(matches!(op, TwinOp::Refund { .. }))
+            }
+        }
+        let (fields, ttl) = script_key(conn).await;
+        let hash = twin.hash(now_us);
+        let expected_fields: Vec<Option<u64>> = match hash {
+            // Counted from now, as the script's is: a refund that only
+            // takes units off the count leaves what `hand_over` wrote.
+            Some(h) => h.at(now_us).fields().map(Some).to_vec(),
+            None => vec![None; 10],
+        };
+        assert_eq!(fields, expected_fields, "{at}: the hash after the step");
+        // The key's lifetime where the script set it now, less the little
+        // real time since (Redis counts it down on its own clock, which
+        // the sequence does not move).
+        match twin.ttl_ms(now_us) {
+            Some(_) if hash.is_some_and(|h| h.t != now_us) => {}
+            Some(expected) => assert!(
+                ttl <= expected as i64 && ttl + 1_000 >= expected as i64,
+                "{at}: lives {ttl} ms, the twin's {expected} ms"
+            ),
+            None => assert_eq!(ttl, -2, "{at}: no key"),
+        }
+        live = hash.is_some();
+    }
+}
+
+fn op_weight(op: TwinOp) -> u64 {
+    match op {
+        TwinOp::Reserve { weight, .. } | TwinOp::Try { weight } => weight,
+        _ => 0,
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_fleet_tests_twin_answers_as_the_script_over_random_sequences() {
+    let server = RedisServer::start();
+    let client = redis::Client::open(server.url()).expect("a Redis URL");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("a connection");
+    let script = Script::new(TOKEN_BUCKET);
+    let mut seen = TwinSeen::default();
+    for seed in 0..400 {
+        let _: i64 = redis::cmd("DEL")
+            .arg(TWIN_KEY)
+            .query_async(&mut conn)
+            .await
+            .expect("DEL");
+        twin_agrees(&mut conn, &script, seed, 40, &mut seen).await;
+    }
+    eprintln!("{seen:?}");
+    for (outcome, count) in [
+        ("granted at once", seen.granted_now),
+        ("booked for later", seen.booked_later),
+        ("throttled", seen.throttled),
+        ("held by a block", seen.held),
+        ("over the capacity", seen.too_heavy),
+        ("refunded with the turn back", seen.turn_given_back),
+        ("refunded off the count only", seen.refund_counted_only),
+        ("expired", seen.expired),
+        ("granted on a learned rate", seen.learned),
+        ("granted after a cut", seen.cut),
+    ] {
+        assert!(count >= 50, "only {count} steps {outcome}: {seen:?}");
+    }
 }

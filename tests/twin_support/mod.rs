@@ -1,0 +1,723 @@
+//! An in-process twin of the shared token bucket (`RedisTokenBucket`), for
+//! the fleet tests on tokio's paused clock (`tests/fleet_paused.rs`), where
+//! a real Redis cannot follow the test's clock.
+//!
+//! It has two layers, as the real bucket has:
+//!
+//! - [`Script`] is `src/redis/lua/token_bucket.lua` written again in Rust:
+//!   the same hash (its fields, kept relative to the instant `t` of the last
+//!   write), the same operations on it with the same integer arithmetic,
+//!   the same replies, and the key's expiry as the script sets it. It is
+//!   not [`Gcra`](reqwest_pace::limiter::Gcra): the script decides as
+//!   `Gcra` does (`tests/lua_mirror.rs` checks that), but some operations
+//!   differ from their `Gcra` counterparts (`remaining` keeps what is booked
+//!   beyond one bucket, a refund undoes only the last write, and the count
+//!   of grants, the learned rate and the too-fast rate are the script's
+//!   alone), so the twin follows the script, not the local bucket.
+//!   `tests/lua_mirror.rs` drives this twin and the real script through the
+//!   same seeded sequences of every operation and checks that they give the
+//!   same replies and keep the same hash.
+//! - [`TwinBucket`] is `src/redis/shared.rs`'s `Core` on that script: the
+//!   [`Limiter`] methods spelled as the same operations, and the same
+//!   reserve, sleep, confirm flow (a block written while a reservation
+//!   sleeps makes it hand its turn back and queue again; a reservation
+//!   dropped while it sleeps is handed back).
+//!
+//! The clock is tokio's, read as whole microseconds since the twin was made,
+//! as the script reads Redis `TIME`. What the twin does not model: Redis
+//! round trips (its decisions take no time), faults and the fault policy's
+//! local fallback (its state cannot be lost or unreachable), and the
+//! spawned task that hands a dropped reservation back (the twin hands it
+//! back in the drop itself).
+#![allow(dead_code)]
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use reqwest_pace::limiter::{Bounds, Grant};
+use reqwest_pace::{Adjustment, Error, Limiter, Rate};
+use tokio::time::Instant;
+
+/// "No bound", as the script reads a bound in nanoseconds.
+pub const UNBOUNDED: u64 = 1 << 62;
+
+/// Where the script keeps a rescaled deficit once a rate change would push
+/// it further: 2^52 ns, below which a Lua number holds every integer.
+const MAX_EXACT_NANOS: u64 = 1 << 52;
+
+/// The default time a key outlives its return to a fresh bucket, and the
+/// least time a key that learned a rate lives, as `RedisBackend` sends
+/// them (`DEFAULT_IDLE_TTL`, `DEFAULT_LEARNED_TTL`), in milliseconds.
+pub const IDLE_TTL_MS: u64 = 60_000;
+pub const LEARNED_TTL_MS: u64 = 3_600_000;
+
+/// The bucket's hash, field for field as the script keeps it (the script's
+/// names in brackets).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Hash {
+    /// When the hash was written, microseconds on the clock (`t`).
+    pub t: u64,
+    /// Nanoseconds of refill still owed at `t` (`d`).
+    pub owed: u64,
+    /// Nanoseconds of a server's block left at `t` (`b`).
+    pub blocked: u64,
+    /// Nanoseconds per token (`T`).
+    pub per_token: u64,
+    /// The capacity (`C`).
+    pub capacity: u64,
+    /// The write counter, a reservation's id (`n`).
+    pub writes: u64,
+    /// The block counter (`e`).
+    pub blocks: u64,
+    /// Units granted to every process, less those uncounted (`a`).
+    pub granted: u64,
+    /// What asked for the block: its status times 2, plus 1 for a spent
+    /// quota (`c`).
+    pub cause: u64,
+    /// Whether the rate was learned rather than the one the bucket was
+    /// made with (`L`).
+    pub learned: bool,
+    /// Nanoseconds per token of the rate a server last refused, 0 for none
+    /// (`F`).
+    pub too_fast: u64,
+}
+
+impl Hash {
+    /// The fields as `HMGET key d b T C n e a c L F` reads them.
+    pub fn fields(&self) -> [u64; 10] {
+        [
+            self.owed,
+            self.blocked,
+            self.per_token,
+            self.capacity,
+            self.writes,
+            self.blocks,
+            self.granted,
+            self.cause,
+            u64::from(self.learned),
+            self.too_fast,
+        ]
+    }
+
+    /// `C·T`: how long an empty bucket takes to fill.
+    fn span(&self) -> u64 {
+        self.capacity * self.per_token
+    }
+
+    /// The hash after an adjustment (any operation but `reserve`, `try`
+    /// and `refund`), as the script's branch for it leaves it.
+    fn adjusted(mut self, op: Op) -> Hash {
+        match op {
+            Op::Rate {
+                per_token,
+                too_fast,
+            } => {
+                self.rescale(per_token, MAX_EXACT_NANOS);
+                if too_fast > 0 {
+                    self.too_fast = too_fast;
+                }
+            }
+            Op::Grow { ppm, at_most } => {
+                // In doubles, as the script divides.
+                let grown = (self.per_token as f64 * 1e6 / ppm as f64).floor() as u64;
+                let per_token = grown.max(at_most).max(1);
+                if per_token < self.per_token {
+                    self.rescale(per_token, u64::MAX);
+                }
+                self.learned = true;
+            }
+            Op::Capacity(capacity) => self.resize(capacity),
+            Op::Limit(remaining) => {
+                let missing = self.capacity - remaining.min(self.capacity);
+                self.owed = self.owed.max(missing * self.per_token);
+            }
+            Op::Remaining(remaining) => {
+                let booked = self.owed.saturating_sub(self.span());
+                let missing = self.capacity - remaining.min(self.capacity);
+                self.owed = booked + missing * self.per_token;
+            }
+            Op::Block { for_ns, cause } => self.block(for_ns, cause),
+            Op::Unblock => {
+                if self.blocked > 0 {
+                    self.owed = self.owed.min((self.capacity - 1) * self.per_token);
+                    self.blocked = 0;
+                    self.cause = 0;
+                    self.blocks += 1;
+                }
+            }
+            Op::Uncount(n) => self.granted = self.granted.saturating_sub(n),
+            Op::Reserve { .. } | Op::Try { .. } | Op::Refund { .. } => {}
+        }
+        self
+    }
+
+    /// A new time per token, the deficit after the block scaled to it (at
+    /// most `most`), as the learned rate.
+    fn rescale(&mut self, per_token: u64, most: u64) {
+        let owed = self.owed.saturating_sub(self.blocked);
+        self.owed = self.blocked + mul_div(owed, per_token, self.per_token).min(most);
+        self.per_token = per_token;
+        self.learned = true;
+    }
+
+    /// A new capacity: past the block, what is booked beyond one bucket
+    /// stays, the tokens at hand are kept up to the new capacity.
+    fn resize(&mut self, capacity: u64) {
+        let owed = self.owed.saturating_sub(self.blocked);
+        let booked = owed.saturating_sub(self.span());
+        let tokens = self.span().saturating_sub(owed);
+        self.capacity = capacity.max(1);
+        self.owed = self.blocked + booked + self.span() - tokens.min(self.span());
+    }
+
+    /// A block of `for_ns` from now: nothing before its end, then one token,
+    /// then the rate.
+    fn block(&mut self, for_ns: u64, cause: u64) {
+        if for_ns > self.blocked {
+            self.cause = cause;
+        }
+        self.blocked = self.blocked.max(for_ns);
+        let resumed = for_ns.saturating_add((self.capacity - 1) * self.per_token);
+        self.owed = self.owed.max(resumed);
+        self.blocks += 1;
+    }
+
+    /// The hash as the script reads it at `now_us`: what is owed and
+    /// blocked counted from now, a clock that stepped back counting as no
+    /// time passed.
+    pub fn at(mut self, now_us: u64) -> Hash {
+        let elapsed = now_us.saturating_sub(self.t).saturating_mul(1_000);
+        self.owed = self.owed.saturating_sub(elapsed);
+        self.blocked = self.blocked.saturating_sub(elapsed);
+        self
+    }
+}
+
+/// An operation and its operands, as `Core` sends them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// `reserve` of `weight`, booking no later than `max_wait` ns from now
+    /// and waiting out no block longer than `max_block` ns.
+    Reserve {
+        weight: u64,
+        max_wait: u64,
+        max_block: u64,
+    },
+    /// `try` of `weight`, unbounded as `Core::try_acquire` sends it.
+    Try { weight: u64 },
+    /// `refund` of reservation `id`, of `weight`.
+    Refund { id: u64, weight: u64 },
+    /// `rate`: one token per `per_token` ns, naming the rate a server
+    /// refused when `too_fast` (ns per token) is not 0.
+    Rate { per_token: u64, too_fast: u64 },
+    /// `grow` by `ppm` millionths, to at most one token per `at_most` ns.
+    Grow { ppm: u64, at_most: u64 },
+    /// `capacity`.
+    Capacity(u64),
+    /// `limit`: at most this many tokens at hand.
+    Limit(u64),
+    /// `remaining`: this many tokens at hand.
+    Remaining(u64),
+    /// `block` for `for_ns` from now, asked for by `cause`.
+    Block { for_ns: u64, cause: u64 },
+    /// `unblock`.
+    Unblock,
+    /// `uncount` this many units.
+    Uncount(u64),
+}
+
+impl Op {
+    /// `reserve` of `weight` within `bounds`, as `Core` spells the bounds.
+    pub fn reserve(weight: u64, bounds: Bounds) -> Op {
+        Op::Reserve {
+            weight,
+            max_wait: bounds.by.map_or(UNBOUNDED, nanos_until).min(UNBOUNDED),
+            max_block: bounds.max_block.map_or(UNBOUNDED, |d| {
+                u64::try_from(d.as_nanos())
+                    .unwrap_or(UNBOUNDED)
+                    .min(UNBOUNDED)
+            }),
+        }
+    }
+
+    /// The script's name for the operation and its operands (ARGV[5..7]).
+    pub fn script_args(&self) -> (&'static str, [u64; 3]) {
+        match *self {
+            Op::Reserve {
+                weight,
+                max_wait,
+                max_block,
+            } => ("reserve", [weight, max_wait, max_block]),
+            Op::Try { weight } => ("try", [weight, UNBOUNDED, UNBOUNDED]),
+            Op::Refund { id, weight } => ("refund", [id, weight, 0]),
+            Op::Rate {
+                per_token,
+                too_fast,
+            } => ("rate", [per_token, 0, too_fast]),
+            Op::Grow { ppm, at_most } => ("grow", [ppm, at_most, 0]),
+            Op::Capacity(c) => ("capacity", [c, 0, 0]),
+            Op::Limit(r) => ("limit", [r, 0, 0]),
+            Op::Remaining(r) => ("remaining", [r, 0, 0]),
+            Op::Block { for_ns, cause } => ("block", [for_ns, cause, 0]),
+            Op::Unblock => ("unblock", [0, 0, 0]),
+            Op::Uncount(n) => ("uncount", [n, 0, 0]),
+        }
+    }
+}
+
+/// What the script answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reply {
+    /// Granted after `wait` ns, booked as write `id` while the block
+    /// counter stood at `epoch`; `count` units granted so far, `interval`
+    /// the learned time per token (0: none), `too_fast` the refused one.
+    Granted {
+        wait: u64,
+        id: u64,
+        epoch: u64,
+        count: u64,
+        interval: u64,
+        too_fast: u64,
+    },
+    /// Refused: the grant would come after `wait` ns.
+    Throttled { wait: u64 },
+    /// The weight is over the capacity.
+    TooHeavy { capacity: u64 },
+    /// Applied; 1 for a refund that gave its turn back, else 0.
+    Done(u64),
+    /// Held by a block of `wait` ns more, asked for by `cause`.
+    Held { wait: u64, cause: u64 },
+}
+
+impl Reply {
+    /// The reply as the script spells it.
+    pub fn to_script(self) -> Vec<i64> {
+        let i = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        match self {
+            Reply::Granted {
+                wait,
+                id,
+                epoch,
+                count,
+                interval,
+                too_fast,
+            } => [0, wait, id, epoch, count, interval, too_fast]
+                .map(i)
+                .to_vec(),
+            Reply::Throttled { wait } => vec![1, i(wait)],
+            Reply::TooHeavy { capacity } => vec![2, i(capacity)],
+            Reply::Done(x) => vec![3, i(x)],
+            Reply::Held { wait, cause } => vec![4, i(wait), i(cause)],
+        }
+    }
+}
+
+/// `floor(a·b / c)`, which the script forms bit by bit to stay exact in
+/// doubles.
+fn mul_div(a: u64, b: u64, c: u64) -> u64 {
+    let q = u128::from(a) * u128::from(b) / u128::from(c.max(1));
+    u64::try_from(q).unwrap_or(u64::MAX)
+}
+
+/// One key of the script: its hash while the key lives, and the figures
+/// each call sends along (ARGV[2], ARGV[3], ARGV[4], ARGV[8]).
+#[derive(Clone, Debug)]
+pub struct Script {
+    /// The configured time per token and capacity, used while the key
+    /// holds none.
+    defaults: (u64, u64),
+    idle_ms: u64,
+    learned_ms: u64,
+    hash: Option<Hash>,
+    /// When the key expires, microseconds on the clock.
+    expires_at_us: u64,
+}
+
+impl Script {
+    /// A key not written yet.
+    pub fn new(per_token: u64, capacity: u64, idle_ms: u64, learned_ms: u64) -> Script {
+        Script {
+            defaults: (per_token, capacity),
+            idle_ms,
+            learned_ms,
+            hash: None,
+            expires_at_us: 0,
+        }
+    }
+
+    /// The hash at `now_us`, as stored (not counted from now); `None` once
+    /// the key expired.
+    pub fn hash(&self, now_us: u64) -> Option<Hash> {
+        self.hash.filter(|_| now_us < self.expires_at_us)
+    }
+
+    /// Milliseconds the key has left to live at `now_us`.
+    pub fn ttl_ms(&self, now_us: u64) -> Option<u64> {
+        self.hash(now_us)
+            .map(|_| (self.expires_at_us - now_us).div_ceil(1_000))
+    }
+
+    /// The time per token the key holds, or the configured one.
+    pub fn per_token(&self, now_us: u64) -> u64 {
+        self.hash(now_us).map_or(self.defaults.0, |h| h.per_token)
+    }
+
+    /// The capacity the key holds, or the configured one.
+    pub fn capacity(&self, now_us: u64) -> u64 {
+        self.hash(now_us).map_or(self.defaults.1, |h| h.capacity)
+    }
+
+    /// The configured time per token and capacity (ARGV[3], ARGV[4]).
+    pub fn defaults(&self) -> (u64, u64) {
+        self.defaults
+    }
+
+    fn fresh(&self) -> Hash {
+        Hash {
+            per_token: self.defaults.0,
+            capacity: self.defaults.1,
+            ..Hash::default()
+        }
+    }
+
+    /// Write `hash` at `now_us` as the script's `save` does, with the
+    /// expiry it sets; returns the write's id.
+    fn save(&mut self, now_us: u64, mut hash: Hash) -> u64 {
+        hash.writes += 1;
+        hash.t = now_us;
+        let mut ttl = hash.owed.max(hash.blocked).div_ceil(1_000_000) + self.idle_ms;
+        if hash.learned {
+            ttl = ttl.max(self.learned_ms);
+        }
+        self.expires_at_us = now_us + ttl.max(1) * 1_000;
+        self.hash = Some(hash);
+        hash.writes
+    }
+
+    /// Run `op` at `now_us`, as one `EVALSHA` of the script.
+    pub fn run(&mut self, now_us: u64, op: Op) -> Reply {
+        let stored = self.hash(now_us);
+        let h = stored.map_or_else(|| self.fresh(), |h| h.at(now_us));
+        match op {
+            Op::Reserve {
+                weight,
+                max_wait,
+                max_block,
+            } => self.take(now_us, h, weight, max_wait, max_block, false),
+            Op::Try { weight } => self.take(now_us, h, weight, UNBOUNDED, UNBOUNDED, true),
+            Op::Refund { id, weight } => self.refund(now_us, stored, h, id, weight),
+            adjustment => {
+                self.save(now_us, h.adjusted(adjustment));
+                Reply::Done(0)
+            }
+        }
+    }
+
+    /// `reserve`, or `try` when `only_now`.
+    fn take(
+        &mut self,
+        now_us: u64,
+        mut h: Hash,
+        weight: u64,
+        max_wait: u64,
+        max_block: u64,
+        only_now: bool,
+    ) -> Reply {
+        if weight > h.capacity {
+            return Reply::TooHeavy {
+                capacity: h.capacity,
+            };
+        }
+        if h.blocked > max_block {
+            return Reply::Held {
+                wait: h.blocked,
+                cause: h.cause,
+            };
+        }
+        let need = weight * h.per_token;
+        // The earliest instant (ns from now) with max(d, t) + w·T - t <= C·T.
+        let ready = (h.owed + need).saturating_sub(h.span()).max(h.blocked);
+        if (only_now && ready > 0) || ready > max_wait {
+            return Reply::Throttled { wait: ready };
+        }
+        h.owed = h.owed.max(ready) + need;
+        h.granted += weight;
+        let id = self.save(now_us, h);
+        Reply::Granted {
+            wait: ready,
+            id,
+            epoch: h.blocks,
+            count: h.granted,
+            interval: if h.learned { h.per_token } else { 0 },
+            too_fast: h.too_fast,
+        }
+    }
+
+    /// `refund`: the units off the count, and the turn given back only
+    /// when it was the key's last write. The count alone is written
+    /// otherwise, leaving the rest of the hash (and its `t`) as it was.
+    fn refund(
+        &mut self,
+        now_us: u64,
+        stored: Option<Hash>,
+        h: Hash,
+        id: u64,
+        weight: u64,
+    ) -> Reply {
+        let granted = h.granted.saturating_sub(weight);
+        match stored {
+            Some(_) if h.writes == id => {
+                let owed = h.owed.saturating_sub(weight.saturating_mul(h.per_token));
+                self.save(now_us, Hash { owed, granted, ..h });
+                Reply::Done(1)
+            }
+            Some(old) => {
+                self.hash = Some(Hash { granted, ..old });
+                Reply::Done(0)
+            }
+            None => Reply::Done(0),
+        }
+    }
+}
+
+/// A shared token bucket in process: what `RedisTokenBucket` does, on a
+/// [`Script`] behind a lock, for every client given the same `Arc`.
+#[derive(Debug)]
+pub struct TwinBucket {
+    script: Mutex<Script>,
+    /// The clock's zero; microseconds are counted from it.
+    origin: Instant,
+}
+
+impl TwinBucket {
+    /// A bucket of `capacity` refilled at `rate` (the figures learned ones
+    /// take precedence over), with `RedisBackend`'s default key lifetimes.
+    /// Refused as `RedisTokenBucket::new` refuses.
+    pub fn new(rate: Rate, capacity: u64) -> Result<TwinBucket, Error> {
+        if capacity == 0 {
+            return Err(Error::InvalidConfig(
+                "a token bucket needs a capacity above zero".into(),
+            ));
+        }
+        let refill = u128::from(capacity) * u128::from(rate.interval_nanos());
+        if refill > u128::from(MAX_EXACT_NANOS) {
+            return Err(Error::InvalidConfig(format!(
+                "a shared bucket of {capacity} at {rate} takes too long to refill"
+            )));
+        }
+        Ok(TwinBucket {
+            script: Mutex::new(Script::new(
+                rate.interval_nanos(),
+                capacity,
+                IDLE_TTL_MS,
+                LEARNED_TTL_MS,
+            )),
+            origin: Instant::now(),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Script> {
+        self.script.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The clock as the script reads `TIME`: whole microseconds.
+    fn now_us(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+
+    fn run(&self, op: Op) -> Reply {
+        let now = self.now_us();
+        self.lock().run(now, op)
+    }
+
+    /// The rate the shared state holds now (learned, or the one it was
+    /// made with).
+    pub fn rate(&self) -> Rate {
+        let per_token = self.lock().per_token(self.now_us());
+        Rate::every(Duration::from_nanos(per_token)).expect("a rate the state holds")
+    }
+
+    /// Whether the block counter moved since `epoch`; an expired key
+    /// counts as no, as a failed read does for `Core`.
+    fn blocked_since(&self, epoch: u64) -> bool {
+        let now = self.now_us();
+        self.lock().hash(now).is_some_and(|h| h.blocks != epoch)
+    }
+
+    /// `Core::acquire`: reserve within `bounds`, sleep once until the
+    /// turn, and queue again behind a block that came meanwhile.
+    async fn reserve(&self, weight: u64, bounds: Bounds) -> Result<Grant, Error> {
+        if weight == 0 {
+            return Ok(Grant::default());
+        }
+        loop {
+            let (wait, id, epoch, grant) = match self.run(Op::reserve(weight, bounds)) {
+                Reply::Granted {
+                    wait,
+                    id,
+                    epoch,
+                    count,
+                    interval,
+                    too_fast,
+                } => (wait, id, epoch, grant(count, interval, too_fast)),
+                refused => return Err(refusal(refused, weight, bounds)),
+            };
+            if wait == 0 {
+                return Ok(grant);
+            }
+            let refund = Refund {
+                twin: Some(self),
+                id,
+                weight,
+            };
+            tokio::time::sleep(Duration::from_nanos(wait)).await;
+            refund.disarm();
+            if !self.blocked_since(epoch) {
+                return Ok(grant);
+            }
+            // A block came while the turn slept: give it up, queue again.
+            self.run(Op::Refund { id, weight });
+        }
+    }
+
+    /// The operation `RedisTokenBucket::adjust` sends for `adjustment`.
+    fn op_of(adjustment: Adjustment) -> Result<Op, Error> {
+        Ok(match adjustment {
+            Adjustment::SetRate(rate) => Op::Rate {
+                per_token: rate.interval_nanos(),
+                too_fast: 0,
+            },
+            Adjustment::Cut { to, too_fast, .. } => Op::Rate {
+                per_token: to.interval_nanos(),
+                too_fast: too_fast.interval_nanos(),
+            },
+            Adjustment::GrowRate {
+                parts_per_million,
+                at_most,
+                ..
+            } => Op::Grow {
+                ppm: u64::from(parts_per_million),
+                at_most: at_most.interval_nanos(),
+            },
+            Adjustment::SetCapacity(0) => {
+                return Err(Error::InvalidConfig(
+                    "a limiter needs a capacity above zero".into(),
+                ))
+            }
+            Adjustment::SetCapacity(c) => Op::Capacity(c),
+            Adjustment::LimitRemaining(n) => Op::Limit(n),
+            Adjustment::SetRemaining(n) => Op::Remaining(n),
+            Adjustment::BlockUntil(until) => Op::Block {
+                for_ns: nanos_until(until),
+                cause: 0,
+            },
+            Adjustment::Block(block) => Op::Block {
+                for_ns: nanos_until(block.until),
+                cause: u64::from(block.status) * 2 + u64::from(block.spent_quota),
+            },
+            Adjustment::Unblock => Op::Unblock,
+            Adjustment::Uncount(n) => Op::Uncount(n),
+            other => {
+                return Err(Error::InvalidConfig(format!(
+                    "a shared limiter cannot apply {other:?}"
+                )))
+            }
+        })
+    }
+}
+
+impl Limiter for TwinBucket {
+    fn acquire(&self, weight: u64) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move { self.reserve(weight, Bounds::default()).await.map(|_| ()) })
+    }
+
+    fn try_acquire(&self, weight: u64) -> BoxFuture<'_, Result<(), Error>> {
+        let result = match weight {
+            0 => Ok(()),
+            _ => match self.run(Op::Try { weight }) {
+                Reply::Granted { .. } => Ok(()),
+                refused => Err(refusal(refused, weight, Bounds::default())),
+            },
+        };
+        Box::pin(std::future::ready(result))
+    }
+
+    fn adjust(&self, adjustment: Adjustment) -> BoxFuture<'_, Result<(), Error>> {
+        let result = TwinBucket::op_of(adjustment).map(|op| {
+            self.run(op);
+        });
+        Box::pin(std::future::ready(result))
+    }
+
+    fn acquire_within(&self, weight: u64, bounds: Bounds) -> BoxFuture<'_, Result<Grant, Error>> {
+        Box::pin(self.reserve(weight, bounds))
+    }
+}
+
+/// Hands a reservation back when the future sleeping on it is dropped.
+struct Refund<'a> {
+    twin: Option<&'a TwinBucket>,
+    id: u64,
+    weight: u64,
+}
+
+impl Refund<'_> {
+    fn disarm(mut self) {
+        self.twin = None;
+    }
+}
+
+impl Drop for Refund<'_> {
+    fn drop(&mut self) {
+        if let Some(twin) = self.twin.take() {
+            twin.run(Op::Refund {
+                id: self.id,
+                weight: self.weight,
+            });
+        }
+    }
+}
+
+/// A grant at `count`, as `Core` reads the script's figures.
+fn grant(count: u64, interval: u64, too_fast: u64) -> Grant {
+    let rate = |ns: u64| {
+        (ns > 0)
+            .then(|| Rate::every(Duration::from_nanos(ns)).ok())
+            .flatten()
+    };
+    Grant::counted(count)
+        .with_rate(rate(interval))
+        .with_too_fast(rate(too_fast))
+}
+
+/// The error for a reservation the script did not grant, as `Core` reads
+/// the reply.
+fn refusal(reply: Reply, weight: u64, bounds: Bounds) -> Error {
+    match reply {
+        Reply::Throttled { wait } => Error::throttled(Duration::from_nanos(wait)),
+        Reply::Held { wait, cause } => held(wait, cause, bounds),
+        Reply::TooHeavy { capacity } => Error::weight_exceeds_capacity(weight, capacity),
+        other => Error::backend(format!("unexpected script reply {other:?}"), None),
+    }
+}
+
+/// The error for a block longer than the call's bound, as `Core` builds it.
+fn held(wait: u64, cause: u64, bounds: Bounds) -> Error {
+    let status = u16::try_from(cause / 2)
+        .ok()
+        .filter(|&s| s > 0)
+        .unwrap_or(429);
+    Error::blocked(
+        Duration::from_nanos(wait),
+        bounds.max_block.unwrap_or_default(),
+        status,
+        cause % 2 == 1,
+    )
+}
+
+/// Nanoseconds from now until `until`.
+fn nanos_until(until: Instant) -> u64 {
+    let left = until.saturating_duration_since(Instant::now());
+    u64::try_from(left.as_nanos()).unwrap_or(u64::MAX)
+}
