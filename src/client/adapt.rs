@@ -734,8 +734,15 @@ impl Adaptive {
         }
         if let Some(rate) = per_second {
             self.header_driven = true;
-            self.header_rate = Some(rate * self.headroom);
-            out.extend(self.rate_adjustment(rate * self.headroom));
+            // Nothing left, the next send waits a whole interval from
+            // now (`LimitRemaining(0)` below), on the timer's tick.
+            let paced = if left == Some(0) {
+                on_the_tick(rate * self.headroom, rate, TUNING.spacing.tick)
+            } else {
+                rate * self.headroom
+            };
+            self.header_rate = Some(paced);
+            out.extend(self.rate_adjustment(paced));
             out.extend(self.capacity_adjustment(1));
         }
         if let Some(left) = left {
@@ -997,9 +1004,50 @@ impl Adaptive {
     }
 }
 
+/// The pace for `rate`, a share of the `limit` read, as a timer that wakes
+/// on its `tick` sends it, where the server says nothing is left after
+/// each request (a bucket of one): each send then waits a whole interval
+/// from the response before it, on the timer, which rounds every wait up
+/// to its next tick. The gaps are whole ticks, and the pace falls to the
+/// next whole tick's (a pace of 11.2 ms sends every 12 ms, 0.93 of the
+/// rate meant, where a limit of 10.8 ms allowed 11). So the pace is the fastest whole tick no
+/// faster than the limit, where that is faster than `rate`'s own rounding
+/// down: the headroom the share leaves is kept where the tick allows, and
+/// never becomes a whole tick more. Rates of more than one a tick are
+/// sent several to a tick, and kept.
+fn on_the_tick(rate: f64, limit: f64, tick: Duration) -> f64 {
+    let tick = tick.as_secs_f64();
+    if !(rate > 0.0 && limit >= rate && tick > 0.0) || rate * tick >= 1.0 {
+        return rate;
+    }
+    // A hair under whole ticks counts as whole: a rate's interval is held
+    // in whole nanoseconds.
+    let ticks = |interval: f64| interval / tick;
+    let shortest = (ticks(1.0 / limit) - 1e-6).ceil().max(1.0);
+    let meant = (ticks(1.0 / rate) + 1e-6).floor();
+    1.0 / (shortest.max(meant) * tick)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// 0.97 of 92.2 a second is a gap of 11.18 ms, which a millisecond
+    /// timer sends every 12 ms (0.90 of the limit); 11 ms is still no
+    /// faster than the limit's 10.85 ms. A limit of 10.6 ms keeps 11 ms
+    /// (10 would be faster than it); slow rates and rates of several a
+    /// millisecond keep their pace.
+    #[test]
+    fn a_pace_is_the_fastest_whole_tick_the_limit_allows() {
+        let ms = Duration::from_millis(1);
+        assert!((on_the_tick(92.2 * 0.97, 92.2, ms) - 1_000.0 / 11.0).abs() < 1e-9);
+        assert!((on_the_tick(94.3 * 0.97, 94.3, ms) - 1_000.0 / 11.0).abs() < 1e-9);
+        assert!((on_the_tick(9.7, 10.0, ms) - 1_000.0 / 103.0).abs() < 1e-9);
+        assert_eq!(on_the_tick(1_940.0, 2_000.0, ms), 1_940.0);
+        // A whole tick's limit, to the nanosecond, is its own pace.
+        assert!((on_the_tick(48.5, 50.0, ms) - 50.0).abs() < 1e-9);
+        assert_eq!(on_the_tick(50.0, 40.0, ms), 50.0, "a rate above the limit");
+    }
 
     fn signal(status: u16, limits: Vec<Limit>) -> RateLimitSignal {
         RateLimitSignal {
