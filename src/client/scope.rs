@@ -1,7 +1,9 @@
 //! Scopes: which buckets a request belongs to, and how each is made.
 
+use std::borrow::Cow;
+use std::cell::RefCell;
 use std::collections::HashMap;
-use std::fmt;
+use std::fmt::{self, Write as _};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -20,6 +22,68 @@ use crate::limiter::{Evictable, KeyedLimiter, Limiter, Rate, ServerBlock, TokenB
 use crate::Error;
 
 type KeyFn = Arc<dyn Fn(&Request) -> Option<String> + Send + Sync>;
+
+/// How a scope names the key of a request. The crate's own rules write it
+/// into a buffer, so that a call whose key is held already allocates no
+/// key; a caller's function makes a `String`.
+#[derive(Clone)]
+enum KeyRule {
+    /// Scheme, host and port ([`host_key`]).
+    Origin,
+    /// The same key for every request.
+    Every(&'static str),
+    /// The header's name and a hash of its value (see
+    /// [`Scope::per_header`]); requests without it are not in the scope.
+    Header(HeaderName),
+    /// The caller's function.
+    Function(KeyFn),
+}
+
+impl KeyRule {
+    /// The key of `request`, written into `buffer` (emptied first) where
+    /// the rule is the crate's own; `None` when the request is not in the
+    /// scope.
+    fn key<'b>(&self, request: &Request, buffer: &'b mut String) -> Option<Cow<'b, str>> {
+        buffer.clear();
+        match self {
+            KeyRule::Origin => write_origin(request.url(), buffer)?,
+            KeyRule::Every(key) => return Some(Cow::Borrowed(key)),
+            KeyRule::Header(header) => {
+                let value = request.headers().get(header)?;
+                // Writing to a `String` cannot fail.
+                let _ = write!(
+                    buffer,
+                    "{}#{:016x}",
+                    header.as_str(),
+                    fnv1a(value.as_bytes())
+                );
+            }
+            KeyRule::Function(key) => return key(request).map(Cow::Owned),
+        }
+        Some(Cow::Borrowed(buffer.as_str()))
+    }
+
+    /// The key of `request`, as a `String` of its own.
+    #[cfg(test)]
+    fn of(&self, request: &Request) -> Option<String> {
+        self.key(request, &mut String::new()).map(Cow::into_owned)
+    }
+}
+
+thread_local! {
+    /// Where a call's keys are written: one buffer per thread, as long as
+    /// the longest key it wrote.
+    static KEY_BUFFER: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+/// Run `f` with this thread's key buffer (a fresh one, should `f` itself
+/// ask for it).
+pub(crate) fn with_key_buffer<R>(f: impl FnOnce(&mut String) -> R) -> R {
+    KEY_BUFFER.with(|buffer| match buffer.try_borrow_mut() {
+        Ok(mut buffer) => f(&mut buffer),
+        Err(_) => f(&mut String::new()),
+    })
+}
 type Factory = Arc<dyn Fn(&str) -> Result<Arc<dyn Limiter>, Error> + Send + Sync>;
 
 /// Rate used for a key whose rate is neither configured nor learned yet:
@@ -57,7 +121,7 @@ const DEFAULT_HEADROOM: f64 = 0.97;
 #[derive(Clone)]
 pub struct Scope {
     pub(crate) name: String,
-    key: KeyFn,
+    key: KeyRule,
     breadth: Breadth,
     rate: Option<Rate>,
     burst: Option<u64>,
@@ -102,9 +166,18 @@ pub fn host_key(request: &Request) -> Option<String> {
 
 /// Scheme, host and port of `url`; `None` without a host.
 pub(crate) fn origin(url: &reqwest::Url) -> Option<String> {
+    let mut origin = String::new();
+    write_origin(url, &mut origin)?;
+    Some(origin)
+}
+
+/// [`origin`], written at the end of `into`.
+pub(crate) fn write_origin(url: &reqwest::Url, into: &mut String) -> Option<()> {
     let host = url.host_str()?;
     let port = url.port_or_known_default().unwrap_or(0);
-    Some(format!("{}://{}:{}", url.scheme(), host, port))
+    // Writing to a `String` cannot fail.
+    let _ = write!(into, "{}://{}:{}", url.scheme(), host, port);
+    Some(())
 }
 
 /// 64-bit FNV-1a: stable across processes and builds (unlike std's
@@ -122,9 +195,13 @@ impl Scope {
         name: impl Into<String>,
         key: impl Fn(&Request) -> Option<String> + Send + Sync + 'static,
     ) -> Self {
+        Scope::with_rule(name.into(), KeyRule::Function(Arc::new(key)))
+    }
+
+    fn with_rule(name: String, key: KeyRule) -> Self {
         Scope {
-            name: name.into(),
-            key: Arc::new(key),
+            name,
+            key,
             breadth: Breadth::Partition,
             rate: None,
             burst: None,
@@ -148,7 +225,7 @@ impl Scope {
     pub fn per_host() -> Self {
         Scope {
             breadth: Breadth::Host,
-            ..Scope::keyed("host", host_key)
+            ..Scope::with_rule("host".to_owned(), KeyRule::Origin)
         }
     }
 
@@ -157,7 +234,7 @@ impl Scope {
     pub fn global() -> Self {
         Scope {
             breadth: Breadth::Global,
-            ..Scope::keyed("global", |_| Some(String::from("*")))
+            ..Scope::with_rule("global".to_owned(), KeyRule::Every("*"))
         }
     }
 
@@ -179,11 +256,7 @@ impl Scope {
         H::Error: fmt::Display,
     {
         match header.try_into() {
-            Ok(header) => Scope::keyed(name, move |r: &Request| {
-                r.headers()
-                    .get(&header)
-                    .map(|v| format!("{}#{:016x}", header.as_str(), fnv1a(v.as_bytes())))
-            }),
+            Ok(header) => Scope::with_rule(name.into(), KeyRule::Header(header)),
             Err(e) => Scope {
                 invalid: Some(format!("not a header name: {e}")),
                 ..Scope::keyed(name, |_| None)
@@ -558,6 +631,7 @@ impl Scope {
             config,
             keyed,
             buckets: RwLock::new(Buckets::default()),
+            routes_elsewhere: AtomicBool::new(false),
             memory,
         })
     }
@@ -589,6 +663,10 @@ pub(crate) struct BuiltScope {
     /// by a response that names a bucket: behind a read-write lock, looked
     /// up by borrowed key and route.
     buckets: RwLock<Buckets>,
+    /// Whether some key has a route counted in a bucket of its own: until
+    /// one has (most servers name none, or one for everything), a call
+    /// does not look at `buckets`.
+    routes_elsewhere: AtomicBool,
     /// What the scope's keys learned, kept after their state is dropped.
     pub(crate) memory: Arc<Memory>,
 }
@@ -616,6 +694,9 @@ struct Buckets {
     /// Routes remembered across all keys (a key's default counting as
     /// one), bounded by [`MAX_ROUTES`].
     routes: usize,
+    /// Of those, the routes counted in another bucket than their key's
+    /// default.
+    elsewhere: usize,
 }
 
 #[derive(Default)]
@@ -625,14 +706,24 @@ struct KeyBuckets {
 }
 
 impl BuiltScope {
-    pub(crate) fn key(&self, request: &Request) -> Option<String> {
-        (self.config.key)(request)
+    /// The request's key in this scope (`None`: not in the scope), written
+    /// into `buffer` where the scope's rule is the crate's own.
+    pub(crate) fn key<'b>(
+        &self,
+        request: &Request,
+        buffer: &'b mut String,
+    ) -> Option<Cow<'b, str>> {
+        self.config.key.key(request, buffer)
     }
 
     /// The server bucket the request's route on `key` is counted in, when
-    /// it is not the key's default bucket. Allocates nothing unless the
-    /// key has routes in buckets of their own.
+    /// it is not the key's default bucket. Takes no lock until some key
+    /// has a route in a bucket of its own, and allocates nothing unless
+    /// this one has.
     pub(crate) fn bucket(&self, key: &str, request: &Request) -> Option<String> {
+        if !self.routes_elsewhere.load(Ordering::Acquire) {
+            return None;
+        }
         let buckets = crate::sync::read(&self.buckets);
         let routes = &buckets.keys.get(key)?.routes;
         if routes.is_empty() {
@@ -647,11 +738,26 @@ impl BuiltScope {
     /// (`key~bucket`), so a server that names one bucket for everything
     /// (GitHub's `core`) costs nothing.
     pub(crate) fn remember_bucket(&self, key: &str, route: &str, bucket: &str) {
+        {
+            // Every response of a server that names its bucket names it
+            // again: most change nothing, which a read lock sees.
+            let buckets = crate::sync::read(&self.buckets);
+            let known = buckets.keys.get(key).is_some_and(|k| {
+                k.default.as_deref() == Some(bucket) && !k.routes.contains_key(route)
+            });
+            if known && buckets.routes < MAX_ROUTES {
+                return;
+            }
+        }
         let mut buckets = crate::sync::write(&self.buckets);
         if buckets.routes >= MAX_ROUTES {
             *buckets = Buckets::default();
         }
-        let Buckets { keys, routes } = &mut *buckets;
+        let Buckets {
+            keys,
+            routes,
+            elsewhere,
+        } = &mut *buckets;
         let entry = keys.entry(key.to_owned()).or_default();
         if entry.default.is_none() {
             *routes += 1;
@@ -660,6 +766,7 @@ impl BuiltScope {
         if default == bucket {
             if entry.routes.remove(route).is_some() {
                 *routes -= 1;
+                *elsewhere -= 1;
             }
         } else if entry
             .routes
@@ -667,7 +774,10 @@ impl BuiltScope {
             .is_none()
         {
             *routes += 1;
+            *elsewhere += 1;
         }
+        self.routes_elsewhere
+            .store(buckets.elsewhere > 0, Ordering::Release);
     }
 
     /// Whether a request of `route` paced in `paced_in` (`None`: the key's
@@ -1221,7 +1331,7 @@ mod tests {
             .header("authorization", "Bearer s3cret")
             .build()
             .unwrap();
-        let key = (scope.key)(&request).unwrap();
+        let key = scope.key.of(&request).unwrap();
         assert!(!key.contains("s3cret"), "{key}");
         assert_eq!(
             key,
@@ -1231,7 +1341,7 @@ mod tests {
             .get("http://example.test/")
             .build()
             .unwrap();
-        assert_eq!((scope.key)(&without), None);
+        assert_eq!(scope.key.of(&without), None);
     }
 
     #[test]
@@ -1244,8 +1354,8 @@ mod tests {
             .header("authorization", "t")
             .build()
             .unwrap();
-        assert_eq!((typed.key)(&request), (named.key)(&request));
-        assert!((typed.key)(&request).is_some());
+        assert_eq!(typed.key.of(&request), named.key.of(&request));
+        assert!(typed.key.of(&request).is_some());
         // A name with a space is no header name: the build says so.
         let invalid = Scope::per_header("token", "x api key");
         match invalid.build() {

@@ -28,9 +28,35 @@ pub(crate) struct Member {
     pub(crate) state: Arc<KeyState>,
     pub(crate) weight: u64,
     /// The scope's key before any server bucket.
-    pub(crate) base: String,
+    pub(crate) base: BaseKey,
     /// The server bucket this request is paced in, when known for its route.
     pub(crate) bucket: Option<String>,
+}
+
+/// A member's scope key before any server bucket: the start of its key's
+/// name (`key` or `key~bucket`), read off its state rather than held apart.
+pub(crate) struct BaseKey {
+    state: Arc<KeyState>,
+    len: usize,
+}
+
+impl BaseKey {
+    /// The first `len` bytes of `state`'s key.
+    pub(crate) fn of(state: &Arc<KeyState>, len: usize) -> BaseKey {
+        BaseKey {
+            state: Arc::clone(state),
+            len,
+        }
+    }
+}
+
+impl std::ops::Deref for BaseKey {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        let key = &self.state.key;
+        key.get(..self.len).unwrap_or(key)
+    }
 }
 
 /// An attempt counted as sent on each of its members: the probe locks and
