@@ -851,6 +851,9 @@ pub(crate) struct KeyState {
     /// (its limiter holds the block itself). The wait step reads it: a
     /// call does not sit through a block longer than the retry cap.
     server_block: Mutex<Option<ServerBlock>>,
+    /// Whether `server_block` may hold a block: a key no server held (most
+    /// keys, most of the time) is read without its lock.
+    maybe_blocked: AtomicBool,
     /// Woken when `server_block` changes, so that calls already waiting on
     /// the limiter look at it again.
     pub(crate) block_changed: tokio::sync::Notify,
@@ -876,6 +879,10 @@ pub(crate) struct KeyState {
     /// What the key's calls spend in its dimension, and what its server
     /// allows of it (see [`Weights`]).
     pub(crate) weights: Mutex<Weights>,
+    /// Whether `weights` has seen a call of at least one unit: a call of
+    /// one (most calls) then changes nothing there, nor in the key's
+    /// bucket (see `Pacer::fit_learned_capacity`), and takes no lock.
+    pub(crate) holds_a_unit: AtomicBool,
 }
 
 /// What one key's calls spend in its scope's dimension, kept so that a
@@ -1082,6 +1089,7 @@ impl KeyState {
             probe: tokio::sync::Mutex::new(()),
             seen_response: AtomicBool::new(learned.is_some()),
             server_block: Mutex::new(None),
+            maybe_blocked: AtomicBool::new(false),
             block_changed: tokio::sync::Notify::new(),
             booking,
             // A learning scope of requests learns a cap on its calls in
@@ -1103,6 +1111,7 @@ impl KeyState {
             }),
             made_with,
             weights: Mutex::new(Weights::default()),
+            holds_a_unit: AtomicBool::new(false),
         }
     }
 
@@ -1115,6 +1124,7 @@ impl KeyState {
             *crate::sync::lock(breaker) = Breaker::new(tuning);
         }
         *self.weights() = Weights::default();
+        self.holds_a_unit.store(false, Ordering::Release);
         if let Some(in_flight) = &self.in_flight {
             in_flight.reset();
         }
@@ -1149,9 +1159,13 @@ impl KeyState {
 
     /// The server's block in force at `now`, if any.
     pub(crate) fn server_block(&self, now: tokio::time::Instant) -> Option<ServerBlock> {
+        if !self.maybe_blocked.load(Ordering::Acquire) {
+            return None;
+        }
         let mut block = crate::sync::lock(&self.server_block);
         if block.is_some_and(|b| b.until <= now) {
             *block = None;
+            self.maybe_blocked.store(false, Ordering::Release);
         }
         *block
     }
@@ -1165,8 +1179,15 @@ impl KeyState {
                 Some(b) if current.is_some_and(|c| c.until >= b.until) => return,
                 _ => *current = block,
             }
+            self.maybe_blocked.store(block.is_some(), Ordering::Release);
         }
         self.block_changed.notify_waiters();
+    }
+
+    /// Whether a server's block may be in force: `false` for a key no
+    /// server held, read without a lock (nor the clock).
+    pub(crate) fn may_be_blocked(&self) -> bool {
+        self.maybe_blocked.load(Ordering::Acquire)
     }
 
     pub(crate) fn has_seen_response(&self) -> bool {
