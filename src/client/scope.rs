@@ -1341,6 +1341,89 @@ mod tests {
         assert_eq!(w.after(3), 0);
     }
 
+    /// The crate's key rules write into one buffer, call after call: each
+    /// key is the whole of what its rule writes, never a leftover of a
+    /// longer one before it.
+    #[test]
+    fn keys_written_into_one_buffer_are_each_their_own() {
+        let client = reqwest::Client::new();
+        let long = client
+            .get("https://a-long-host-name.example:8443/x")
+            .build()
+            .unwrap();
+        let short = client.get("http://b.test/").build().unwrap();
+        let host = Scope::per_host();
+        let mut buffer = String::new();
+        for request in [&long, &short, &long] {
+            let written = host.key.key(request, &mut buffer).map(Cow::into_owned);
+            assert_eq!(written, host_key(request));
+        }
+        assert_eq!(
+            host_key(&short).as_deref(),
+            Some("http://b.test:80"),
+            "scheme, host and port"
+        );
+        let global = Scope::global();
+        assert_eq!(global.key.of(&short).as_deref(), Some("*"));
+        let custom = Scope::keyed("tenant", |_| Some("t-1".to_owned()));
+        assert_eq!(custom.key.of(&long).as_deref(), Some("t-1"));
+    }
+
+    /// Until a key has a route in a bucket of its own, no call looks at
+    /// the routes; once one has, the route is paced there, and a response
+    /// naming the key's default again changes nothing.
+    #[test]
+    fn routes_are_looked_at_once_one_is_counted_elsewhere() {
+        let scope = Scope::per_host().build().unwrap();
+        let client = reqwest::Client::new();
+        let search = client.get("http://h.test/search").build().unwrap();
+        let key = "http://h.test:80";
+        scope.remember_bucket(key, &route(&search), "core");
+        assert!(!scope.routes_elsewhere.load(Ordering::Acquire));
+        assert_eq!(scope.bucket(key, &search), None);
+        scope.remember_bucket(key, &route(&search), "search");
+        assert!(scope.routes_elsewhere.load(Ordering::Acquire));
+        assert_eq!(scope.bucket(key, &search).as_deref(), Some("search"));
+        assert!(scope.paced_in(key, None, "core"));
+        // Counted in the default again: back to no route elsewhere.
+        scope.remember_bucket(key, &route(&search), "core");
+        assert!(!scope.routes_elsewhere.load(Ordering::Acquire));
+        assert_eq!(scope.bucket(key, &search), None);
+    }
+
+    /// A block is seen while it lasts and gone after it, whether it ends
+    /// by its time or is lifted; a key never blocked reads none.
+    #[tokio::test(start_paused = true)]
+    async fn a_server_block_is_read_while_it_lasts() {
+        let scope = Scope::per_host().build().unwrap();
+        let state = scope.keyed.get(&"http://h.test:80".to_owned());
+        let now = tokio::time::Instant::now();
+        assert!(!state.may_be_blocked());
+        assert_eq!(state.server_block(now), None);
+        let block = ServerBlock::new(now + Duration::from_secs(2), 429, false);
+        state.set_server_block(Some(block));
+        assert!(state.may_be_blocked());
+        assert_eq!(state.server_block(now), Some(block));
+        // An earlier block does not shorten it.
+        state.set_server_block(Some(ServerBlock::new(
+            now + Duration::from_secs(1),
+            429,
+            false,
+        )));
+        assert_eq!(state.server_block(now), Some(block));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(state.server_block(tokio::time::Instant::now()), None);
+        assert!(!state.may_be_blocked());
+        state.set_server_block(Some(ServerBlock::new(
+            tokio::time::Instant::now() + Duration::from_secs(5),
+            503,
+            true,
+        )));
+        state.set_server_block(None);
+        assert_eq!(state.server_block(tokio::time::Instant::now()), None);
+        assert!(!state.may_be_blocked());
+    }
+
     #[test]
     fn header_keys_hide_the_value() {
         // The reference vectors of FNV-1a 64.

@@ -685,6 +685,23 @@ impl<K, L> fmt::Debug for KeyedLimiter<K, L> {
 mod tests {
     use super::*;
 
+    /// A key found by a borrowed form is the same entry as by its owned
+    /// one, compact or whole, and a new key is made owned.
+    #[tokio::test(start_paused = true)]
+    async fn a_borrowed_key_finds_the_same_entry() {
+        let keyed = KeyedLimiter::token_buckets(Rate::per_second(10).unwrap(), 2)
+            .unwrap()
+            .with_shards(1);
+        // Compact first: its level is kept when it is made whole.
+        keyed.try_acquire(&"a".to_owned(), 2).unwrap();
+        let borrowed = keyed.get_borrowed("a");
+        assert_eq!(borrowed.available(), 0);
+        assert!(Arc::ptr_eq(&borrowed, &keyed.get(&"a".to_owned())));
+        let made = keyed.get_borrowed("b");
+        assert!(Arc::ptr_eq(&made, &keyed.get(&"b".to_owned())));
+        assert_eq!(keyed.len(), 2);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn idle_keys_are_swept_after_the_timeout() {
         let keyed = KeyedLimiter::token_buckets(Rate::per_second(10).unwrap(), 2)
