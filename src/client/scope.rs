@@ -22,6 +22,7 @@ use crate::limiter::{Evictable, KeyedLimiter, Limiter, Rate, ServerBlock, TokenB
 use crate::Error;
 
 type KeyFn = Arc<dyn Fn(&Request) -> Option<String> + Send + Sync>;
+type Factory = Arc<dyn Fn(&str) -> Result<Arc<dyn Limiter>, Error> + Send + Sync>;
 
 /// How a scope names the key of a request. The crate's own rules write it
 /// into a buffer, so that a call whose key is held already allocates no
@@ -84,7 +85,6 @@ pub(crate) fn with_key_buffer<R>(f: impl FnOnce(&mut String) -> R) -> R {
         Err(_) => f(&mut String::new()),
     })
 }
-type Factory = Arc<dyn Fn(&str) -> Result<Arc<dyn Limiter>, Error> + Send + Sync>;
 
 /// Rate used for a key whose rate is neither configured nor learned yet:
 /// effectively unlimited, so the client starts permissively.

@@ -285,13 +285,13 @@ impl Pacer {
         let mut permits = Vec::new();
         let mut seqs = Vec::with_capacity(members.len());
         for m in members {
+            // When the call arrived at the key, for a key still waiting for
+            // its first response: its probe wait counts from here.
+            let arrived = (!m.state.has_seen_response()).then(Instant::now);
             // The key's queue by priority comes before everything else the
             // call waits for on the key: only the call holding the turn
             // waits for those, so who goes next is chosen when the key can
             // take a call. The turn goes back once the key's waits are over.
-            // Read only for a key still waiting for its first response,
-            // whose probe wait counts from here.
-            let arrived = (!m.state.has_seen_response()).then(Instant::now);
             let _turn = match by_deadline(until, m.state.turns.take(priority)).await {
                 Ok(turn) => turn,
                 Err(e) => {
