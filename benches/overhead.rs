@@ -23,8 +23,9 @@
 //! server without rate-limit headers is in it); then every round runs every
 //! contender once against each server, in an order that rotates from round
 //! to round (`--only NAME` keeps the contenders whose name contains NAME,
-//! and plain reqwest). The figures are the medians over the rounds, and each
-//! contender's ratio to plain reqwest's median of the same mode.
+//! and plain reqwest; `--mode bare` or `--mode headers` keeps one server,
+//! for a profile of one path). The figures are the medians over the rounds,
+//! and each contender's ratio to plain reqwest's median of the same mode.
 //!
 //! **Figures.** *req/s*: the run's requests over its wall time. *CPU
 //! µs/req*: this process's user and system CPU (`getrusage`) over the run,
@@ -352,6 +353,9 @@ struct Args {
     /// Only the contenders whose name contains one of these (and plain
     /// reqwest, the baseline); all without any.
     only: Vec<String>,
+    /// Only the server of this mode; both without one (a profile of one
+    /// mode's path, without the other's samples).
+    mode: Option<Mode>,
     verbose: bool,
 }
 
@@ -361,6 +365,7 @@ fn args() -> Result<Args, BoxError> {
         requests: 20_000,
         warm_up: Duration::from_secs(20),
         only: Vec::new(),
+        mode: None,
         verbose: false,
     };
     let mut bench = false;
@@ -374,6 +379,13 @@ fn args() -> Result<Args, BoxError> {
                     Duration::from_secs_f64(it.next().ok_or("--warm-up SECONDS")?.parse()?)
             }
             "--only" => args.only.push(it.next().ok_or("--only NAME")?),
+            "--mode" => {
+                args.mode = Some(match it.next().as_deref() {
+                    Some("bare") => Mode::Bare,
+                    Some("headers") => Mode::Headers,
+                    _ => return Err("--mode bare|headers".into()),
+                })
+            }
             "--verbose" => args.verbose = true,
             // What `cargo bench` passes to every bench binary.
             "--bench" => bench = true,
@@ -407,7 +419,10 @@ fn main() -> Result<(), BoxError> {
 }
 
 async fn measure(args: Args) -> Result<(), BoxError> {
-    let modes = [Mode::Bare, Mode::Headers];
+    let modes: Vec<Mode> = [Mode::Bare, Mode::Headers]
+        .into_iter()
+        .filter(|m| args.mode.is_none_or(|only| only == *m))
+        .collect();
     let servers = modes
         .iter()
         .map(|&m| Server::start(m))

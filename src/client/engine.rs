@@ -22,7 +22,7 @@ use super::breaker::Health;
 use super::events::{emit, listened, Hook};
 use super::scope::BuiltScope;
 use super::server_clock::ServerClocks;
-use super::wait::{status_or_429, time_limit, Member, Sent};
+use super::wait::{status_or_429, time_limit, BaseKey, Member, Sent};
 use super::{scope, CircuitState, Cost, Event, KeyStatus, Priority, SendFailure};
 use crate::error::LastResponse;
 use crate::headers::RateLimitSignal;
@@ -400,31 +400,37 @@ impl Pacer {
 
     /// Which bucket of each scope the request belongs to (key), and what it
     /// spends there.
+    ///
+    /// One lookup per scope, of a key written into this thread's buffer:
+    /// a key held already costs no allocation, nor does a route that no
+    /// server counts in a bucket of its own.
     fn members(&self, request: &Request, cost: &Cost) -> Vec<Member> {
-        self.inner
-            .scopes
-            .iter()
-            .enumerate()
-            .filter_map(|(i, scope)| {
-                let weight = cost.get(scope.config.dimension_ref());
-                if weight == 0 {
-                    return None;
-                }
-                let base = scope.key(request)?;
-                let bucket = scope.bucket(&base, request);
-                let key = match &bucket {
-                    Some(bucket) => format!("{base}~{bucket}"),
-                    None => base.clone(),
-                };
-                Some(Member {
-                    scope: i,
-                    state: scope.keyed.get(&key),
-                    weight,
-                    base,
-                    bucket,
+        scope::with_key_buffer(|buffer| {
+            self.inner
+                .scopes
+                .iter()
+                .enumerate()
+                .filter_map(|(i, scope)| {
+                    let weight = cost.get(scope.config.dimension_ref());
+                    if weight == 0 {
+                        return None;
+                    }
+                    let base = scope.key(request, buffer)?;
+                    let bucket = scope.bucket(&base, request);
+                    let state = match &bucket {
+                        Some(bucket) => scope.keyed.get(&format!("{base}~{bucket}")),
+                        None => scope.keyed.get_borrowed(&*base),
+                    };
+                    Some(Member {
+                        scope: i,
+                        base: BaseKey::of(&state, base.len()),
+                        state,
+                        weight,
+                        bucket,
+                    })
                 })
-            })
-            .collect()
+                .collect()
+        })
     }
 
     /// The response, carrying the [`Charge`](super::Charge) of its call
@@ -514,17 +520,23 @@ impl Pacer {
             // No field to read, nor a time to place on the server's clock.
             return RateLimitSignal::of_status(status);
         }
-        let (Some(date), Some(origin)) =
-            (crate::headers::date(headers), scope::origin(response.url()))
-        else {
+        let Some(date) = crate::headers::date(headers) else {
             return RateLimitSignal::from_response(response);
         };
-        let server_now = self
-            .inner
-            .clocks
-            .lock()
-            .map(|mut clocks| clocks.observe(&origin, date, sent_at, Instant::now()))
-            .unwrap_or((date, Duration::from_secs(1)));
+        let server_now = scope::with_key_buffer(|origin| {
+            origin.clear();
+            scope::write_origin(response.url(), origin)?;
+            let observed = self
+                .inner
+                .clocks
+                .lock()
+                .map(|mut clocks| clocks.observe(origin, date, sent_at, Instant::now()))
+                .unwrap_or((date, Duration::from_secs(1)));
+            Some(observed)
+        });
+        let Some(server_now) = server_now else {
+            return RateLimitSignal::from_response(response);
+        };
         RateLimitSignal::parse_at(status, headers, server_now)
     }
 

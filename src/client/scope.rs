@@ -1,7 +1,9 @@
 //! Scopes: which buckets a request belongs to, and how each is made.
 
+use std::borrow::Cow;
+use std::cell::RefCell;
 use std::collections::HashMap;
-use std::fmt;
+use std::fmt::{self, Write as _};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -21,6 +23,68 @@ use crate::Error;
 
 type KeyFn = Arc<dyn Fn(&Request) -> Option<String> + Send + Sync>;
 type Factory = Arc<dyn Fn(&str) -> Result<Arc<dyn Limiter>, Error> + Send + Sync>;
+
+/// How a scope names the key of a request. The crate's own rules write it
+/// into a buffer, so that a call whose key is held already allocates no
+/// key; a caller's function makes a `String`.
+#[derive(Clone)]
+enum KeyRule {
+    /// Scheme, host and port ([`host_key`]).
+    Origin,
+    /// The same key for every request.
+    Every(&'static str),
+    /// The header's name and a hash of its value (see
+    /// [`Scope::per_header`]); requests without it are not in the scope.
+    Header(HeaderName),
+    /// The caller's function.
+    Function(KeyFn),
+}
+
+impl KeyRule {
+    /// The key of `request`, written into `buffer` (emptied first) where
+    /// the rule is the crate's own; `None` when the request is not in the
+    /// scope.
+    fn key<'b>(&self, request: &Request, buffer: &'b mut String) -> Option<Cow<'b, str>> {
+        buffer.clear();
+        match self {
+            KeyRule::Origin => write_origin(request.url(), buffer)?,
+            KeyRule::Every(key) => return Some(Cow::Borrowed(key)),
+            KeyRule::Header(header) => {
+                let value = request.headers().get(header)?;
+                // Writing to a `String` cannot fail.
+                let _ = write!(
+                    buffer,
+                    "{}#{:016x}",
+                    header.as_str(),
+                    fnv1a(value.as_bytes())
+                );
+            }
+            KeyRule::Function(key) => return key(request).map(Cow::Owned),
+        }
+        Some(Cow::Borrowed(buffer.as_str()))
+    }
+
+    /// The key of `request`, as a `String` of its own.
+    #[cfg(test)]
+    fn of(&self, request: &Request) -> Option<String> {
+        self.key(request, &mut String::new()).map(Cow::into_owned)
+    }
+}
+
+thread_local! {
+    /// Where a call's keys are written: one buffer per thread, as long as
+    /// the longest key it wrote.
+    static KEY_BUFFER: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+/// Run `f` with this thread's key buffer (a fresh one, should `f` itself
+/// ask for it).
+pub(crate) fn with_key_buffer<R>(f: impl FnOnce(&mut String) -> R) -> R {
+    KEY_BUFFER.with(|buffer| match buffer.try_borrow_mut() {
+        Ok(mut buffer) => f(&mut buffer),
+        Err(_) => f(&mut String::new()),
+    })
+}
 
 /// Rate used for a key whose rate is neither configured nor learned yet:
 /// effectively unlimited, so the client starts permissively.
@@ -57,7 +121,7 @@ const DEFAULT_HEADROOM: f64 = 0.97;
 #[derive(Clone)]
 pub struct Scope {
     pub(crate) name: String,
-    key: KeyFn,
+    key: KeyRule,
     breadth: Breadth,
     rate: Option<Rate>,
     burst: Option<u64>,
@@ -102,9 +166,18 @@ pub fn host_key(request: &Request) -> Option<String> {
 
 /// Scheme, host and port of `url`; `None` without a host.
 pub(crate) fn origin(url: &reqwest::Url) -> Option<String> {
+    let mut origin = String::new();
+    write_origin(url, &mut origin)?;
+    Some(origin)
+}
+
+/// [`origin`], written at the end of `into`.
+pub(crate) fn write_origin(url: &reqwest::Url, into: &mut String) -> Option<()> {
     let host = url.host_str()?;
     let port = url.port_or_known_default().unwrap_or(0);
-    Some(format!("{}://{}:{}", url.scheme(), host, port))
+    // Writing to a `String` cannot fail.
+    let _ = write!(into, "{}://{}:{}", url.scheme(), host, port);
+    Some(())
 }
 
 /// 64-bit FNV-1a: stable across processes and builds (unlike std's
@@ -122,9 +195,13 @@ impl Scope {
         name: impl Into<String>,
         key: impl Fn(&Request) -> Option<String> + Send + Sync + 'static,
     ) -> Self {
+        Scope::with_rule(name.into(), KeyRule::Function(Arc::new(key)))
+    }
+
+    fn with_rule(name: String, key: KeyRule) -> Self {
         Scope {
-            name: name.into(),
-            key: Arc::new(key),
+            name,
+            key,
             breadth: Breadth::Partition,
             rate: None,
             burst: None,
@@ -148,7 +225,7 @@ impl Scope {
     pub fn per_host() -> Self {
         Scope {
             breadth: Breadth::Host,
-            ..Scope::keyed("host", host_key)
+            ..Scope::with_rule("host".to_owned(), KeyRule::Origin)
         }
     }
 
@@ -157,7 +234,7 @@ impl Scope {
     pub fn global() -> Self {
         Scope {
             breadth: Breadth::Global,
-            ..Scope::keyed("global", |_| Some(String::from("*")))
+            ..Scope::with_rule("global".to_owned(), KeyRule::Every("*"))
         }
     }
 
@@ -179,11 +256,7 @@ impl Scope {
         H::Error: fmt::Display,
     {
         match header.try_into() {
-            Ok(header) => Scope::keyed(name, move |r: &Request| {
-                r.headers()
-                    .get(&header)
-                    .map(|v| format!("{}#{:016x}", header.as_str(), fnv1a(v.as_bytes())))
-            }),
+            Ok(header) => Scope::with_rule(name.into(), KeyRule::Header(header)),
             Err(e) => Scope {
                 invalid: Some(format!("not a header name: {e}")),
                 ..Scope::keyed(name, |_| None)
@@ -558,6 +631,7 @@ impl Scope {
             config,
             keyed,
             buckets: RwLock::new(Buckets::default()),
+            routes_elsewhere: AtomicBool::new(false),
             memory,
         })
     }
@@ -589,6 +663,10 @@ pub(crate) struct BuiltScope {
     /// by a response that names a bucket: behind a read-write lock, looked
     /// up by borrowed key and route.
     buckets: RwLock<Buckets>,
+    /// Whether some key has a route counted in a bucket of its own: until
+    /// one has (most servers name none, or one for everything), a call
+    /// does not look at `buckets`.
+    routes_elsewhere: AtomicBool,
     /// What the scope's keys learned, kept after their state is dropped.
     pub(crate) memory: Arc<Memory>,
 }
@@ -616,6 +694,9 @@ struct Buckets {
     /// Routes remembered across all keys (a key's default counting as
     /// one), bounded by [`MAX_ROUTES`].
     routes: usize,
+    /// Of those, the routes counted in another bucket than their key's
+    /// default.
+    elsewhere: usize,
 }
 
 #[derive(Default)]
@@ -625,14 +706,24 @@ struct KeyBuckets {
 }
 
 impl BuiltScope {
-    pub(crate) fn key(&self, request: &Request) -> Option<String> {
-        (self.config.key)(request)
+    /// The request's key in this scope (`None`: not in the scope), written
+    /// into `buffer` where the scope's rule is the crate's own.
+    pub(crate) fn key<'b>(
+        &self,
+        request: &Request,
+        buffer: &'b mut String,
+    ) -> Option<Cow<'b, str>> {
+        self.config.key.key(request, buffer)
     }
 
     /// The server bucket the request's route on `key` is counted in, when
-    /// it is not the key's default bucket. Allocates nothing unless the
-    /// key has routes in buckets of their own.
+    /// it is not the key's default bucket. Takes no lock until some key
+    /// has a route in a bucket of its own, and allocates nothing unless
+    /// this one has.
     pub(crate) fn bucket(&self, key: &str, request: &Request) -> Option<String> {
+        if !self.routes_elsewhere.load(Ordering::Acquire) {
+            return None;
+        }
         let buckets = crate::sync::read(&self.buckets);
         let routes = &buckets.keys.get(key)?.routes;
         if routes.is_empty() {
@@ -647,11 +738,26 @@ impl BuiltScope {
     /// (`key~bucket`), so a server that names one bucket for everything
     /// (GitHub's `core`) costs nothing.
     pub(crate) fn remember_bucket(&self, key: &str, route: &str, bucket: &str) {
+        {
+            // Every response of a server that names its bucket names it
+            // again: most change nothing, which a read lock sees.
+            let buckets = crate::sync::read(&self.buckets);
+            let known = buckets.keys.get(key).is_some_and(|k| {
+                k.default.as_deref() == Some(bucket) && !k.routes.contains_key(route)
+            });
+            if known && buckets.routes < MAX_ROUTES {
+                return;
+            }
+        }
         let mut buckets = crate::sync::write(&self.buckets);
         if buckets.routes >= MAX_ROUTES {
             *buckets = Buckets::default();
         }
-        let Buckets { keys, routes } = &mut *buckets;
+        let Buckets {
+            keys,
+            routes,
+            elsewhere,
+        } = &mut *buckets;
         let entry = keys.entry(key.to_owned()).or_default();
         if entry.default.is_none() {
             *routes += 1;
@@ -660,6 +766,7 @@ impl BuiltScope {
         if default == bucket {
             if entry.routes.remove(route).is_some() {
                 *routes -= 1;
+                *elsewhere -= 1;
             }
         } else if entry
             .routes
@@ -667,7 +774,10 @@ impl BuiltScope {
             .is_none()
         {
             *routes += 1;
+            *elsewhere += 1;
         }
+        self.routes_elsewhere
+            .store(buckets.elsewhere > 0, Ordering::Release);
     }
 
     /// Whether a request of `route` paced in `paced_in` (`None`: the key's
@@ -741,6 +851,9 @@ pub(crate) struct KeyState {
     /// (its limiter holds the block itself). The wait step reads it: a
     /// call does not sit through a block longer than the retry cap.
     server_block: Mutex<Option<ServerBlock>>,
+    /// Whether `server_block` may hold a block: a key no server held (most
+    /// keys, most of the time) is read without its lock.
+    maybe_blocked: AtomicBool,
     /// Woken when `server_block` changes, so that calls already waiting on
     /// the limiter look at it again.
     pub(crate) block_changed: tokio::sync::Notify,
@@ -766,6 +879,10 @@ pub(crate) struct KeyState {
     /// What the key's calls spend in its dimension, and what its server
     /// allows of it (see [`Weights`]).
     pub(crate) weights: Mutex<Weights>,
+    /// Whether `weights` has seen a call of at least one unit: a call of
+    /// one (most calls) then changes nothing there, nor in the key's
+    /// bucket (see `Pacer::fit_learned_capacity`), and takes no lock.
+    pub(crate) holds_a_unit: AtomicBool,
 }
 
 /// What one key's calls spend in its scope's dimension, kept so that a
@@ -972,6 +1089,7 @@ impl KeyState {
             probe: tokio::sync::Mutex::new(()),
             seen_response: AtomicBool::new(learned.is_some()),
             server_block: Mutex::new(None),
+            maybe_blocked: AtomicBool::new(false),
             block_changed: tokio::sync::Notify::new(),
             booking,
             // A learning scope of requests learns a cap on its calls in
@@ -993,6 +1111,7 @@ impl KeyState {
             }),
             made_with,
             weights: Mutex::new(Weights::default()),
+            holds_a_unit: AtomicBool::new(false),
         }
     }
 
@@ -1005,6 +1124,7 @@ impl KeyState {
             *crate::sync::lock(breaker) = Breaker::new(tuning);
         }
         *self.weights() = Weights::default();
+        self.holds_a_unit.store(false, Ordering::Release);
         if let Some(in_flight) = &self.in_flight {
             in_flight.reset();
         }
@@ -1039,9 +1159,13 @@ impl KeyState {
 
     /// The server's block in force at `now`, if any.
     pub(crate) fn server_block(&self, now: tokio::time::Instant) -> Option<ServerBlock> {
+        if !self.maybe_blocked.load(Ordering::Acquire) {
+            return None;
+        }
         let mut block = crate::sync::lock(&self.server_block);
         if block.is_some_and(|b| b.until <= now) {
             *block = None;
+            self.maybe_blocked.store(false, Ordering::Release);
         }
         *block
     }
@@ -1055,8 +1179,15 @@ impl KeyState {
                 Some(b) if current.is_some_and(|c| c.until >= b.until) => return,
                 _ => *current = block,
             }
+            self.maybe_blocked.store(block.is_some(), Ordering::Release);
         }
         self.block_changed.notify_waiters();
+    }
+
+    /// Whether a server's block may be in force: `false` for a key no
+    /// server held, read without a lock (nor the clock).
+    pub(crate) fn may_be_blocked(&self) -> bool {
+        self.maybe_blocked.load(Ordering::Acquire)
     }
 
     pub(crate) fn has_seen_response(&self) -> bool {
@@ -1210,6 +1341,89 @@ mod tests {
         assert_eq!(w.after(3), 0);
     }
 
+    /// The crate's key rules write into one buffer, call after call: each
+    /// key is the whole of what its rule writes, never a leftover of a
+    /// longer one before it.
+    #[test]
+    fn keys_written_into_one_buffer_are_each_their_own() {
+        let client = reqwest::Client::new();
+        let long = client
+            .get("https://a-long-host-name.example:8443/x")
+            .build()
+            .unwrap();
+        let short = client.get("http://b.test/").build().unwrap();
+        let host = Scope::per_host();
+        let mut buffer = String::new();
+        for request in [&long, &short, &long] {
+            let written = host.key.key(request, &mut buffer).map(Cow::into_owned);
+            assert_eq!(written, host_key(request));
+        }
+        assert_eq!(
+            host_key(&short).as_deref(),
+            Some("http://b.test:80"),
+            "scheme, host and port"
+        );
+        let global = Scope::global();
+        assert_eq!(global.key.of(&short).as_deref(), Some("*"));
+        let custom = Scope::keyed("tenant", |_| Some("t-1".to_owned()));
+        assert_eq!(custom.key.of(&long).as_deref(), Some("t-1"));
+    }
+
+    /// Until a key has a route in a bucket of its own, no call looks at
+    /// the routes; once one has, the route is paced there, and a response
+    /// naming the key's default again changes nothing.
+    #[test]
+    fn routes_are_looked_at_once_one_is_counted_elsewhere() {
+        let scope = Scope::per_host().build().unwrap();
+        let client = reqwest::Client::new();
+        let search = client.get("http://h.test/search").build().unwrap();
+        let key = "http://h.test:80";
+        scope.remember_bucket(key, &route(&search), "core");
+        assert!(!scope.routes_elsewhere.load(Ordering::Acquire));
+        assert_eq!(scope.bucket(key, &search), None);
+        scope.remember_bucket(key, &route(&search), "search");
+        assert!(scope.routes_elsewhere.load(Ordering::Acquire));
+        assert_eq!(scope.bucket(key, &search).as_deref(), Some("search"));
+        assert!(scope.paced_in(key, None, "core"));
+        // Counted in the default again: back to no route elsewhere.
+        scope.remember_bucket(key, &route(&search), "core");
+        assert!(!scope.routes_elsewhere.load(Ordering::Acquire));
+        assert_eq!(scope.bucket(key, &search), None);
+    }
+
+    /// A block is seen while it lasts and gone after it, whether it ends
+    /// by its time or is lifted; a key never blocked reads none.
+    #[tokio::test(start_paused = true)]
+    async fn a_server_block_is_read_while_it_lasts() {
+        let scope = Scope::per_host().build().unwrap();
+        let state = scope.keyed.get(&"http://h.test:80".to_owned());
+        let now = tokio::time::Instant::now();
+        assert!(!state.may_be_blocked());
+        assert_eq!(state.server_block(now), None);
+        let block = ServerBlock::new(now + Duration::from_secs(2), 429, false);
+        state.set_server_block(Some(block));
+        assert!(state.may_be_blocked());
+        assert_eq!(state.server_block(now), Some(block));
+        // An earlier block does not shorten it.
+        state.set_server_block(Some(ServerBlock::new(
+            now + Duration::from_secs(1),
+            429,
+            false,
+        )));
+        assert_eq!(state.server_block(now), Some(block));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(state.server_block(tokio::time::Instant::now()), None);
+        assert!(!state.may_be_blocked());
+        state.set_server_block(Some(ServerBlock::new(
+            tokio::time::Instant::now() + Duration::from_secs(5),
+            503,
+            true,
+        )));
+        state.set_server_block(None);
+        assert_eq!(state.server_block(tokio::time::Instant::now()), None);
+        assert!(!state.may_be_blocked());
+    }
+
     #[test]
     fn header_keys_hide_the_value() {
         // The reference vectors of FNV-1a 64.
@@ -1221,7 +1435,7 @@ mod tests {
             .header("authorization", "Bearer s3cret")
             .build()
             .unwrap();
-        let key = (scope.key)(&request).unwrap();
+        let key = scope.key.of(&request).unwrap();
         assert!(!key.contains("s3cret"), "{key}");
         assert_eq!(
             key,
@@ -1231,7 +1445,7 @@ mod tests {
             .get("http://example.test/")
             .build()
             .unwrap();
-        assert_eq!((scope.key)(&without), None);
+        assert_eq!(scope.key.of(&without), None);
     }
 
     #[test]
@@ -1244,8 +1458,8 @@ mod tests {
             .header("authorization", "t")
             .build()
             .unwrap();
-        assert_eq!((typed.key)(&request), (named.key)(&request));
-        assert!((typed.key)(&request).is_some());
+        assert_eq!(typed.key.of(&request), named.key.of(&request));
+        assert!(typed.key.of(&request).is_some());
         // A name with a space is no header name: the build says so.
         let invalid = Scope::per_header("token", "x api key");
         match invalid.build() {

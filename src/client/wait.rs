@@ -1,6 +1,7 @@
 //! The wait step: for each bucket a request belongs to, by the call's time
 //! limit, and for each learning key's first response.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,6 +12,7 @@ use tokio::time::Instant;
 use super::breaker::{Admission, Health, Transition};
 use super::concurrency::{InFlight, Permit};
 use super::engine::{Call, Gate, Pacer};
+use super::events::listened;
 use super::scope::KeyState;
 use super::{Event, Priority};
 use crate::headers::MAX_WAIT;
@@ -28,9 +30,35 @@ pub(crate) struct Member {
     pub(crate) state: Arc<KeyState>,
     pub(crate) weight: u64,
     /// The scope's key before any server bucket.
-    pub(crate) base: String,
+    pub(crate) base: BaseKey,
     /// The server bucket this request is paced in, when known for its route.
     pub(crate) bucket: Option<String>,
+}
+
+/// A member's scope key before any server bucket: the start of its key's
+/// name (`key` or `key~bucket`), read off its state rather than held apart.
+pub(crate) struct BaseKey {
+    state: Arc<KeyState>,
+    len: usize,
+}
+
+impl BaseKey {
+    /// The first `len` bytes of `state`'s key.
+    pub(crate) fn of(state: &Arc<KeyState>, len: usize) -> BaseKey {
+        BaseKey {
+            state: Arc::clone(state),
+            len,
+        }
+    }
+}
+
+impl std::ops::Deref for BaseKey {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        let key = &self.state.key;
+        key.get(..self.len).unwrap_or(key)
+    }
 }
 
 /// An attempt counted as sent on each of its members: the probe locks and
@@ -156,11 +184,13 @@ impl Pacer {
         (attempts, last_status): (u32, Option<StatusCode>),
         mut tickets: Option<&mut Vec<Ticket>>,
     ) -> Option<Error> {
-        let now = Instant::now();
+        // The clock is read for the first breaker: most keys have none.
+        let mut now = None;
         for (i, m) in members.iter().enumerate() {
             let Some(mut breaker) = m.state.breaker() else {
                 continue;
             };
+            let now = *now.get_or_insert_with(Instant::now);
             let (admission, transition) = match tickets.as_deref_mut() {
                 None => (breaker.peek(now), None),
                 Some(_) => breaker.admit(now),
@@ -228,6 +258,9 @@ impl Pacer {
     /// The error of a call on `m` while the server's wait on its key is
     /// longer than the retry cap.
     fn blocked(&self, m: &Member) -> Option<Error> {
+        if !m.state.may_be_blocked() {
+            return None;
+        }
         let now = Instant::now();
         let cap = self.inner.policy.max_retry_after();
         let block = m.state.server_block(now)?;
@@ -252,11 +285,13 @@ impl Pacer {
         let mut permits = Vec::new();
         let mut seqs = Vec::with_capacity(members.len());
         for m in members {
+            // When the call arrived at the key, for a key still waiting for
+            // its first response: its probe wait counts from here.
+            let arrived = (!m.state.has_seen_response()).then(Instant::now);
             // The key's queue by priority comes before everything else the
             // call waits for on the key: only the call holding the turn
             // waits for those, so who goes next is chosen when the key can
             // take a call. The turn goes back once the key's waits are over.
-            let arrived = Instant::now();
             let _turn = match by_deadline(until, m.state.turns.take(priority)).await {
                 Ok(turn) => turn,
                 Err(e) => {
@@ -320,17 +355,20 @@ impl Pacer {
         &self,
         m: &'m Member,
         until: Option<(Instant, Duration)>,
-        arrived: Instant,
+        arrived: Option<Instant>,
         probes: &mut Vec<ProbeGuard<'m>>,
     ) -> Result<Grant, WaitError> {
         let scope = &self.inner.scopes[m.scope];
         if scope.probes() && !m.state.has_seen_response() {
+            // A key that had its first response when the call arrived
+            // has it still: `arrived` was read for any other.
+            let arrived = arrived.unwrap_or_else(Instant::now);
             if let Some(guard) = wait_for_probe(&m.state, until, arrived).await? {
                 probes.push(guard);
             }
         }
         let limiter = match &m.state.limiter {
-            Ok(l) => Arc::clone(l),
+            Ok(l) => l.as_ref(),
             Err(message) => {
                 return Err(WaitError::Failed(Error::Backend {
                     message: format!("could not make the limiter for {}: {message}", m.state.key),
@@ -338,20 +376,19 @@ impl Pacer {
                 }))
             }
         };
-        let t0 = Instant::now();
+        // Timed only for an event someone receives.
+        let t0 = listened(self.inner.hook.as_ref(), tracing::Level::DEBUG).then(Instant::now);
         let _booking = match &m.state.booking {
             Some(booking) => Some(book(booking, until).await?),
             None => None,
         };
-        let grant = self
-            .acquire_unless_blocked(m, limiter.as_ref(), until)
-            .await?;
+        let grant = self.acquire_unless_blocked(m, limiter, until).await?;
         // After the bucket: the latency-aware delay only adds to its waits.
         if let Some((_, gate)) = &m.state.politeness {
             acquire(gate.as_ref(), 1, false, Bounds::default(), until).await?;
         }
-        let waited = t0.elapsed();
-        if !waited.is_zero() {
+        let waited = t0.map(|t0| t0.elapsed());
+        if let Some(waited) = waited.filter(|w| !w.is_zero()) {
             self.emit_with(tracing::Level::DEBUG, || Event::Waited {
                 scope: scope.config.name.clone(),
                 key: m.state.key.clone(),
@@ -441,6 +478,11 @@ impl Pacer {
     /// does one heavier than the bucket holds and than a day
     /// ([`MAX_WAIT`]) of the key's rate, naming that many units.
     fn fit_learned_capacity(&self, m: &Member) -> Result<(), WaitError> {
+        // A unit fits any stated limit (each is one at least) and any
+        // bucket (which holds one at least).
+        if m.weight == 1 && m.state.holds_a_unit.load(Ordering::Acquire) {
+            return Ok(());
+        }
         let mut weights = m.state.weights();
         if let Some(limit) = weights.server_limit.filter(|&l| m.weight > l) {
             return Err(WaitError::Failed(Error::weight_exceeds_capacity(
@@ -461,6 +503,9 @@ impl Pacer {
             }
         }
         weights.heaviest = weights.heaviest.max(m.weight);
+        m.state
+            .holds_a_unit
+            .store(weights.heaviest >= 1, Ordering::Release);
         drop(weights);
         if let Some(bucket) = m.state.local.as_ref().filter(|b| b.capacity() < m.weight) {
             // Not zero: the member has a weight.

@@ -5,7 +5,7 @@ use std::cell::Cell;
 use std::fmt::Debug;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use http::HeaderMap;
+use http::{HeaderMap, HeaderValue};
 
 use super::value::{parse_go_duration, parse_number, parse_rfc3339, Number};
 use super::{Ignored, MAX_WAIT, MAX_WINDOW};
@@ -56,7 +56,20 @@ pub(crate) fn date(headers: &HeaderMap) -> Option<SystemTime> {
 /// The response's `Date` when it has exactly one valid value; what makes
 /// it unusable goes to `notes`.
 fn the_date(headers: &HeaderMap, notes: &mut Notes) -> Option<SystemTime> {
-    let texts = texts(headers, "date", notes);
+    let dates = headers.get_all(http::header::DATE);
+    let mut values = dates.iter();
+    if let (Some(value), None) = (values.next(), values.next()) {
+        // Sent once and valid, as servers send it: what the reading below
+        // makes of it, without its lists.
+        let text = value.to_str().map(str::trim).unwrap_or_default();
+        let date = (value.len() <= MAX_FIELD_BYTES && !text.is_empty())
+            .then(|| httpdate::parse_http_date(text).ok())
+            .flatten();
+        if date.is_some() {
+            return date;
+        }
+    }
+    let texts = texts_in(|| dates.iter(), "date", notes);
     let mut dates = Vec::new();
     for text in &texts {
         match httpdate::parse_http_date(text) {
@@ -266,11 +279,80 @@ pub const MAX_FIELD_BYTES: usize = 8 * 1024;
 /// values); the rest are ignored with a note.
 pub const MAX_MEMBERS: usize = 64;
 
+/// Up to how many rate-limit fields a head's are scanned rather than
+/// searched (a dialect states three to six).
+const FEW_FIELDS: usize = 16;
+
+/// The fields of a response head that some dialect reads, found in one
+/// pass over the head: a dialect asks for a dozen names, most of them
+/// absent, and a lookup in a `HeaderMap` by a `&str` parses and hashes the
+/// name each time. Here a name is found by a binary search over the few
+/// fields the head has.
+pub(crate) struct Fields<'a> {
+    /// Each value of a field a dialect reads, sorted by name (stably: a
+    /// field's values in the order the head has them).
+    entries: Vec<(&'a str, &'a HeaderValue)>,
+}
+
+impl<'a> Fields<'a> {
+    /// The fields of `headers` whose names `read` says a dialect reads.
+    pub(crate) fn of(headers: &'a HeaderMap, read: impl Fn(&str) -> bool) -> Fields<'a> {
+        let mut entries: Vec<(&'a str, &'a HeaderValue)> = headers
+            .iter()
+            .map(|(name, value)| (name.as_str(), value))
+            .filter(|(name, _)| read(name))
+            .collect();
+        entries.sort_by(|a, b| a.0.cmp(b.0));
+        Fields { entries }
+    }
+
+    /// Every value of the field `name` (in lower case, as every dialect
+    /// writes its names), in the order the head has them.
+    pub(crate) fn get_all<'s>(
+        &'s self,
+        name: &'s str,
+    ) -> impl Iterator<Item = &'a HeaderValue> + 's {
+        // A head states a few rate-limit fields: a scan of them compares
+        // lengths first, which a binary search cannot.
+        let start = if self.entries.len() <= FEW_FIELDS {
+            self.entries
+                .iter()
+                .position(|(n, _)| *n == name)
+                .unwrap_or(self.entries.len())
+        } else {
+            self.entries.partition_point(|(n, _)| *n < name)
+        };
+        self.entries[start..]
+            .iter()
+            .take_while(move |(n, _)| *n == name)
+            .map(|(_, value)| *value)
+    }
+
+    /// The names of the fields, each once.
+    pub(crate) fn names(&self) -> impl Iterator<Item = &'a str> + '_ {
+        let mut previous = None;
+        self.entries.iter().filter_map(move |(name, _)| {
+            let new = previous != Some(*name);
+            previous = Some(*name);
+            new.then_some(*name)
+        })
+    }
+}
+
 /// Every non-empty value of a field, trimmed; non-ASCII and empty values are
 /// noted and skipped, and a field over [`MAX_FIELD_BYTES`] is ignored.
-pub(crate) fn texts<'a>(headers: &'a HeaderMap, name: &str, notes: &mut Notes) -> Vec<&'a str> {
+pub(crate) fn texts<'a>(fields: &Fields<'a>, name: &str, notes: &mut Notes) -> Vec<&'a str> {
+    texts_in(|| fields.get_all(name), name, notes)
+}
+
+/// [`texts`] of the field `name`, whose values `values` goes over.
+fn texts_in<'a, I: Iterator<Item = &'a HeaderValue>>(
+    values: impl Fn() -> I,
+    name: &str,
+    notes: &mut Notes,
+) -> Vec<&'a str> {
     let mut out = Vec::new();
-    let size: usize = headers.get_all(name).iter().map(|v| v.len()).sum();
+    let size: usize = values().map(|v| v.len()).sum();
     if size > MAX_FIELD_BYTES {
         notes.push(
             name,
@@ -278,7 +360,7 @@ pub(crate) fn texts<'a>(headers: &'a HeaderMap, name: &str, notes: &mut Notes) -
         );
         return out;
     }
-    for value in headers.get_all(name) {
+    for value in values() {
         match value.to_str() {
             Ok(text) if text.trim().is_empty() => notes.push(name, "empty value"),
             Ok(text) => out.push(text.trim()),
@@ -304,12 +386,16 @@ pub(crate) enum Keep {
 /// members agree silently, differing ones keep the conservative value and
 /// note the conflict.
 pub(crate) fn single<T: PartialOrd + Clone + Debug>(
-    headers: &HeaderMap,
+    headers: &Fields<'_>,
     notes: &mut Notes,
     name: &str,
     keep: Keep,
     mut parse: impl FnMut(&str, &mut Notes) -> Option<T>,
 ) -> Option<T> {
+    if let Some(text) = lone_member(headers, name) {
+        // What the general reading below makes of it, without its lists.
+        return parse(text, notes);
+    }
     let mut members = Vec::new();
     let all = texts(headers, name, notes);
     let listed = all.iter().flat_map(|text| text.split(','));
@@ -333,6 +419,21 @@ pub(crate) fn single<T: PartialOrd + Clone + Debug>(
         .filter_map(|m| parse(m, notes).map(|v| (m, v)))
         .collect();
     choose(notes, name, keep, parsed)
+}
+
+/// The field's one member, when it is sent once, as one member (no comma),
+/// with nothing to note (visible ASCII, not empty, within
+/// [`MAX_FIELD_BYTES`]): how nearly every server sends it.
+fn lone_member<'a>(headers: &Fields<'a>, name: &str) -> Option<&'a str> {
+    let mut values = headers.get_all(name);
+    let (Some(value), None) = (values.next(), values.next()) else {
+        return None;
+    };
+    if value.len() > MAX_FIELD_BYTES {
+        return None;
+    }
+    let text = value.to_str().ok()?.trim();
+    (!text.is_empty() && !text.contains(',')).then_some(text)
 }
 
 /// Picks among parsed members of one field, as [`single`] describes.
@@ -373,7 +474,12 @@ pub(crate) fn choose<T: PartialOrd + Clone + Debug>(
 }
 
 /// Reads a count field (`limit`, `remaining`, `used`).
-pub(crate) fn count(headers: &HeaderMap, notes: &mut Notes, name: &str, keep: Keep) -> Option<u64> {
+pub(crate) fn count(
+    headers: &Fields<'_>,
+    notes: &mut Notes,
+    name: &str,
+    keep: Keep,
+) -> Option<u64> {
     single(
         headers,
         notes,
@@ -391,7 +497,7 @@ pub(crate) fn count(headers: &HeaderMap, notes: &mut Notes, name: &str, keep: Ke
 
 /// Reads a reset field in any of the dialects' notations.
 pub(crate) fn reset(
-    headers: &HeaderMap,
+    headers: &Fields<'_>,
     clock: &Clock,
     notes: &mut Notes,
     name: &str,
@@ -403,7 +509,7 @@ pub(crate) fn reset(
 }
 
 /// Reads a short textual field (bucket id, resource, scope) in lower case.
-pub(crate) fn name(headers: &HeaderMap, notes: &mut Notes, header: &str) -> Option<String> {
+pub(crate) fn name(headers: &Fields<'_>, notes: &mut Notes, header: &str) -> Option<String> {
     let mut values: Vec<String> = Vec::new();
     for text in texts(headers, header, notes) {
         if text.len() > MAX_NAME_LEN {

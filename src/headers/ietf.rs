@@ -26,10 +26,11 @@
 
 use std::time::Duration;
 
-use http::HeaderMap;
 use sfv::{BareItem, Dictionary, List, ListEntry, Parameters, Parser};
 
-use super::field::{clamp_window, count, name, reset, texts, Clock, Keep, Notes, MAX_MEMBERS};
+use super::field::{
+    clamp_window, count, name, reset, texts, Clock, Fields, Keep, Notes, MAX_MEMBERS,
+};
 use super::value::{base64, Number};
 use super::{Dimension, Limit};
 
@@ -38,7 +39,7 @@ const RATELIMIT: &str = "ratelimit";
 const LIMIT: &str = "ratelimit-limit";
 
 pub(super) fn parse(
-    headers: &HeaderMap,
+    headers: &Fields<'_>,
     clock: &Clock,
     notes: &mut Notes,
     limits: &mut Vec<Limit>,
@@ -63,7 +64,7 @@ struct Draft7 {
 
 /// Reads `RateLimit` as a draft-07 Dictionary (`limit=20, remaining=19,
 /// reset=2`); `None` when it is not one, so the List reading applies.
-fn draft7(headers: &HeaderMap, clock: &Clock, notes: &mut Notes) -> Option<Draft7> {
+fn draft7(headers: &Fields<'_>, clock: &Clock, notes: &mut Notes) -> Option<Draft7> {
     const KEYS: [&str; 3] = ["limit", "remaining", "reset"];
     let texts = texts(headers, RATELIMIT, notes);
     if texts.is_empty() {
@@ -112,7 +113,7 @@ fn draft7(headers: &HeaderMap, clock: &Clock, notes: &mut Notes) -> Option<Draft
 
 /// Joins every line of a structured field, as RFC 9651 §4.2 says, and parses
 /// it as a List.
-fn list(headers: &HeaderMap, notes: &mut Notes, name: &str) -> Option<List> {
+fn list(headers: &Fields<'_>, notes: &mut Notes, name: &str) -> Option<List> {
     let texts = texts(headers, name, notes);
     if texts.is_empty() {
         return None;
@@ -184,7 +185,7 @@ fn partition(params: &Parameters, header: &str, policy: &str, notes: &mut Notes)
 
 /// Reads `RateLimit-Policy`: named policies become limits; integer members
 /// (the older draft) become `(quota, window)` pairs for `RateLimit-Limit`.
-fn policies(headers: &HeaderMap, notes: &mut Notes) -> (Vec<Limit>, Vec<(u64, Duration)>) {
+fn policies(headers: &Fields<'_>, notes: &mut Notes) -> (Vec<Limit>, Vec<(u64, Duration)>) {
     let mut named: Vec<Limit> = Vec::new();
     let mut legacy = Vec::new();
     for entry in list(headers, notes, POLICY).unwrap_or_default() {
@@ -246,7 +247,7 @@ fn policies(headers: &HeaderMap, notes: &mut Notes) -> (Vec<Limit>, Vec<(u64, Du
 
 /// Reads `RateLimit` and attaches each counter to its policy, or adds a
 /// limit of its own when no policy was announced.
-fn counters(headers: &HeaderMap, clock: &Clock, notes: &mut Notes, limits: &mut Vec<Limit>) {
+fn counters(headers: &Fields<'_>, clock: &Clock, notes: &mut Notes, limits: &mut Vec<Limit>) {
     let mut seen: Vec<(String, Option<String>)> = Vec::new();
     for entry in list(headers, notes, RATELIMIT).unwrap_or_default() {
         let ListEntry::Item(item) = entry else {
@@ -312,7 +313,7 @@ fn max_opt<T: Ord>(old: Option<T>, new: Option<T>, merge: bool) -> Option<T> {
 }
 
 fn old_style(
-    headers: &HeaderMap,
+    headers: &Fields<'_>,
     clock: &Clock,
     notes: &mut Notes,
     legacy_windows: &[(u64, Duration)],
@@ -354,7 +355,7 @@ fn old_style(
 
 /// Reads `RateLimit-Limit`, which older drafts let carry quota policies:
 /// `100` or `100;w=60` or `10, 10;w=1, 1000;w=3600`.
-fn limit_with_window(headers: &HeaderMap, notes: &mut Notes) -> (Option<u64>, Option<Duration>) {
+fn limit_with_window(headers: &Fields<'_>, notes: &mut Notes) -> (Option<u64>, Option<Duration>) {
     let Some(list) = list(headers, notes, LIMIT) else {
         return (None, None);
     };
@@ -411,7 +412,7 @@ fn limit_with_window(headers: &HeaderMap, notes: &mut Notes) -> (Option<u64>, Op
 }
 
 /// GitLab's `RateLimit-ResetTime`, an HTTP-date.
-fn reset_time(headers: &HeaderMap, clock: &Clock, notes: &mut Notes) -> Option<Duration> {
+fn reset_time(headers: &Fields<'_>, clock: &Clock, notes: &mut Notes) -> Option<Duration> {
     const NAME: &str = "ratelimit-resettime";
     let mut parsed = Vec::new();
     for text in texts(headers, NAME, notes) {

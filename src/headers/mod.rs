@@ -97,7 +97,7 @@ pub use head::{parse_response_head, HeadError};
 pub use value::parse_rfc3339;
 
 pub(crate) use field::date;
-use field::{Clock, Notes};
+use field::{Clock, Fields, Notes};
 
 /// The cap on any wait or reset the parser yields: 86 400 s (one day).
 ///
@@ -279,26 +279,27 @@ impl RateLimitSignal {
         clock: Clock,
         mut notes: Notes,
     ) -> RateLimitSignal {
-        // Each dialect looks its fields up by name (each lookup parses and
-        // hashes the name): only the dialects a field of the head belongs
-        // to are asked.
-        let families = Families::of(headers);
+        // Each dialect looks a dozen fields up by name, most of them
+        // absent: they are looked up among the head's rate-limit fields
+        // alone, and only the dialects one of them belongs to are asked.
+        let fields = Fields::of(headers, |name| Families::of_name(name).any());
+        let families = Families::of(fields.names());
         let retry_after = families
             .retry_after
-            .then(|| retry_after::parse(headers, &clock, &mut notes))
+            .then(|| retry_after::parse(&fields, &clock, &mut notes))
             .flatten();
 
         let mut limits = Vec::new();
         let flags = if families.x_ratelimit {
-            xratelimit::parse(headers, &clock, &mut notes, &mut limits)
+            xratelimit::parse(&fields, &clock, &mut notes, &mut limits)
         } else {
             xratelimit::Flags::default()
         };
         if families.ietf {
-            ietf::parse(headers, &clock, &mut notes, &mut limits);
+            ietf::parse(&fields, &clock, &mut notes, &mut limits);
         }
         if families.vendors {
-            vendors::parse(headers, &clock, &mut notes, &mut limits);
+            vendors::parse(&fields, &clock, &mut notes, &mut limits);
         }
 
         // Servers that send two dialects with the same numbers (old and new
@@ -417,8 +418,10 @@ impl Limit {
     /// A limit with a name (stored in lower case) and a dimension, every
     /// other field unknown.
     pub fn new(name: impl Into<String>, dimension: Dimension) -> Limit {
+        let mut name = name.into();
+        name.make_ascii_lowercase();
         Limit {
-            name: name.into().to_ascii_lowercase(),
+            name,
             dimension,
             limit: None,
             remaining: None,
@@ -532,18 +535,28 @@ struct Families {
 }
 
 impl Families {
-    fn of(headers: &HeaderMap) -> Families {
-        let mut families = Families::default();
-        for name in headers.keys() {
-            let name = name.as_str();
-            families.retry_after |= name.contains("retry-after");
-            families.x_ratelimit |=
-                name.starts_with("x-ratelimit-") || name.starts_with("x-rate-limit-");
-            families.ietf |= name.starts_with("ratelimit");
-            families.vendors |=
-                name.starts_with("anthropic-ratelimit-") || name == "x-shopify-shop-api-call-limit";
+    /// The dialects that read a field of this name (in lower case).
+    fn of_name(name: &str) -> Families {
+        Families {
+            retry_after: name.contains("retry-after"),
+            x_ratelimit: name.starts_with("x-ratelimit-") || name.starts_with("x-rate-limit-"),
+            ietf: name.starts_with("ratelimit"),
+            vendors: name.starts_with("anthropic-ratelimit-")
+                || name == "x-shopify-shop-api-call-limit",
         }
-        families
+    }
+
+    /// The dialects that read one of these fields.
+    fn of<'a>(names: impl IntoIterator<Item = &'a str>) -> Families {
+        names
+            .into_iter()
+            .map(Families::of_name)
+            .fold(Families::default(), |all, one| Families {
+                retry_after: all.retry_after || one.retry_after,
+                x_ratelimit: all.x_ratelimit || one.x_ratelimit,
+                ietf: all.ietf || one.ietf,
+                vendors: all.vendors || one.vendors,
+            })
     }
 
     fn any(self) -> bool {
@@ -557,7 +570,9 @@ impl Families {
 /// which the client takes without parsing: most responses of an
 /// unthrottled client are such.
 pub(crate) fn may_carry_signal(headers: &HeaderMap) -> bool {
-    Families::of(headers).any()
+    headers
+        .keys()
+        .any(|name| Families::of_name(name.as_str()).any())
 }
 
 #[cfg(test)]

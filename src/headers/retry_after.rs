@@ -9,14 +9,12 @@
 
 use std::time::Duration;
 
-use http::HeaderMap;
-
-use super::field::{choose, clamp_wait, single, texts, Clock, Keep, Notes};
+use super::field::{choose, clamp_wait, single, texts, Clock, Fields, Keep, Notes};
 use super::value::parse_number;
 
 const MS_HEADERS: [&str; 2] = ["retry-after-ms", "x-ms-retry-after-ms"];
 
-pub(super) fn parse(headers: &HeaderMap, clock: &Clock, notes: &mut Notes) -> Option<Duration> {
+pub(super) fn parse(headers: &Fields<'_>, clock: &Clock, notes: &mut Notes) -> Option<Duration> {
     let millis = MS_HEADERS
         .iter()
         .filter_map(|name| {
@@ -39,7 +37,7 @@ pub(super) fn parse(headers: &HeaderMap, clock: &Clock, notes: &mut Notes) -> Op
     millis.or(seconds)
 }
 
-fn retry_after(headers: &HeaderMap, clock: &Clock, notes: &mut Notes) -> Option<Duration> {
+fn retry_after(headers: &Fields<'_>, clock: &Clock, notes: &mut Notes) -> Option<Duration> {
     const NAME: &str = "retry-after";
     let mut parsed = Vec::new();
     for text in texts(headers, NAME, notes) {

@@ -9,14 +9,12 @@
 
 use std::collections::BTreeSet;
 
-use http::HeaderMap;
-
-use super::field::{count, reset, single, Clock, Keep, Notes};
+use super::field::{count, reset, single, Clock, Fields, Keep, Notes};
 use super::value::parse_count;
 use super::{Dimension, Limit};
 
 pub(super) fn parse(
-    headers: &HeaderMap,
+    headers: &Fields<'_>,
     clock: &Clock,
     notes: &mut Notes,
     limits: &mut Vec<Limit>,
@@ -25,12 +23,12 @@ pub(super) fn parse(
     shopify(headers, notes, limits);
 }
 
-fn anthropic(headers: &HeaderMap, clock: &Clock, notes: &mut Notes, limits: &mut Vec<Limit>) {
+fn anthropic(headers: &Fields<'_>, clock: &Clock, notes: &mut Notes, limits: &mut Vec<Limit>) {
     const PREFIX: &str = "anthropic-ratelimit-";
     const SUFFIXES: [&str; 3] = ["-limit", "-remaining", "-reset"];
     let families: BTreeSet<&str> = headers
-        .keys()
-        .filter_map(|key| key.as_str().strip_prefix(PREFIX))
+        .names()
+        .filter_map(|key| key.strip_prefix(PREFIX))
         .filter_map(|rest| SUFFIXES.iter().find_map(|s| rest.strip_suffix(s)))
         .filter(|family| !family.is_empty())
         .collect();
@@ -60,7 +58,7 @@ fn anthropic(headers: &HeaderMap, clock: &Clock, notes: &mut Notes, limits: &mut
     }
 }
 
-fn shopify(headers: &HeaderMap, notes: &mut Notes, limits: &mut Vec<Limit>) {
+fn shopify(headers: &Fields<'_>, notes: &mut Notes, limits: &mut Vec<Limit>) {
     const NAME: &str = "x-shopify-shop-api-call-limit";
     // (used, limit), ordered so that the conservative copy is the fullest one.
     let level = single(headers, notes, NAME, Keep::Largest, |text, notes| {

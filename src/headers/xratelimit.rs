@@ -13,9 +13,7 @@
 
 use std::collections::BTreeSet;
 
-use http::HeaderMap;
-
-use super::field::{count, name, reset, single, Clock, Keep, Notes};
+use super::field::{count, name, reset, single, Clock, Fields, Keep, Notes};
 use super::value::parse_number;
 use super::{field, Dimension, Limit};
 
@@ -29,7 +27,7 @@ pub(super) struct Flags {
 }
 
 pub(super) fn parse(
-    headers: &HeaderMap,
+    headers: &Fields<'_>,
     clock: &Clock,
     notes: &mut Notes,
     limits: &mut Vec<Limit>,
@@ -41,7 +39,7 @@ pub(super) fn parse(
     flags
 }
 
-fn flags(headers: &HeaderMap, notes: &mut Notes) -> Flags {
+fn flags(headers: &Fields<'_>, notes: &mut Notes) -> Flags {
     const GLOBAL: &str = "x-ratelimit-global";
     let global = single(headers, notes, GLOBAL, Keep::Largest, |text, notes| {
         if text.eq_ignore_ascii_case("true") {
@@ -64,7 +62,7 @@ fn flags(headers: &HeaderMap, notes: &mut Notes) -> Flags {
 /// Reads the plain family; returns the bucket it names (GitHub's resource,
 /// Discord's bucket), if any.
 fn plain(
-    headers: &HeaderMap,
+    headers: &Fields<'_>,
     clock: &Clock,
     notes: &mut Notes,
     limits: &mut Vec<Limit>,
@@ -95,7 +93,7 @@ fn plain(
 
 /// Discord's `X-RateLimit-Reset-After`: always a delay, in fractional
 /// seconds, so it is preferred over the epoch in `X-RateLimit-Reset`.
-fn reset_after(headers: &HeaderMap, notes: &mut Notes) -> Option<std::time::Duration> {
+fn reset_after(headers: &Fields<'_>, notes: &mut Notes) -> Option<std::time::Duration> {
     const NAME: &str = "x-ratelimit-reset-after";
     single(
         headers,
@@ -112,15 +110,14 @@ fn reset_after(headers: &HeaderMap, notes: &mut Notes) -> Option<std::time::Dura
     )
 }
 
-fn suffixed(headers: &HeaderMap, clock: &Clock, notes: &mut Notes, limits: &mut Vec<Limit>) {
+fn suffixed(headers: &Fields<'_>, clock: &Clock, notes: &mut Notes, limits: &mut Vec<Limit>) {
     const PREFIXES: [&str; 3] = [
         "x-ratelimit-limit-",
         "x-ratelimit-remaining-",
         "x-ratelimit-reset-",
     ];
     let mut suffixes = BTreeSet::new();
-    for key in headers.keys() {
-        let key = key.as_str();
+    for key in headers.names() {
         for prefix in PREFIXES {
             if let Some(suffix) = key.strip_prefix(prefix) {
                 // `x-ratelimit-reset-after` is Discord's, handled above.
@@ -161,7 +158,7 @@ fn suffixed(headers: &HeaderMap, clock: &Clock, notes: &mut Notes, limits: &mut 
     }
 }
 
-fn twitter(headers: &HeaderMap, clock: &Clock, notes: &mut Notes, limits: &mut Vec<Limit>) {
+fn twitter(headers: &Fields<'_>, clock: &Clock, notes: &mut Notes, limits: &mut Vec<Limit>) {
     let limit = count(headers, notes, "x-rate-limit-limit", Keep::Smallest);
     let remaining = count(headers, notes, "x-rate-limit-remaining", Keep::Smallest);
     let reset = reset(headers, clock, notes, "x-rate-limit-reset");

@@ -17,6 +17,7 @@
 //!   template again (nobody queued, no block, the template's rate and
 //!   capacity).
 
+use std::borrow::Borrow;
 use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
@@ -281,7 +282,7 @@ where
         nanos(at.saturating_duration_since(self.origin))
     }
 
-    fn hash(&self, key: &K) -> u64 {
+    fn hash<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {
         self.hasher.hash_one(key)
     }
 
@@ -364,58 +365,75 @@ where
     }
 
     /// The entry of `key`, without making one.
-    fn find<'s>(
+    fn find<'s, Q>(
         &'s self,
         shard: &'s mut Shard<K, L>,
         hash: u64,
-        key: &K,
-    ) -> Option<Found<'s, K, L>> {
+        key: &Q,
+    ) -> Option<Found<'s, K, L>>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
         if let Some(compact) = &self.compact {
-            if let Some((_, full_at)) = shard.compact.find_mut(hash, |(k, _)| k == key) {
+            if let Some((_, full_at)) = shard.compact.find_mut(hash, |(k, _)| k.borrow() == key) {
                 return Some(Found::Compact(full_at, compact));
             }
         }
         shard
             .live
-            .find_mut(hash, |e| e.key == *key)
+            .find_mut(hash, |e| e.key.borrow() == key)
             .map(Found::Live)
     }
 
     /// The entry of `key`, made (after making room) when there is none:
     /// compact and full in a map of template buckets, else whole.
-    fn find_or_insert<'s>(
+    fn find_or_insert<'s, Q>(
         &'s self,
         shard: &'s mut Shard<K, L>,
         hash: u64,
-        key: &K,
+        key: &Q,
         now: Nanos,
-    ) -> Found<'s, K, L> {
-        let in_live = shard.live.find(hash, |e| e.key == *key).is_some();
+    ) -> Found<'s, K, L>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let in_live = shard.live.find(hash, |e| e.key.borrow() == key).is_some();
         if !in_live
             && shard.len() >= self.max_per_shard
-            && shard.compact.find(hash, |(k, _)| k == key).is_none()
+            && shard
+                .compact
+                .find(hash, |(k, _)| k.borrow() == key)
+                .is_none()
         {
             self.make_room(shard, now);
         }
         match (&self.compact, in_live) {
             (Some(compact), false) => {
-                let entry =
-                    shard
-                        .compact
-                        .entry(hash, |(k, _)| k == key, |(k, _)| self.hasher.hash_one(k));
+                let entry = shard.compact.entry(
+                    hash,
+                    |(k, _)| k.borrow() == key,
+                    |(k, _)| self.hasher.hash_one(k),
+                );
                 // A new key is full since the origin.
-                let (_, full_at) = entry.or_insert_with(|| (key.clone(), 0)).into_mut();
+                let (_, full_at) = entry.or_insert_with(|| (key.to_owned(), 0)).into_mut();
                 Found::Compact(full_at, compact)
             }
             _ => {
-                let entry =
-                    shard
-                        .live
-                        .entry(hash, |e| e.key == *key, |e| self.hasher.hash_one(&e.key));
-                let entry = entry.or_insert_with(|| Live {
-                    key: key.clone(),
-                    last_used: now,
-                    value: Arc::new((self.factory)(key)),
+                let entry = shard.live.entry(
+                    hash,
+                    |e| e.key.borrow() == key,
+                    |e| self.hasher.hash_one(&e.key),
+                );
+                let entry = entry.or_insert_with(|| {
+                    let key = key.to_owned();
+                    let value = Arc::new((self.factory)(&key));
+                    Live {
+                        key,
+                        last_used: now,
+                        value,
+                    }
                 });
                 Found::Live(entry.into_mut())
             }
@@ -465,14 +483,18 @@ where
     /// `peek` does neither, and stamps a compact entry made whole with the
     /// last instant it can have been used (`now` or when it is full again,
     /// whichever is earlier), so that looking at a key does not keep it.
-    fn whole(
+    fn whole<Q>(
         &self,
         shard: &mut Shard<K, L>,
         hash: u64,
-        key: &K,
+        key: &Q,
         now: Nanos,
         used: bool,
-    ) -> Option<Arc<L>> {
+    ) -> Option<Arc<L>>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ToOwned<Owned = K> + ?Sized,
+    {
         let found = if used {
             self.find_or_insert(shard, hash, key, now)
         } else {
@@ -488,18 +510,19 @@ where
             Found::Compact(full_at, _) => *full_at,
         };
         let last_used = if used { now } else { now.min(full_at) };
-        if let Ok(entry) = shard.compact.find_entry(hash, |(k, _)| k == key) {
-            entry.remove();
-        }
+        let key = match shard.compact.find_entry(hash, |(k, _)| k.borrow() == key) {
+            Ok(entry) => entry.remove().0 .0,
+            Err(_) => key.to_owned(),
+        };
         let value = Arc::new(match &self.compact {
             Some(compact) => compact.expand(full_at, self.origin),
             // Only a map of template buckets has compact entries.
-            None => (self.factory)(key),
+            None => (self.factory)(&key),
         });
         shard.live.insert_unique(
             hash,
             Live {
-                key: key.clone(),
+                key,
                 last_used,
                 value: Arc::clone(&value),
             },
@@ -513,13 +536,24 @@ where
     /// In a map of token buckets this turns a compact entry into a whole
     /// limiter, which stays one while the returned handle is held.
     pub fn get(&self, key: &K) -> Arc<L> {
+        self.get_borrowed(key)
+    }
+
+    /// [`get`](Self::get) by a borrowed form of the key (a `&str` for a
+    /// `String` key): a key held already is found without making an owned
+    /// one.
+    pub(crate) fn get_borrowed<Q>(&self, key: &Q) -> Arc<L>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         let now = self.nanos(Instant::now());
         let hash = self.hash(key);
         let mut shard = self.shard(hash, now);
         match self.whole(&mut shard, hash, key, now, true) {
             Some(value) => value,
             // `whole` inserts when asked to; this only keeps `get` total.
-            None => Arc::new((self.factory)(key)),
+            None => Arc::new((self.factory)(&key.to_owned())),
         }
     }
 
@@ -650,6 +684,23 @@ impl<K, L> fmt::Debug for KeyedLimiter<K, L> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A key found by a borrowed form is the same entry as by its owned
+    /// one, compact or whole, and a new key is made owned.
+    #[tokio::test(start_paused = true)]
+    async fn a_borrowed_key_finds_the_same_entry() {
+        let keyed = KeyedLimiter::token_buckets(Rate::per_second(10).unwrap(), 2)
+            .unwrap()
+            .with_shards(1);
+        // Compact first: its level is kept when it is made whole.
+        keyed.try_acquire(&"a".to_owned(), 2).unwrap();
+        let borrowed = keyed.get_borrowed("a");
+        assert_eq!(borrowed.available(), 0);
+        assert!(Arc::ptr_eq(&borrowed, &keyed.get(&"a".to_owned())));
+        let made = keyed.get_borrowed("b");
+        assert!(Arc::ptr_eq(&made, &keyed.get(&"b".to_owned())));
+        assert_eq!(keyed.len(), 2);
+    }
 
     #[tokio::test(start_paused = true)]
     async fn idle_keys_are_swept_after_the_timeout() {
