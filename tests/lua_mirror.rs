@@ -498,6 +498,8 @@ async fn hand_over(conn: &mut MultiplexedConnection, twin: &Twin, now_us: u64) {
         .arg(hash.blocked)
         .arg("u")
         .arg(hash.block_end)
+        .arg("v")
+        .arg(hash.block_end_of)
         .query_async(conn)
         .await
         .expect("HSET");
@@ -508,7 +510,7 @@ async fn hand_over(conn: &mut MultiplexedConnection, twin: &Twin, now_us: u64) {
 async fn script_key(conn: &mut MultiplexedConnection) -> (Vec<Option<i64>>, i64) {
     let fields: Vec<Option<i64>> = redis::cmd("HMGET")
         .arg(TWIN_KEY)
-        .arg(&["d", "b", "T", "C", "n", "e", "a", "c", "L", "F", "u"])
+        .arg(&["d", "b", "T", "C", "n", "e", "a", "c", "L", "F", "u", "v"])
         .query_async(conn)
         .await
         .expect("HMGET");
@@ -673,7 +675,7 @@ async fn twin_agrees(
             // Counted from now, as the script's is: a refund that only
             // takes units off the count leaves what `hand_over` wrote.
             Some(h) => h.at(now_us).fields().map(Some).to_vec(),
-            None => vec![None; 11],
+            None => vec![None; 12],
         };
         assert_eq!(fields, expected_fields, "{at}: the hash after the step");
         // The key's lifetime where the script set it now, less the little
@@ -914,4 +916,31 @@ async fn a_turn_booked_past_a_blocks_end_stands() {
     pass(&mut conn, 30 * MS as i64).await;
     let reply = at_rest(&mut conn, &script, bucket, "confirm", [4, 1, 0]).await;
     assert_eq!(reply, [3, 0], "the turn at 30 ms, dropped by an unblock");
+    // A block counted by a script that keeps no end (an older version's,
+    // during an upgrade) may cover any turn: none stands.
+    let _: i64 = redis::cmd("DEL")
+        .arg(TURNS_KEY)
+        .query_async(&mut conn)
+        .await
+        .expect("DEL");
+    for _ in 0..5 {
+        at_rest(&mut conn, &script, bucket, "reserve", take(1)).await;
+    }
+    at_rest(&mut conn, &script, bucket, "block", [5 * MS, 858, 0]).await;
+    pass(&mut conn, 30 * MS as i64).await;
+    let reply = at_rest(&mut conn, &script, bucket, "confirm", [4, 1, 0]).await;
+    assert_eq!(reply, [3, 2], "the turn at 30 ms, past the block");
+    let _: i64 = redis::cmd("HINCRBY")
+        .arg(TURNS_KEY)
+        .arg("e")
+        .arg(1)
+        .query_async(&mut conn)
+        .await
+        .expect("HINCRBY");
+    let reply = at_rest(&mut conn, &script, bucket, "confirm", [4, 1, 0]).await;
+    assert_eq!(
+        reply,
+        [3, 0],
+        "the turn at 30 ms, after a block of unknown end"
+    );
 }

@@ -89,11 +89,13 @@ pub struct Hash {
     /// Nanoseconds from `t` to the end of the latest block, below zero once
     /// it is past, no further back than [`LONG_AGO`] (`u`).
     pub block_end: i64,
+    /// The block counter when `block_end` was written, -1 for never (`v`).
+    pub block_end_of: i64,
 }
 
 impl Hash {
-    /// The fields as `HMGET key d b T C n e a c L F u` reads them.
-    pub fn fields(&self) -> [i64; 11] {
+    /// The fields as `HMGET key d b T C n e a c L F u v` reads them.
+    pub fn fields(&self) -> [i64; 12] {
         let i = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         [
             i(self.owed),
@@ -107,6 +109,7 @@ impl Hash {
             i64::from(self.learned),
             i(self.too_fast),
             self.block_end,
+            self.block_end_of,
         ]
     }
 
@@ -156,6 +159,7 @@ impl Hash {
                     self.blocked = 0;
                     self.cause = 0;
                     self.blocks += 1;
+                    self.block_end_of = to_signed(self.blocks);
                 }
             }
             Op::Uncount(n) => self.granted = self.granted.saturating_sub(n),
@@ -197,6 +201,7 @@ impl Hash {
         self.owed = self.owed.max(resumed);
         self.block_end = self.block_end.max(to_signed(for_ns));
         self.blocks += 1;
+        self.block_end_of = to_signed(self.blocks);
     }
 
     /// The hash as the script reads it at `now_us`: what is owed and
@@ -408,6 +413,7 @@ impl Script {
             per_token: self.defaults.0,
             capacity: self.defaults.1,
             block_end: LONG_AGO,
+            block_end_of: -1,
             ..Hash::default()
         }
     }
@@ -439,9 +445,11 @@ impl Script {
             Op::Try { weight } => self.take(now_us, h, weight, UNBOUNDED, UNBOUNDED, true),
             Op::Refund { id, weight } => self.refund(now_us, stored, h, id, weight),
             // A turn at or after the latest block's end stands, as does any
-            // on a key gone; one inside the block is refunded.
+            // on a key gone; one inside the block, or after a block whose
+            // end the key does not hold, is refunded.
             Op::Confirm { id, weight, late } => {
-                if stored.is_none() || h.block_end <= -to_signed(late) {
+                let described = h.block_end_of == to_signed(h.blocks);
+                if stored.is_none() || (described && h.block_end <= -to_signed(late)) {
                     Reply::Done(2)
                 } else {
                     self.refund(now_us, stored, h, id, weight)

@@ -22,7 +22,8 @@
 -- learned (set by 'rate' or 'grow') rather than the one the bucket was made
 -- with, F = ns per token of the rate a server last refused (0: none),
 -- u = ns from t to the end of the latest block (below zero once it is past,
--- no further back than 2^52).
+-- no further back than 2^52), v = the block counter when u was written
+-- (a block counted by a script that keeps no u leaves them apart).
 -- Times are kept relative to t so every figure stays an exact integer in a
 -- Lua double: absolute nanoseconds since 1970 would not (2^53 ns ~ 104 days).
 --
@@ -40,7 +41,7 @@ local learned_ttl = tonumber(ARGV[8]) or 0
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 
-local s = redis.call('HMGET', key, 't', 'd', 'b', 'T', 'C', 'n', 'e', 'a', 'c', 'L', 'F', 'u')
+local s = redis.call('HMGET', key, 't', 'd', 'b', 'T', 'C', 'n', 'e', 'a', 'c', 'L', 'F', 'u', 'v')
 local T = tonumber(s[4]) or tonumber(ARGV[3])
 local C = tonumber(s[5]) or tonumber(ARGV[4])
 local n = tonumber(s[6]) or 0
@@ -53,6 +54,7 @@ local F = tonumber(s[11]) or 0
 -- kept down to 2^52 ns back, so that it stays an exact integer.
 local LONG_AGO = -4503599627370496
 local d, b, u = 0, 0, LONG_AGO
+local v = tonumber(s[13]) or -1
 if s[1] then
   -- A clock that steps back counts as no time passed, never as time owed.
   local elapsed = math.max(0, now - tonumber(s[1])) * 1000
@@ -103,7 +105,7 @@ local function save()
   n = n + 1
   redis.call('HSET', key, 't', int(now), 'd', int(d), 'b', int(b),
     'T', int(T), 'C', int(C), 'n', int(n), 'e', int(e), 'a', int(a), 'c', int(c), 'L', int(L),
-    'F', int(F), 'u', int(u))
+    'F', int(F), 'u', int(u), 'v', int(v))
   -- Fresh again once refilled and unblocked; milliseconds, never 0. What
   -- was learned outlives that, so that a key used again starts from it.
   local ttl = math.ceil(math.max(d, b) / 1000000) + idle
@@ -131,7 +133,8 @@ if op == 'confirm' then
   -- booked. A turn at or after the latest block's end stands: the block
   -- kept it in the deficit. One inside the block is handed back like a
   -- refund, and its waiter books again. A key gone has no block to heed.
-  if not s[1] or u <= -tonumber(ARGV[7]) then
+  -- A block u does not describe (v behind e) may cover any turn.
+  if not s[1] or (v == e and u <= -tonumber(ARGV[7])) then
     return {3, 2}
   end
   op = 'refund'
@@ -222,6 +225,7 @@ elseif op == 'block' then
   d = math.max(d, r + (C - 1) * T)
   u = math.max(u, r)
   e = e + 1
+  v = e
 elseif op == 'uncount' then
   -- A server refused units granted: the count is of what it counted.
   a = math.max(0, a - tonumber(ARGV[5]))
@@ -236,6 +240,7 @@ elseif op == 'unblock' then
     b = 0
     c = 0
     e = e + 1
+    v = e
   end
 else
   return redis.error_reply('reqwest-pace: unknown token bucket operation')
