@@ -7,6 +7,15 @@
 //! what the Rust bucket's answers say they must, and lifting a block
 //! leaves the state `Gcra::unblock` leaves.
 //!
+//! Rate changes part from `Gcra` where turns are booked beyond one bucket:
+//! the script keeps them where they are, for the waiters of every process
+//! that sleep until them, and counts only the bucket behind the last of
+//! them at the new rate; `Gcra` has no booked turns (the local bucket
+//! queues its waiters and admits them when they wake) and rescales its
+//! whole deficit. A sequence that changes the rate with turns booked checks
+//! the script's state against that arithmetic and ends there, the two
+//! buckets no longer the same.
+//!
 //! The fleet tests on the paused clock share a twin of the script in
 //! process (`tests/twin_support`): driven over seeded random sequences of
 //! every operation `RedisTokenBucket` sends (reservations within bounds,
@@ -208,6 +217,7 @@ struct Seen {
     unblocked: u64,
     grown: u64,
     rate_changed: u64,
+    rate_changed_with_turns_booked: u64,
 }
 
 /// Run one sequence; panics with its seed and step on the first mismatch.
@@ -242,7 +252,12 @@ async fn mirror(
         now += advance;
         let (d, b) = stored(conn).await;
         let block_left = b.saturating_sub(advance);
-        store(conn, bucket, d.saturating_sub(advance), block_left).await;
+        let owed = d.saturating_sub(advance);
+        store(conn, bucket, owed, block_left).await;
+        // Past the block, what is owed beyond one bucket: turns booked.
+        let booked = owed
+            .saturating_sub(block_left)
+            .saturating_sub(capacity * interval);
         let step = step(&mut seq, interval, capacity);
         let at =
             format!("seed {seed}, step {i}: {step:?} at {now} ns on T {interval} ns, C {capacity}");
@@ -320,6 +335,11 @@ async fn mirror(
                 // The faster of the two, never slower than now: the same
                 // time per token as the script's, and Gcra's rate change.
                 let faster = (interval * 1_000_000 / ppm).max(at_most).max(1);
+                if faster < interval && booked > 0 {
+                    kept_turns(conn, (owed, block_left), bucket, faster, &at).await;
+                    seen.rate_changed_with_turns_booked += 1;
+                    return;
+                }
                 if faster < interval {
                     let rate = Rate::every(Duration::from_nanos(faster)).expect("a rate");
                     gcra.set_rate(now, rate);
@@ -331,6 +351,11 @@ async fn mirror(
             Step::Rate(t) => {
                 let reply = call(conn, script, bucket, "rate", [t, 0, 0]).await;
                 assert_eq!(reply, vec![3, 0], "{at}");
+                if booked > 0 {
+                    kept_turns(conn, (owed, block_left), bucket, t, &at).await;
+                    seen.rate_changed_with_turns_booked += 1;
+                    return;
+                }
                 gcra.set_rate(now, Rate::every(Duration::from_nanos(t)).expect("a rate"));
                 interval = t;
                 bucket = (interval, capacity);
@@ -352,6 +377,28 @@ async fn mirror(
             "{at}: the state after the step"
         );
     }
+}
+
+/// After a rate change from `(d, b)` on `bucket` to one token per `to` ns,
+/// with turns booked beyond one bucket: they are kept, and the bucket
+/// behind them is scaled.
+async fn kept_turns(
+    conn: &mut MultiplexedConnection,
+    (d, b): (u64, u64),
+    bucket: (u64, u64),
+    to: u64,
+    at: &str,
+) {
+    let (interval, capacity) = bucket;
+    let span = capacity * interval;
+    let booked = d - b - span;
+    let scaled = (u128::from(span) * u128::from(to) / u128::from(interval)) as u64;
+    let (after, _) = stored(conn).await;
+    assert_eq!(
+        after,
+        b + booked + scaled.min(1 << 52),
+        "{at}: the booked turns kept"
+    );
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -379,6 +426,10 @@ async fn the_script_decides_as_the_rust_bucket_over_random_sequences() {
         ("unblocked", seen.unblocked),
         ("grown", seen.grown),
         ("rate changed", seen.rate_changed),
+        (
+            "rate changed with turns booked",
+            seen.rate_changed_with_turns_booked,
+        ),
     ] {
         assert!(count >= 50, "only {count} steps {outcome}: {seen:?}");
     }
@@ -445,6 +496,10 @@ async fn hand_over(conn: &mut MultiplexedConnection, twin: &Twin, now_us: u64) {
         .arg(hash.owed)
         .arg("b")
         .arg(hash.blocked)
+        .arg("u")
+        .arg(hash.block_end)
+        .arg("v")
+        .arg(hash.block_end_of)
         .query_async(conn)
         .await
         .expect("HSET");
@@ -452,10 +507,10 @@ async fn hand_over(conn: &mut MultiplexedConnection, twin: &Twin, now_us: u64) {
 
 /// The hash's fields but `t` as the script left them (all `None` for no
 /// key), and the key's time to live in milliseconds (negative for none).
-async fn script_key(conn: &mut MultiplexedConnection) -> (Vec<Option<u64>>, i64) {
-    let fields: Vec<Option<u64>> = redis::cmd("HMGET")
+async fn script_key(conn: &mut MultiplexedConnection) -> (Vec<Option<i64>>, i64) {
+    let fields: Vec<Option<i64>> = redis::cmd("HMGET")
         .arg(TWIN_KEY)
-        .arg(&["d", "b", "T", "C", "n", "e", "a", "c", "L", "F"])
+        .arg(&["d", "b", "T", "C", "n", "e", "a", "c", "L", "F", "u", "v"])
         .query_async(conn)
         .await
         .expect("HMGET");
@@ -479,8 +534,21 @@ fn twin_op(seq: &mut Seq, per_token: u64, capacity: u64, granted: &[(u64, u64)])
     // Rates and capacities whose refill stays within 2^44 ns, where the
     // sequence's bookings stay exact in a Lua number.
     let most = 1u64 << 44;
-    match seq.range(0, 29) {
+    match seq.range(0, 31) {
         0..=7 => TwinOp::Try { weight },
+        30..=31 => {
+            // A turn woken after a block: late by up to a refill, past the
+            // block's end or inside it.
+            let (id, weight) = match granted.len() {
+                0 => (seq.range(0, 5), weight),
+                n => granted[n - 1 - (seq.range(0, 2) as usize).min(n - 1)],
+            };
+            let late = match seq.range(0, 2) {
+                0 => 0,
+                _ => seq.range(0, span),
+            };
+            TwinOp::Confirm { id, weight, late }
+        }
         8..=11 => TwinOp::Reserve {
             weight,
             max_wait: UNBOUNDED,
@@ -534,6 +602,8 @@ struct TwinSeen {
     too_heavy: u64,
     turn_given_back: u64,
     refund_counted_only: u64,
+    turn_stands: u64,
+    confirmed_inside_a_block: u64,
     expired: u64,
     learned: u64,
     cut: u64,
@@ -589,6 +659,11 @@ async fn twin_agrees(
             Reply::Throttled { .. } => seen.throttled += 1,
             Reply::Held { .. } => seen.held += 1,
             Reply::TooHeavy { .. } => seen.too_heavy += 1,
+            Reply::Done(2) => seen.turn_stands += 1,
+            Reply::Done(x) if matches!(op, TwinOp::Confirm { .. }) => {
+                seen.confirmed_inside_a_block += 1;
+                seen.turn_given_back += x;
+            }
             Reply::Done(1) => seen.turn_given_back += 1,
             Reply::Done(_) => {
                 seen.refund_counted_only += u64::from(matches!(op, TwinOp::Refund { .. }))
@@ -596,11 +671,11 @@ async fn twin_agrees(
         }
         let (fields, ttl) = script_key(conn).await;
         let hash = twin.hash(now_us);
-        let expected_fields: Vec<Option<u64>> = match hash {
+        let expected_fields: Vec<Option<i64>> = match hash {
             // Counted from now, as the script's is: a refund that only
             // takes units off the count leaves what `hand_over` wrote.
             Some(h) => h.at(now_us).fields().map(Some).to_vec(),
-            None => vec![None; 10],
+            None => vec![None; 12],
         };
         assert_eq!(fields, expected_fields, "{at}: the hash after the step");
         // The key's lifetime where the script set it now, less the little
@@ -652,10 +727,220 @@ async fn the_fleet_tests_twin_answers_as_the_script_over_random_sequences() {
         ("over the capacity", seen.too_heavy),
         ("refunded with the turn back", seen.turn_given_back),
         ("refunded off the count only", seen.refund_counted_only),
+        ("confirmed past a block", seen.turn_stands),
+        ("confirmed inside a block", seen.confirmed_inside_a_block),
         ("expired", seen.expired),
         ("granted on a learned rate", seen.learned),
         ("granted after a cut", seen.cut),
     ] {
         assert!(count >= 50, "only {count} steps {outcome}: {seen:?}");
     }
+}
+
+/// The key of the tests that pin a booked turn's instant.
+const TURNS_KEY: &str = "turns";
+
+/// One call of the script on [`TURNS_KEY`] at the instant its state
+/// describes (its `t` moved to the future first, so that no time passes).
+async fn at_rest(
+    conn: &mut MultiplexedConnection,
+    script: &Script,
+    bucket: (u64, u64),
+    op: &str,
+    operands: [u64; 3],
+) -> Vec<i64> {
+    let _: i64 = redis::cmd("HSET")
+        .arg(TURNS_KEY)
+        .arg("t")
+        .arg(FUTURE_US)
+        .query_async(conn)
+        .await
+        .expect("HSET");
+    script
+        .key(TURNS_KEY)
+        .arg(op)
+        .arg(IDLE_MS)
+        .arg(bucket.0)
+        .arg(bucket.1)
+        .arg(operands[0])
+        .arg(operands[1])
+        .arg(operands[2])
+        .arg(LEARNED_MS)
+        .invoke_async(conn)
+        .await
+        .expect("the script runs")
+}
+
+/// Let `ns` pass for the key, as the script counts time from `t`.
+async fn pass(conn: &mut MultiplexedConnection, ns: i64) {
+    let (d, b, u): (i64, i64, i64) = redis::cmd("HMGET")
+        .arg(TURNS_KEY)
+        .arg(&["d", "b", "u"])
+        .query_async(conn)
+        .await
+        .expect("HMGET");
+    let _: i64 = redis::cmd("HSET")
+        .arg(TURNS_KEY)
+        .arg("d")
+        .arg((d - ns).max(0))
+        .arg("b")
+        .arg((b - ns).max(0))
+        .arg("u")
+        .arg(u - ns)
+        .query_async(conn)
+        .await
+        .expect("HSET");
+}
+
+const MS: u64 = 1_000_000;
+
+/// The wait a `reserve` of one token was booked for, in ms.
+fn booked_ms(reply: &[i64]) -> i64 {
+    assert_eq!(reply[0], 0, "granted: {reply:?}");
+    reply[1] / MS as i64
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_rate_change_keeps_the_turns_booked_and_the_next_follows_the_last() {
+    let server = RedisServer::start();
+    let client = redis::Client::open(server.url()).expect("a Redis URL");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("a connection");
+    let script = Script::new(TOKEN_BUCKET);
+    // A cut: turns at 0, 10 and 20 ms stay there; the next comes one new
+    // interval (100 ms) after the last, at 120 ms, not after the rescaled
+    // deficit (300 ms, with nothing sent from 20 ms on).
+    let bucket = (10 * MS, 1);
+    let mut turns = Vec::new();
+    for _ in 0..3 {
+        turns.push(booked_ms(
+            &at_rest(&mut conn, &script, bucket, "reserve", take(1)).await,
+        ));
+    }
+    assert_eq!(turns, [0, 10, 20]);
+    let reply = at_rest(&mut conn, &script, bucket, "rate", [100 * MS, 0, 0]).await;
+    assert_eq!(reply, [3, 0]);
+    let next = at_rest(&mut conn, &script, bucket, "reserve", take(1)).await;
+    assert_eq!(booked_ms(&next), 120, "the next turn after a cut");
+    // A raise: turns at 0, 100 and 200 ms; the next at 210 ms, not among
+    // them at 30 ms.
+    let _: i64 = redis::cmd("DEL")
+        .arg(TURNS_KEY)
+        .query_async(&mut conn)
+        .await
+        .expect("DEL");
+    let bucket = (100 * MS, 1);
+    let mut turns = Vec::new();
+    for _ in 0..3 {
+        turns.push(booked_ms(
+            &at_rest(&mut conn, &script, bucket, "reserve", take(1)).await,
+        ));
+    }
+    assert_eq!(turns, [0, 100, 200]);
+    let reply = at_rest(&mut conn, &script, bucket, "grow", [10_000_000, 10 * MS, 0]).await;
+    assert_eq!(reply, [3, 0]);
+    let next = at_rest(&mut conn, &script, bucket, "reserve", take(1)).await;
+    assert_eq!(booked_ms(&next), 210, "the next turn after a raise");
+    // A bucket of 4 holds its burst: with nothing booked, the tokens at
+    // hand are kept whatever the rate.
+    let _: i64 = redis::cmd("DEL")
+        .arg(TURNS_KEY)
+        .query_async(&mut conn)
+        .await
+        .expect("DEL");
+    let bucket = (10 * MS, 4);
+    for _ in 0..2 {
+        at_rest(&mut conn, &script, bucket, "reserve", take(1)).await;
+    }
+    at_rest(&mut conn, &script, bucket, "rate", [100 * MS, 0, 0]).await;
+    let reply = at_rest(&mut conn, &script, bucket, "try", take(2)).await;
+    assert_eq!(&reply[..2], &[0, 0], "two tokens still at hand");
+    let reply = at_rest(&mut conn, &script, bucket, "try", take(1)).await;
+    assert_eq!(reply, [1, 100 * MS as i64], "then one per new interval");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_turn_booked_past_a_blocks_end_stands() {
+    let server = RedisServer::start();
+    let client = redis::Client::open(server.url()).expect("a Redis URL");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("a connection");
+    let script = Script::new(TOKEN_BUCKET);
+    let bucket = (10 * MS, 1);
+    // Turns at 0, 10, 20, 30 and 40 ms, ids 1 to 5.
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        let reply = at_rest(&mut conn, &script, bucket, "reserve", take(1)).await;
+        ids.push(reply[2] as u64);
+    }
+    assert_eq!(ids, [1, 2, 3, 4, 5]);
+    // A block until 25 ms, written at 5 ms.
+    pass(&mut conn, 5 * MS as i64).await;
+    let reply = at_rest(&mut conn, &script, bucket, "block", [20 * MS, 858, 0]).await;
+    assert_eq!(reply, [3, 0]);
+    // The turn at 10 ms falls inside the block: handed back (not the
+    // key's last write, so off the count only) and booked again.
+    pass(&mut conn, 5 * MS as i64).await;
+    let reply = at_rest(&mut conn, &script, bucket, "confirm", [2, 1, 0]).await;
+    assert_eq!(reply, [3, 0], "the turn at 10 ms");
+    let again = at_rest(&mut conn, &script, bucket, "reserve", take(1)).await;
+    assert_eq!(
+        booked_ms(&again),
+        40,
+        "booked after the last turn, at 50 ms"
+    );
+    // The turn at 30 ms falls after the block's end (25 ms): it stands,
+    // and its waiter goes, even woken 4 ms late.
+    pass(&mut conn, 24 * MS as i64).await;
+    let reply = at_rest(&mut conn, &script, bucket, "confirm", [4, 1, 4 * MS]).await;
+    assert_eq!(reply, [3, 2], "the turn at 30 ms");
+    // Woken 10 ms late, a turn due at 24 ms was inside it.
+    let reply = at_rest(&mut conn, &script, bucket, "confirm", [4, 1, 10 * MS]).await;
+    assert_eq!(reply, [3, 0], "a turn due at 24 ms");
+    // Lifting a block drops every turn booked from the deficit: none
+    // stands, not even one past the block's end.
+    let _: i64 = redis::cmd("DEL")
+        .arg(TURNS_KEY)
+        .query_async(&mut conn)
+        .await
+        .expect("DEL");
+    for _ in 0..5 {
+        at_rest(&mut conn, &script, bucket, "reserve", take(1)).await;
+    }
+    at_rest(&mut conn, &script, bucket, "block", [5 * MS, 858, 0]).await;
+    at_rest(&mut conn, &script, bucket, "unblock", [0, 0, 0]).await;
+    pass(&mut conn, 30 * MS as i64).await;
+    let reply = at_rest(&mut conn, &script, bucket, "confirm", [4, 1, 0]).await;
+    assert_eq!(reply, [3, 0], "the turn at 30 ms, dropped by an unblock");
+    // A block counted by a script that keeps no end (an older version's,
+    // during an upgrade) may cover any turn: none stands.
+    let _: i64 = redis::cmd("DEL")
+        .arg(TURNS_KEY)
+        .query_async(&mut conn)
+        .await
+        .expect("DEL");
+    for _ in 0..5 {
+        at_rest(&mut conn, &script, bucket, "reserve", take(1)).await;
+    }
+    at_rest(&mut conn, &script, bucket, "block", [5 * MS, 858, 0]).await;
+    pass(&mut conn, 30 * MS as i64).await;
+    let reply = at_rest(&mut conn, &script, bucket, "confirm", [4, 1, 0]).await;
+    assert_eq!(reply, [3, 2], "the turn at 30 ms, past the block");
+    let _: i64 = redis::cmd("HINCRBY")
+        .arg(TURNS_KEY)
+        .arg("e")
+        .arg(1)
+        .query_async(&mut conn)
+        .await
+        .expect("HINCRBY");
+    let reply = at_rest(&mut conn, &script, bucket, "confirm", [4, 1, 0]).await;
+    assert_eq!(
+        reply,
+        [3, 0],
+        "the turn at 30 ms, after a block of unknown end"
+    );
 }

@@ -1070,3 +1070,76 @@ async fn feedback_keeps_booked_reservations_and_blocks() {
     let wait = throttled_wait(blocked.try_acquire(1).await);
     assert!(wait > 900 * MS && wait <= 1_000 * MS, "{wait:?}");
 }
+
+/// Turns already booked keep their instants: through a block, a turn past
+/// its end goes at its instant while one inside it books again behind the
+/// last; through a rate cut, the next turn comes one new interval after
+/// the last one booked, not after the whole deficit rescaled.
+#[tokio::test]
+async fn booked_turns_keep_their_instants_through_a_block_and_a_cut() {
+    let server = RedisServer::start();
+    let backend = RedisBackend::connect(server.url()).await.unwrap();
+    let rate = Rate::new(1, 100 * MS).unwrap();
+    let bucket = Arc::new(backend.token_bucket("turns", rate, 1).unwrap());
+    let start = Instant::now();
+    bucket.try_acquire(1).await.unwrap();
+    // Turns at 100, 200 and 300 ms, booked in that order.
+    let mut waiters = Vec::new();
+    for _ in 0..3 {
+        let b = Arc::clone(&bucket);
+        waiters.push(tokio::spawn(async move {
+            b.acquire(1).await.unwrap();
+            start.elapsed()
+        }));
+        tokio::time::sleep(5 * MS).await;
+    }
+    tokio::time::sleep(start + 50 * MS - Instant::now()).await;
+    bucket
+        .adjust(Adjustment::BlockUntil(start + 150 * MS))
+        .await
+        .unwrap();
+    let mut went = Vec::new();
+    for w in waiters {
+        went.push(w.await.unwrap());
+    }
+    assert!(
+        went[1] >= 195 * MS && went[1] < 290 * MS,
+        "the turn at 200 ms: {went:?}"
+    );
+    assert!(
+        went[2] >= 295 * MS && went[2] < 390 * MS,
+        "the turn at 300 ms: {went:?}"
+    );
+    assert!(
+        went[0] >= 395 * MS && went[0] < 600 * MS,
+        "the turn at 100 ms, inside the block, booked after 300 ms: {went:?}"
+    );
+
+    let rate = Rate::new(1, 50 * MS).unwrap();
+    let bucket = Arc::new(backend.token_bucket("cut", rate, 1).unwrap());
+    bucket.try_acquire(1).await.unwrap();
+    // Turns at 50 and 100 ms, then a cut to one per 500 ms: the next turn
+    // is 500 ms after the last one booked (at 600 ms), not after the
+    // deficit rescaled tenfold (1.5 s).
+    let start = Instant::now();
+    let waiters: Vec<_> = (0..2)
+        .map(|_| {
+            let b = Arc::clone(&bucket);
+            tokio::spawn(async move { b.acquire(1).await })
+        })
+        .collect();
+    tokio::time::sleep(10 * MS).await;
+    bucket
+        .adjust(Adjustment::SetRate(Rate::new(1, 500 * MS).unwrap()))
+        .await
+        .unwrap();
+    let wait = throttled_wait(bucket.try_acquire(1).await);
+    let next = start.elapsed() + wait;
+    assert!(
+        next >= 550 * MS && next < 700 * MS,
+        "the next turn at {next:?}"
+    );
+    for w in waiters {
+        w.await.unwrap().unwrap();
+    }
+}

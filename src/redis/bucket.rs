@@ -33,7 +33,10 @@ pub const MAX_REFILL_NANOS: u64 = 1 << 52;
 /// - **Shared feedback**: [`adjust`](Self::adjust) writes to the shared
 ///   state, so a Retry-After seen by one process holds back all of them,
 ///   including those already asleep on a reservation (they check for a
-///   new block when they wake, and queue again behind it).
+///   new block when they wake: a turn inside it queues again behind it,
+///   one booked past its end stands).
+/// - **Rate changes**: a turn already booked keeps its instant; the rate
+///   applies from the last turn booked on.
 /// - **Cancel safety**: a dropped `acquire` hands its reservation back if
 ///   nothing was written to the key since; otherwise its slot goes unused
 ///   (tokens are lost for that key, never granted twice).
@@ -93,6 +96,7 @@ impl RedisTokenBucket {
                 source: SOURCE,
                 keys,
                 epoch_key: 0,
+                confirms: true,
                 defaults: [rate.interval_nanos(), capacity],
                 fallback,
             }),

@@ -89,6 +89,7 @@ impl RedisSlidingLog {
                 source: SOURCE,
                 keys,
                 epoch_key: 1,
+                confirms: false,
                 defaults: [limit.count(), window_micros(limit)],
                 fallback,
             }),

@@ -52,6 +52,9 @@ pub(crate) enum Reply {
     TooHeavy { capacity: u64 },
     /// An adjustment or refund was applied.
     Done,
+    /// A turn a block came over while it slept falls at or after the
+    /// block's end, and stands (the bucket's `confirm`).
+    Stands,
     /// Held by a server's block that ends after `wait`, longer than the
     /// call's bound; `cause` is what asked for it (status × 2, plus 1 for
     /// a spent quota). Nothing was booked.
@@ -79,6 +82,7 @@ impl Reply {
             [2, capacity] => Ok(Reply::TooHeavy {
                 capacity: u64::try_from(capacity).unwrap_or(0),
             }),
+            [3, 2] => Ok(Reply::Stands),
             [3, _] => Ok(Reply::Done),
             [4, wait, cause] => Ok(Reply::Held {
                 wait: nanos(wait),
@@ -127,6 +131,8 @@ mod tests {
             Some(Reply::TooHeavy { capacity: 5 })
         );
         assert_eq!(Reply::parse(&[3, 0]).ok(), Some(Reply::Done));
+        assert_eq!(Reply::parse(&[3, 1]).ok(), Some(Reply::Done));
+        assert_eq!(Reply::parse(&[3, 2]).ok(), Some(Reply::Stands));
         assert!(Reply::parse(&[]).is_err());
         assert!(Reply::parse(&[0, 1]).is_err());
         assert!(Reply::parse(&[0, 1, 2, 3]).is_err());

@@ -22,6 +22,10 @@ pub(crate) struct Core {
     pub(crate) keys: Vec<String>,
     /// Which of `keys` holds the block counter `e`.
     pub(crate) epoch_key: usize,
+    /// Whether the script answers `confirm`: tells a turn a block came over
+    /// while it slept from one booked past the block's end, which stands.
+    /// Without it every such turn is handed back and booked again.
+    pub(crate) confirms: bool,
     /// The configured figures (ARGV[3], ARGV[4]), used while Redis holds
     /// none for the key.
     pub(crate) defaults: [u64; 2],
@@ -268,6 +272,9 @@ impl Core {
             return Ok(Grant::default());
         }
         loop {
+            // The earliest the script can have booked the turn: counting
+            // from it never takes a turn for later than it is.
+            let sent = tokio::time::Instant::now();
             let reply = match self.run(Op::take("reserve", weight, bounds)).await {
                 Ok(reply) => reply,
                 Err(e) => return self.acquire_on_fault(weight, bounds, e).await,
@@ -295,14 +302,11 @@ impl Core {
                     };
                     tokio::time::sleep(wait).await;
                     refund.disarm();
-                    if !self.blocked_since(epoch).await {
+                    if !self.blocked_since(epoch).await
+                        || self.stands(id, weight, sent + wait).await
+                    {
                         return Ok(grant(count, interval, too_fast));
                     }
-                    // A block came while we slept: our slot may fall inside
-                    // it. Give the slot up (the refund takes it off the
-                    // count, and out of a log; a bucket's block has pushed
-                    // it past the slot anyway) and queue again behind it.
-                    self.refund(id, weight).await;
                 }
                 Reply::Throttled { wait } => return Err(Error::Throttled { wait }),
                 Reply::Held { wait, cause } => return Err(held(wait, cause, bounds)),
@@ -321,6 +325,33 @@ impl Core {
         match self.backend.hget_i64(key, "e").await {
             Some(now) => now != epoch,
             None => false,
+        }
+    }
+
+    /// Whether a turn due at `due` that a block (or its lifting) came over
+    /// while it slept still stands. A turn inside the block is given up
+    /// (the refund takes it off the count, and out of a log) and its
+    /// waiter queues again behind the block. The bucket keeps a turn
+    /// booked past the block's end, which the block left in its deficit;
+    /// the log cannot tell one from the other and gives every such turn
+    /// up. A failed `confirm` counts as no, as before it: the turn is
+    /// booked again.
+    async fn stands(&self, id: i64, weight: u64, due: tokio::time::Instant) -> bool {
+        let id = u64::try_from(id).unwrap_or(0);
+        if !self.confirms {
+            self.refund_id(id, weight).await;
+            return false;
+        }
+        let late = tokio::time::Instant::now().saturating_duration_since(due);
+        let late = u64::try_from(late.as_nanos()).unwrap_or(UNBOUNDED);
+        let op = Op::new("confirm", id).with(weight, late.min(UNBOUNDED));
+        match self.run(op).await {
+            Ok(Reply::Stands) => true,
+            Ok(_) => false,
+            Err(e) => {
+                tracing::debug!(error = %e, "confirming a turn after a block failed");
+                false
+            }
         }
     }
 
@@ -390,7 +421,10 @@ impl Core {
     }
 
     async fn refund(&self, id: i64, weight: u64) {
-        let id = u64::try_from(id).unwrap_or(0);
+        self.refund_id(u64::try_from(id).unwrap_or(0), weight).await;
+    }
+
+    async fn refund_id(&self, id: u64, weight: u64) {
         if let Err(e) = self.run(Op::new("refund", id).with(weight, 0)).await {
             tracing::debug!(error = %e, "refund of a dropped reservation failed");
         }

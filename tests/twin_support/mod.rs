@@ -20,7 +20,8 @@
 //! - [`TwinBucket`] is `src/redis/shared.rs`'s `Core` on that script: the
 //!   [`Limiter`] methods spelled as the same operations, and the same
 //!   reserve, sleep, confirm flow (a block written while a reservation
-//!   sleeps makes it hand its turn back and queue again; a reservation
+//!   sleeps makes it confirm its turn: one inside the block is handed back
+//!   and queues again, one past the block's end stands; a reservation
 //!   dropped while it sleeps is handed back).
 //!
 //! The clock is tokio's, read as whole microseconds since the twin was made,
@@ -45,6 +46,10 @@ pub const UNBOUNDED: u64 = 1 << 62;
 /// Where the script keeps a rescaled deficit once a rate change would push
 /// it further: 2^52 ns, below which a Lua number holds every integer.
 const MAX_EXACT_NANOS: u64 = 1 << 52;
+
+/// How far back the script keeps the end of a block that is past
+/// (`u`): 2^52 ns, likewise.
+const LONG_AGO: i64 = -(1 << 52);
 
 /// The default time a key outlives its return to a fresh bucket, and the
 /// least time a key that learned a rate lives, as `RedisBackend` sends
@@ -81,22 +86,30 @@ pub struct Hash {
     /// Nanoseconds per token of the rate a server last refused, 0 for none
     /// (`F`).
     pub too_fast: u64,
+    /// Nanoseconds from `t` to the end of the latest block, below zero once
+    /// it is past, no further back than [`LONG_AGO`] (`u`).
+    pub block_end: i64,
+    /// The block counter when `block_end` was written, -1 for never (`v`).
+    pub block_end_of: i64,
 }
 
 impl Hash {
-    /// The fields as `HMGET key d b T C n e a c L F` reads them.
-    pub fn fields(&self) -> [u64; 10] {
+    /// The fields as `HMGET key d b T C n e a c L F u v` reads them.
+    pub fn fields(&self) -> [i64; 12] {
+        let i = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         [
-            self.owed,
-            self.blocked,
-            self.per_token,
-            self.capacity,
-            self.writes,
-            self.blocks,
-            self.granted,
-            self.cause,
-            u64::from(self.learned),
-            self.too_fast,
+            i(self.owed),
+            i(self.blocked),
+            i(self.per_token),
+            i(self.capacity),
+            i(self.writes),
+            i(self.blocks),
+            i(self.granted),
+            i(self.cause),
+            i64::from(self.learned),
+            i(self.too_fast),
+            self.block_end,
+            self.block_end_of,
         ]
     }
 
@@ -140,23 +153,29 @@ impl Hash {
             Op::Block { for_ns, cause } => self.block(for_ns, cause),
             Op::Unblock => {
                 if self.blocked > 0 {
+                    // Every turn booked so far is dropped: none stands.
+                    self.block_end = self.block_end.max(to_signed(self.owed));
                     self.owed = self.owed.min((self.capacity - 1) * self.per_token);
                     self.blocked = 0;
                     self.cause = 0;
                     self.blocks += 1;
+                    self.block_end_of = to_signed(self.blocks);
                 }
             }
             Op::Uncount(n) => self.granted = self.granted.saturating_sub(n),
-            Op::Reserve { .. } | Op::Try { .. } | Op::Refund { .. } => {}
+            Op::Reserve { .. } | Op::Try { .. } | Op::Refund { .. } | Op::Confirm { .. } => {}
         }
         self
     }
 
-    /// A new time per token, the deficit after the block scaled to it (at
-    /// most `most`), as the learned rate.
+    /// A new time per token, as the learned rate: past the block, the
+    /// turns booked beyond one bucket keep their instants, and the bucket
+    /// behind them is scaled to the new rate (to at most `most`).
     fn rescale(&mut self, per_token: u64, most: u64) {
         let owed = self.owed.saturating_sub(self.blocked);
-        self.owed = self.blocked + mul_div(owed, per_token, self.per_token).min(most);
+        let booked = owed.saturating_sub(self.span());
+        let bucket = mul_div(owed - booked, per_token, self.per_token).min(most);
+        self.owed = self.blocked + booked + bucket;
         self.per_token = per_token;
         self.learned = true;
     }
@@ -180,7 +199,9 @@ impl Hash {
         self.blocked = self.blocked.max(for_ns);
         let resumed = for_ns.saturating_add((self.capacity - 1) * self.per_token);
         self.owed = self.owed.max(resumed);
+        self.block_end = self.block_end.max(to_signed(for_ns));
         self.blocks += 1;
+        self.block_end_of = to_signed(self.blocks);
     }
 
     /// The hash as the script reads it at `now_us`: what is owed and
@@ -190,8 +211,17 @@ impl Hash {
         let elapsed = now_us.saturating_sub(self.t).saturating_mul(1_000);
         self.owed = self.owed.saturating_sub(elapsed);
         self.blocked = self.blocked.saturating_sub(elapsed);
+        self.block_end = self
+            .block_end
+            .saturating_sub(to_signed(elapsed))
+            .max(LONG_AGO);
         self
     }
+}
+
+/// Nanoseconds as the script's signed `u` holds them.
+fn to_signed(ns: u64) -> i64 {
+    i64::try_from(ns).unwrap_or(i64::MAX)
 }
 
 /// An operation and its operands, as `Core` sends them.
@@ -208,6 +238,9 @@ pub enum Op {
     Try { weight: u64 },
     /// `refund` of reservation `id`, of `weight`.
     Refund { id: u64, weight: u64 },
+    /// `confirm` of reservation `id`, of `weight`, whose turn came `late`
+    /// ns ago, after a block was written while it slept.
+    Confirm { id: u64, weight: u64, late: u64 },
     /// `rate`: one token per `per_token` ns, naming the rate a server
     /// refused when `too_fast` (ns per token) is not 0.
     Rate { per_token: u64, too_fast: u64 },
@@ -251,6 +284,7 @@ impl Op {
             } => ("reserve", [weight, max_wait, max_block]),
             Op::Try { weight } => ("try", [weight, UNBOUNDED, UNBOUNDED]),
             Op::Refund { id, weight } => ("refund", [id, weight, 0]),
+            Op::Confirm { id, weight, late } => ("confirm", [id, weight, late]),
             Op::Rate {
                 per_token,
                 too_fast,
@@ -284,7 +318,8 @@ pub enum Reply {
     Throttled { wait: u64 },
     /// The weight is over the capacity.
     TooHeavy { capacity: u64 },
-    /// Applied; 1 for a refund that gave its turn back, else 0.
+    /// Applied; 1 for a refund that gave its turn back, 2 for a confirmed
+    /// turn that stands, else 0.
     Done(u64),
     /// Held by a block of `wait` ns more, asked for by `cause`.
     Held { wait: u64, cause: u64 },
@@ -377,6 +412,8 @@ impl Script {
         Hash {
             per_token: self.defaults.0,
             capacity: self.defaults.1,
+            block_end: LONG_AGO,
+            block_end_of: -1,
             ..Hash::default()
         }
     }
@@ -407,6 +444,17 @@ impl Script {
             } => self.take(now_us, h, weight, max_wait, max_block, false),
             Op::Try { weight } => self.take(now_us, h, weight, UNBOUNDED, UNBOUNDED, true),
             Op::Refund { id, weight } => self.refund(now_us, stored, h, id, weight),
+            // A turn at or after the latest block's end stands, as does any
+            // on a key gone; one inside the block, or after a block whose
+            // end the key does not hold, is refunded.
+            Op::Confirm { id, weight, late } => {
+                let described = h.block_end_of == to_signed(h.blocks);
+                if stored.is_none() || (described && h.block_end <= -to_signed(late)) {
+                    Reply::Done(2)
+                } else {
+                    self.refund(now_us, stored, h, id, weight)
+                }
+            }
             adjustment => {
                 self.save(now_us, h.adjusted(adjustment));
                 Reply::Done(0)
@@ -552,6 +600,7 @@ impl TwinBucket {
             return Ok(Grant::default());
         }
         loop {
+            let sent = Instant::now();
             let (wait, id, epoch, grant) = match self.run(Op::reserve(weight, bounds)) {
                 Reply::Granted {
                     wait,
@@ -576,8 +625,15 @@ impl TwinBucket {
             if !self.blocked_since(epoch) {
                 return Ok(grant);
             }
-            // A block came while the turn slept: give it up, queue again.
-            self.run(Op::Refund { id, weight });
+            // A block came while the turn slept: it stands past the block's
+            // end, else it is given up and queues again.
+            let due = sent + Duration::from_nanos(wait);
+            let late = u64::try_from(Instant::now().saturating_duration_since(due).as_nanos())
+                .unwrap_or(UNBOUNDED)
+                .min(UNBOUNDED);
+            if self.run(Op::Confirm { id, weight, late }) == Reply::Done(2) {
+                return Ok(grant);
+            }
         }
     }
 

@@ -1,14 +1,16 @@
 -- The shared token bucket: the GCRA of src/limiter/gcra.rs, run inside Redis.
 --
 -- KEYS[1]  the bucket's hash
--- ARGV[1]  operation: reserve | try | refund | rate | capacity | limit |
---          remaining | block | unblock | uncount | grow
+-- ARGV[1]  operation: reserve | try | refund | confirm | rate | capacity |
+--          limit | remaining | block | unblock | uncount | grow
 -- ARGV[2]  milliseconds a key outlives the moment it is back to a fresh bucket
 -- ARGV[3]  default time per token, ns (used while the hash holds none)
 -- ARGV[4]  default capacity (likewise)
 -- ARGV[5], ARGV[6], ARGV[7]  the operation's operands; for reserve and try:
 --          the weight, the longest wait to book and the longest server block
---          to wait out, in ns (2^62 for no bound)
+--          to wait out, in ns (2^62 for no bound); for refund and confirm:
+--          the reservation's id and weight, and for confirm how long ago
+--          its turn came, in ns
 -- ARGV[8]  milliseconds a key that has learned a rate lives at least
 --
 -- Fields: t = when the state was written (Redis TIME, microseconds), d = ns
@@ -18,14 +20,18 @@
 -- a = units granted so far (every process's), c = what asked for the block
 -- (its status times 2, plus 1 for a spent quota), L = 1 once a rate was
 -- learned (set by 'rate' or 'grow') rather than the one the bucket was made
--- with, F = ns per token of the rate a server last refused (0: none).
+-- with, F = ns per token of the rate a server last refused (0: none),
+-- u = ns from t to the end of the latest block (below zero once it is past,
+-- no further back than 2^52), v = the block counter when u was written
+-- (a block counted by a script that keeps no u leaves them apart).
 -- Times are kept relative to t so every figure stays an exact integer in a
 -- Lua double: absolute nanoseconds since 1970 would not (2^53 ns ~ 104 days).
 --
 -- Replies: {0, wait_ns, id, epoch, granted, T, F} granted (after wait_ns
 -- for a reservation; granted is the count, T the time per token learned, or
 -- 0 while none is, F the one last refused, or 0), {1, wait_ns} refused, {2, capacity} weight over capacity,
--- {3, x} done, {4, block_ns, cause} held by a block longer than the bound.
+-- {3, x} done (x = 1: a refund gave the turn back; 2: a confirmed turn
+-- stands), {4, block_ns, cause} held by a block longer than the bound.
 
 local key = KEYS[1]
 local op = ARGV[1]
@@ -35,7 +41,7 @@ local learned_ttl = tonumber(ARGV[8]) or 0
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 
-local s = redis.call('HMGET', key, 't', 'd', 'b', 'T', 'C', 'n', 'e', 'a', 'c', 'L', 'F')
+local s = redis.call('HMGET', key, 't', 'd', 'b', 'T', 'C', 'n', 'e', 'a', 'c', 'L', 'F', 'u', 'v')
 local T = tonumber(s[4]) or tonumber(ARGV[3])
 local C = tonumber(s[5]) or tonumber(ARGV[4])
 local n = tonumber(s[6]) or 0
@@ -44,12 +50,17 @@ local a = tonumber(s[8]) or 0
 local c = tonumber(s[9]) or 0
 local L = tonumber(s[10]) or 0
 local F = tonumber(s[11]) or 0
-local d, b = 0, 0
+-- The block's end may lie in the past, where a waiter's turn can still be:
+-- kept down to 2^52 ns back, so that it stays an exact integer.
+local LONG_AGO = -4503599627370496
+local d, b, u = 0, 0, LONG_AGO
+local v = tonumber(s[13]) or -1
 if s[1] then
   -- A clock that steps back counts as no time passed, never as time owed.
   local elapsed = math.max(0, now - tonumber(s[1])) * 1000
   d = math.max(0, (tonumber(s[2]) or 0) - elapsed)
   b = math.max(0, (tonumber(s[3]) or 0) - elapsed)
+  u = math.max(LONG_AGO, (tonumber(s[12]) or LONG_AGO) - elapsed)
 end
 
 local function int(x)
@@ -94,7 +105,7 @@ local function save()
   n = n + 1
   redis.call('HSET', key, 't', int(now), 'd', int(d), 'b', int(b),
     'T', int(T), 'C', int(C), 'n', int(n), 'e', int(e), 'a', int(a), 'c', int(c), 'L', int(L),
-    'F', int(F))
+    'F', int(F), 'u', int(u), 'v', int(v))
   -- Fresh again once refilled and unblocked; milliseconds, never 0. What
   -- was learned outlives that, so that a key used again starts from it.
   local ttl = math.ceil(math.max(d, b) / 1000000) + idle
@@ -102,6 +113,31 @@ local function save()
     ttl = math.max(ttl, learned_ttl)
   end
   redis.call('PEXPIRE', key, math.max(1, ttl))
+end
+
+-- Turns booked beyond one bucket (counted from the block's end) keep their
+-- instants, since their waiters go then whatever the rate: only the bucket
+-- behind the last of them, what is at hand or owed, is counted at the new
+-- rate. The next turn then comes one new interval after the last booked,
+-- where rescaling every turn would leave a gap (a cut) or book among them
+-- (a raise). The rescaled part is kept to at most `most` ns.
+local function rescale(T2, most)
+  local owed = math.max(0, d - b)
+  local booked = math.max(0, owed - C * T)
+  d = b + booked + math.min(mul_div(owed - booked, T2, T), most)
+  T = T2
+end
+
+if op == 'confirm' then
+  -- A waiter woke at its turn to find a block written (or lifted) since it
+  -- booked. A turn at or after the latest block's end stands: the block
+  -- kept it in the deficit. One inside the block is handed back like a
+  -- refund, and its waiter books again. A key gone has no block to heed.
+  -- A block u does not describe (v behind e) may cover any turn.
+  if not s[1] or (v == e and u <= -tonumber(ARGV[7])) then
+    return {3, 2}
+  end
+  op = 'refund'
 end
 
 if op == 'reserve' or op == 'try' then
@@ -140,13 +176,10 @@ elseif op == 'rate' then
   -- Keep the tokens earned: the deficit in tokens stays, its time scales.
   -- Time inside a block is not owed tokens: measure from the block's end,
   -- so the block keeps its length whatever the new rate.
-  -- A deficit scaled past 2^52 ns (52 days: a rate far slower than the
+  -- A bucket scaled past 2^52 ns (52 days: a rate far slower than the
   -- one it was booked at) is kept at that, where a double still holds
   -- every integer; gcra.rs computes it in 128 bits.
-  local T2 = tonumber(ARGV[5])
-  local owed = math.max(0, d - b)
-  d = b + math.min(mul_div(owed, T2, T), 4503599627370496)
-  T = T2
+  rescale(tonumber(ARGV[5]), 4503599627370496)
   L = 1
   -- A cut on a server's refusal names the rate that was too fast (ns per
   -- token), for the processes that did not see the refusal.
@@ -159,9 +192,7 @@ elseif op == 'grow' then
   -- 'rate'.
   local T2 = math.max(math.floor(T * 1000000 / tonumber(ARGV[5])), tonumber(ARGV[6]), 1)
   if T2 < T then
-    local owed = math.max(0, d - b)
-    d = b + mul_div(owed, T2, T)
-    T = T2
+    rescale(T2, math.huge)
   end
   L = 1
 elseif op == 'capacity' then
@@ -184,13 +215,17 @@ elseif op == 'remaining' then
   d = booked + (C - math.min(r, C)) * T
 elseif op == 'block' then
   -- Nothing before the block ends, then one token, then one per interval.
-  local u = tonumber(ARGV[5])
-  if u > b then
+  local r = tonumber(ARGV[5])
+  if r > b then
     c = tonumber(ARGV[6])
   end
-  b = math.max(b, u)
-  d = math.max(d, u + (C - 1) * T)
+  -- A turn booked past the block's end stays booked (the deficit already
+  -- counts it); only those before it are handed back.
+  b = math.max(b, r)
+  d = math.max(d, r + (C - 1) * T)
+  u = math.max(u, r)
   e = e + 1
+  v = e
 elseif op == 'uncount' then
   -- A server refused units granted: the count is of what it counted.
   a = math.max(0, a - tonumber(ARGV[5]))
@@ -198,10 +233,14 @@ elseif op == 'unblock' then
   -- As if the block ended now: one token now, then one per interval.
   -- Sleeping waiters see the counter move and book again.
   if b > 0 then
+    -- Every turn booked so far lies before the old deficit's end, and is
+    -- dropped from it here: its waiter must book again.
+    u = math.max(u, d)
     d = math.min(d, (C - 1) * T)
     b = 0
     c = 0
     e = e + 1
+    v = e
   end
 else
   return redis.error_reply('reqwest-pace: unknown token bucket operation')
