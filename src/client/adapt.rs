@@ -689,6 +689,10 @@ impl Adaptive {
         let mut stale = false;
         let mut left: Option<u64> = None;
         let mut until: Option<Instant> = None;
+        // Whether every limit is a bucket of one this process alone
+        // spends: the key's own bucket then times each send from the
+        // response before it.
+        let mut spacer = counted.is_none();
         for limit in limits {
             let Some(remaining) = limit.remaining else {
                 continue;
@@ -723,6 +727,7 @@ impl Adaptive {
             let pace = series
                 .observe(reading)
                 .filter(|p| !series.says_nothing_of_pace(p));
+            spacer &= series.never_left_any();
             let here = remaining.saturating_sub(ahead);
             left = Some(left.map_or(here, |l| l.min(here)));
             if let Some(pace) = pace {
@@ -734,9 +739,9 @@ impl Adaptive {
         }
         if let Some(rate) = per_second {
             self.header_driven = true;
-            // Nothing left, the next send waits a whole interval from
-            // now (`LimitRemaining(0)` below), on the timer's tick.
-            let paced = if left == Some(0) {
+            // Nothing left, ever, the next send waits a whole interval
+            // from now (`LimitRemaining(0)` below), on the timer's tick.
+            let paced = if spacer && left == Some(0) {
                 on_the_tick(rate * self.headroom, rate, TUNING.spacing.tick)
             } else {
                 rate * self.headroom

@@ -483,6 +483,12 @@ impl Series {
         self.pace(now, &reading)
     }
 
+    /// Whether the server never said more than nothing remains: a quota
+    /// of one, or a bucket of one, empty after every admission.
+    pub(crate) fn never_left_any(&self) -> bool {
+        self.top <= 1
+    }
+
     /// Whether `pace` is all this series can say, or says nothing of how
     /// fast: the server never said more than nothing remains (a quota of
     /// one, empty after every admission) and either refills (a bucket of
