@@ -261,3 +261,39 @@ async fn a_sliding_log_whose_quota_doubles_is_found_within_two_minutes() {
     })
     .await;
 }
+
+/// A lockout's wait is the client's own guess, not the server's: a user
+/// who caps the server's waits at 5 s (`max_retry_after`, past which a
+/// block fails every call at once) has no call fail on a quota of a
+/// minute spent early, whose lockouts last most of the minute and which
+/// the lockouts read as a window to wait out.
+#[tokio::test(start_paused = true)]
+async fn a_lockout_never_holds_a_key_past_the_retry_cap() {
+    use reqwest_pace::retry::RetryPolicy;
+    use reqwest_pace::{PaceLayer, ThrottledClient};
+    use tower_layer::Layer;
+
+    let server = header_less(Algorithm::FixedWindow {
+        limit: 1_200,
+        window: Duration::from_secs(60),
+    })
+    .start()
+    .await
+    .expect("server starts");
+    let client = ThrottledClient::builder(reqwest::Client::new())
+        .retry(RetryPolicy::default().with_max_retry_after(Duration::from_secs(5)))
+        .random(|| 0.5)
+        .build()
+        .expect("a client");
+    let figures = reqwest_pace::testing::space::Workload::new(16, Duration::from_secs(600))
+        .run(
+            &server,
+            20.0,
+            PaceLayer::new(client).layer(server.service()),
+        )
+        .await
+        .expect("runs");
+    println!("{figures:?}");
+    assert_eq!(figures.failed, 0, "{figures:?}");
+    assert!(figures.goodput >= 0.95, "{figures:?}");
+}

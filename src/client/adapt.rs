@@ -1009,28 +1009,43 @@ impl Adaptive {
     }
 }
 
+/// The least share of the `limit` a pace on the timer's tick keeps in
+/// reserve: a bucket of one refuses any gap shorter than its interval, and
+/// the gaps a server sees vary with the path by more than a paused clock
+/// shows.
+const LEAST_TICK_HEADROOM: f64 = 0.01;
+
 /// The pace for `rate`, a share of the `limit` read, as a timer that wakes
 /// on its `tick` sends it, where the server says nothing is left after
 /// each request (a bucket of one): each send then waits a whole interval
 /// from the response before it, on the timer, which rounds every wait up
 /// to its next tick. The gaps are whole ticks, and the pace falls to the
 /// next whole tick's (a pace of 11.2 ms sends every 12 ms, 0.93 of the
-/// rate meant, where a limit of 10.8 ms allowed 11). So the pace is the fastest whole tick no
-/// faster than the limit, where that is faster than `rate`'s own rounding
-/// down: the headroom the share leaves is kept where the tick allows, and
-/// never becomes a whole tick more. Rates of more than one a tick are
-/// sent several to a tick, and kept.
+/// rate meant, where a limit of 10.8 ms allowed 11). So the pace is
+/// `rate`'s interval rounded down to whole ticks, where that still keeps
+/// [`LEAST_TICK_HEADROOM`] of the limit; elsewhere `rate` itself, which the
+/// timer rounds as before (never slower than asked). Rates of more than
+/// one a tick, and figures that are not positive and finite, are kept.
 fn on_the_tick(rate: f64, limit: f64, tick: Duration) -> f64 {
     let tick = tick.as_secs_f64();
-    if !(rate > 0.0 && limit >= rate && tick > 0.0) || rate * tick >= 1.0 {
+    let sound = rate.is_finite() && limit.is_finite() && rate > 0.0 && limit >= rate;
+    if !sound || tick <= 0.0 || rate * tick >= 1.0 {
         return rate;
     }
     // A hair under whole ticks counts as whole: a rate's interval is held
     // in whole nanoseconds.
     let ticks = |interval: f64| interval / tick;
-    let shortest = (ticks(1.0 / limit) - 1e-6).ceil().max(1.0);
+    let shortest = (ticks(1.0 / (limit * (1.0 - LEAST_TICK_HEADROOM))) - 1e-6)
+        .ceil()
+        .max(1.0);
     let meant = (ticks(1.0 / rate) + 1e-6).floor();
-    1.0 / (shortest.max(meant) * tick)
+    if meant < shortest {
+        return rate;
+    }
+    // A rate's interval is its nanoseconds rounded up: a hair faster, so
+    // that it is the whole ticks, not a nanosecond more (which the timer
+    // would round up a whole tick).
+    1.0 / (meant * tick) * (1.0 + 1e-12)
 }
 
 #[cfg(test)]
@@ -1038,20 +1053,37 @@ mod tests {
     use super::*;
 
     /// 0.97 of 92.2 a second is a gap of 11.18 ms, which a millisecond
-    /// timer sends every 12 ms (0.90 of the limit); 11 ms is still no
-    /// faster than the limit's 10.85 ms. A limit of 10.6 ms keeps 11 ms
-    /// (10 would be faster than it); slow rates and rates of several a
-    /// millisecond keep their pace.
+    /// timer sends every 12 ms (0.90 of the limit); 11 ms is still slower
+    /// than the limit's 10.85 ms by more than the least headroom, and is
+    /// a rate whose interval is 11 ms to the nanosecond. Where rounding
+    /// down would leave less headroom (a limit of 50 a second, 20 ms), or
+    /// be slower than asked, the rate asked is kept; so are slow rates,
+    /// rates of several a millisecond, and figures that make no pace.
     #[test]
-    fn a_pace_is_the_fastest_whole_tick_the_limit_allows() {
+    fn a_pace_is_rounded_down_to_whole_ticks_where_the_limit_leaves_room() {
         let ms = Duration::from_millis(1);
-        assert!((on_the_tick(92.2 * 0.97, 92.2, ms) - 1_000.0 / 11.0).abs() < 1e-9);
-        assert!((on_the_tick(94.3 * 0.97, 94.3, ms) - 1_000.0 / 11.0).abs() < 1e-9);
-        assert!((on_the_tick(9.7, 10.0, ms) - 1_000.0 / 103.0).abs() < 1e-9);
+        let interval = |per_second: f64| {
+            Rate::from_per_second_f64(per_second)
+                .expect("a rate")
+                .interval()
+        };
+        assert_eq!(interval(on_the_tick(92.2 * 0.97, 92.2, ms)), ms * 11);
+        assert_eq!(interval(on_the_tick(9.7, 10.0, ms)), ms * 103);
+        for k in 1..=200 {
+            // Every whole tick's rate holds its interval exactly.
+            let limit = 1_000.0 / (f64::from(k) * 0.97);
+            let paced = on_the_tick(limit * 0.97 * 0.999, limit, ms);
+            assert_eq!(interval(paced), ms * k, "{k}");
+        }
+        assert_eq!(on_the_tick(48.5, 50.0, ms), 48.5);
+        assert_eq!(on_the_tick(388.0, 400.0, ms), 388.0, "never slower");
+        assert_eq!(on_the_tick(969.5, 999.5, ms), 969.5, "never slower");
         assert_eq!(on_the_tick(1_940.0, 2_000.0, ms), 1_940.0);
-        // A whole tick's limit, to the nanosecond, is its own pace.
-        assert!((on_the_tick(48.5, 50.0, ms) - 50.0).abs() < 1e-9);
         assert_eq!(on_the_tick(50.0, 40.0, ms), 50.0, "a rate above the limit");
+        assert_eq!(on_the_tick(0.0, 40.0, ms), 0.0);
+        assert!(on_the_tick(f64::NAN, 40.0, ms).is_nan());
+        assert_eq!(on_the_tick(40.0, f64::INFINITY, ms), 40.0);
+        assert_eq!(on_the_tick(40.0, 50.0, Duration::ZERO), 40.0);
     }
 
     fn signal(status: u16, limits: Vec<Limit>) -> RateLimitSignal {

@@ -293,8 +293,11 @@ pub(crate) struct Congestion {
     /// a burst refuses a probe above its rate, and each rise past it was
     /// refused again a few seconds later, for as long as the key ran
     /// (seven refusals a minute against a bucket of 20 a second with a
-    /// burst of 5). Forgotten when a probe finds another ceiling.
-    refused_held: Option<f64>,
+    /// burst of 5). Forgotten when a probe finds another ceiling, and when
+    /// a lockout measures a limit. (Forgotten after a while instead, the
+    /// rises came back, and with them the refusals.) A server grown by
+    /// less than [`Tuning::same_ceiling`] is found only by a lockout.
+    refused_held: Option<(Instant, f64)>,
     /// The rate the last refused probe was refused at. A probe refused
     /// there again found the same ceiling, even where a refusal of the
     /// rate held moved the rate that was too fast since: a bucket with a
@@ -359,9 +362,14 @@ pub(crate) struct Congestion {
     /// quota is spent, whatever the rate sent (so it names no ceiling),
     /// and the lockout that follows ends with the window (so the key
     /// waits for that instead of probing a refusal at a time). A lockout
-    /// end that measures another limit, or a refusal that is no lockout,
-    /// forgets it.
+    /// end that measures another count or length, a refusal of the
+    /// target, or a probe's refusal followed by an admission instead of a
+    /// lockout, forgets it.
     window: Option<Duration>,
+    /// Whether the last refusal was a probe's within the window: a
+    /// lockout is expected next, and an admission instead forgets the
+    /// window.
+    window_probe: bool,
 }
 
 impl Congestion {
@@ -393,6 +401,7 @@ impl Congestion {
             measured_until: None,
             measured: None,
             window: None,
+            window_probe: false,
         }
     }
 
@@ -435,6 +444,11 @@ impl Congestion {
         let (since, admitted) = self.cycle.unwrap_or((now, 0));
         if !self.locked {
             self.cycle = Some((since, admitted + 1));
+            // A probe refused within the window was admitted next, not
+            // locked out: no window's quota was spent.
+            if std::mem::take(&mut self.window_probe) {
+                self.forget_window();
+            }
             return;
         }
         self.locked = false;
@@ -467,6 +481,8 @@ impl Congestion {
             return;
         }
         let limit = admitted as f64 / span;
+        self.refused_held = None;
+        self.probe_refused = None;
         self.window = windows.map(|(_, window)| window);
         self.measured = Some(windows.unwrap_or((admitted, ran)));
         // A window shows within one cycle whether a rate holds: holding
@@ -551,6 +567,7 @@ impl Congestion {
                     self.locked_since = self.cut_at.or(Some(now));
                 }
                 self.locked = true;
+                self.window_probe = false;
                 self.lockouts = self.lockouts.saturating_add(1);
                 self.last_refused = Some(now);
                 let from = self.rate.min(delivered);
@@ -566,11 +583,14 @@ impl Congestion {
             // the window's quota is spent, and the end of the lockout
             // that follows measures the limit again. The target held
             // stands.
-            Phase::Steady if probing && self.window.is_some() => (
-                self.too_fast,
-                held,
-                self.rate.min(delivered) * t.later_decrease,
-            ),
+            Phase::Steady if probing && self.window.is_some() => {
+                self.window_probe = true;
+                (
+                    self.too_fast,
+                    held,
+                    self.rate.min(delivered) * t.later_decrease,
+                )
+            }
             Phase::Steady if probing => {
                 // Climbing to slow start's guess, fast enough for a
                 // window to let it run past its limit before refusing:
@@ -585,7 +605,7 @@ impl Congestion {
                 let seen = self.guess.is_some() && t.same_rate(delivered, held / t.recover_to);
                 let same = t.same_rate(delivered, self.too_fast)
                     || seen
-                    || (self.refused_held.is_some()
+                    || (self.held_refusal().is_some()
                         && self
                             .probe_refused
                             .is_some_and(|p| t.same_rate(delivered, p)));
@@ -593,7 +613,7 @@ impl Congestion {
                 self.ceiling_read(same, t.first_hold, t);
                 let most = if same {
                     let shown = self
-                        .refused_held
+                        .held_refusal()
                         .map_or(f64::INFINITY, |r| r * t.recover_to);
                     (held * (1.0 + t.max_rise)).min(shown.max(held))
                 } else {
@@ -620,6 +640,8 @@ impl Congestion {
                 (self.too_fast, held, from * t.first_decrease)
             }
             Phase::Steady => {
+                // No window paces the key now; the cycles measured stand,
+                // for the lockouts to show it again.
                 self.window = None;
                 let sent = self.rate.min(measured);
                 // Refused again, within a cycle, where the last such
@@ -652,7 +674,7 @@ impl Congestion {
                 // the probe's excess): only a refusal of the rate held
                 // shows a ceiling.
                 if self.held_since.is_some() {
-                    self.refused_held = Some(from);
+                    self.refused_held = Some((now, from));
                 }
                 (from, from * t.recover_to, from * t.first_decrease)
             }
@@ -690,6 +712,19 @@ impl Congestion {
             self.hold = fresh_hold;
         }
         self.refused_below = None;
+    }
+
+    /// The rate a target was last refused at while held.
+    fn held_refusal(&self) -> Option<f64> {
+        self.refused_held.map(|(_, rate)| rate)
+    }
+
+    /// Evidence disagreed with the window: what the lockouts measured goes
+    /// with it, so that two cycles in a row must show it again.
+    fn forget_window(&mut self) {
+        self.window = None;
+        self.measured = None;
+        self.window_probe = false;
     }
 
     /// What the server let through since the cycle began, per second,

@@ -407,6 +407,17 @@ impl Pacer {
                 // Not the block the refusal's wait asked for: a spent
                 // quota's reset.
                 let spent_quota = asked != Some(until);
+                // A block nothing in the response asked for (no wait, no
+                // reset) is the header-less regime's own guess of when a
+                // lockout ends: held no longer than the retry cap, past
+                // which a block fails every call at once.
+                let guessed =
+                    signal.retry_after.is_none() && signal.limits.iter().all(|l| l.reset.is_none());
+                let until = if guessed {
+                    until.min(now + self.inner.policy.max_retry_after())
+                } else {
+                    until
+                };
                 let block = ServerBlock::new(until, signal.status, spent_quota);
                 m.state.set_server_block(Some(block));
                 let wait = until.saturating_duration_since(now);
