@@ -404,11 +404,7 @@ async fn kept_turns(
 #[tokio::test(flavor = "current_thread")]
 async fn the_script_decides_as_the_rust_bucket_over_random_sequences() {
     let server = RedisServer::start();
-    let client = redis::Client::open(server.url()).expect("a Redis URL");
-    let mut conn = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("a connection");
+    let mut conn = connect(&server).await;
     let script = Script::new(TOKEN_BUCKET);
     let mut seen = Seen::default();
     for seed in 0..400 {
@@ -703,11 +699,7 @@ fn op_weight(op: TwinOp) -> u64 {
 #[tokio::test(flavor = "current_thread")]
 async fn the_fleet_tests_twin_answers_as_the_script_over_random_sequences() {
     let server = RedisServer::start();
-    let client = redis::Client::open(server.url()).expect("a Redis URL");
-    let mut conn = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("a connection");
+    let mut conn = connect(&server).await;
     let script = Script::new(TOKEN_BUCKET);
     let mut seen = TwinSeen::default();
     for seed in 0..400 {
@@ -800,25 +792,50 @@ fn booked_ms(reply: &[i64]) -> i64 {
     reply[1] / MS as i64
 }
 
+/// A connection to `server`.
+async fn connect(server: &RedisServer) -> MultiplexedConnection {
+    redis::Client::open(server.url())
+        .expect("a Redis URL")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("a connection")
+}
+
+/// `n` turns of one token booked on `bucket`, in ms.
+async fn book(
+    conn: &mut MultiplexedConnection,
+    script: &Script,
+    bucket: (u64, u64),
+    n: usize,
+) -> Vec<i64> {
+    let mut turns = Vec::new();
+    for _ in 0..n {
+        turns.push(booked_ms(
+            &at_rest(conn, script, bucket, "reserve", take(1)).await,
+        ));
+    }
+    turns
+}
+
+/// The bucket's key gone, as if never written.
+async fn clear(conn: &mut MultiplexedConnection) {
+    let _: i64 = redis::cmd("DEL")
+        .arg(TURNS_KEY)
+        .query_async(conn)
+        .await
+        .expect("DEL");
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn a_rate_change_keeps_the_turns_booked_and_the_next_follows_the_last() {
     let server = RedisServer::start();
-    let client = redis::Client::open(server.url()).expect("a Redis URL");
-    let mut conn = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("a connection");
+    let mut conn = connect(&server).await;
     let script = Script::new(TOKEN_BUCKET);
     // A cut: turns at 0, 10 and 20 ms stay there; the next comes one new
     // interval (100 ms) after the last, at 120 ms, not after the rescaled
     // deficit (300 ms, with nothing sent from 20 ms on).
     let bucket = (10 * MS, 1);
-    let mut turns = Vec::new();
-    for _ in 0..3 {
-        turns.push(booked_ms(
-            &at_rest(&mut conn, &script, bucket, "reserve", take(1)).await,
-        ));
-    }
+    let turns = book(&mut conn, &script, bucket, 3).await;
     assert_eq!(turns, [0, 10, 20]);
     let reply = at_rest(&mut conn, &script, bucket, "rate", [100 * MS, 0, 0]).await;
     assert_eq!(reply, [3, 0]);
@@ -826,18 +843,9 @@ async fn a_rate_change_keeps_the_turns_booked_and_the_next_follows_the_last() {
     assert_eq!(booked_ms(&next), 120, "the next turn after a cut");
     // A raise: turns at 0, 100 and 200 ms; the next at 210 ms, not among
     // them at 30 ms.
-    let _: i64 = redis::cmd("DEL")
-        .arg(TURNS_KEY)
-        .query_async(&mut conn)
-        .await
-        .expect("DEL");
+    clear(&mut conn).await;
     let bucket = (100 * MS, 1);
-    let mut turns = Vec::new();
-    for _ in 0..3 {
-        turns.push(booked_ms(
-            &at_rest(&mut conn, &script, bucket, "reserve", take(1)).await,
-        ));
-    }
+    let turns = book(&mut conn, &script, bucket, 3).await;
     assert_eq!(turns, [0, 100, 200]);
     let reply = at_rest(&mut conn, &script, bucket, "grow", [10_000_000, 10 * MS, 0]).await;
     assert_eq!(reply, [3, 0]);
@@ -845,11 +853,7 @@ async fn a_rate_change_keeps_the_turns_booked_and_the_next_follows_the_last() {
     assert_eq!(booked_ms(&next), 210, "the next turn after a raise");
     // A bucket of 4 holds its burst: with nothing booked, the tokens at
     // hand are kept whatever the rate.
-    let _: i64 = redis::cmd("DEL")
-        .arg(TURNS_KEY)
-        .query_async(&mut conn)
-        .await
-        .expect("DEL");
+    clear(&mut conn).await;
     let bucket = (10 * MS, 4);
     for _ in 0..2 {
         at_rest(&mut conn, &script, bucket, "reserve", take(1)).await;
@@ -864,11 +868,7 @@ async fn a_rate_change_keeps_the_turns_booked_and_the_next_follows_the_last() {
 #[tokio::test(flavor = "current_thread")]
 async fn a_turn_booked_past_a_blocks_end_stands() {
     let server = RedisServer::start();
-    let client = redis::Client::open(server.url()).expect("a Redis URL");
-    let mut conn = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("a connection");
+    let mut conn = connect(&server).await;
     let script = Script::new(TOKEN_BUCKET);
     let bucket = (10 * MS, 1);
     // Turns at 0, 10, 20, 30 and 40 ms, ids 1 to 5.
@@ -903,11 +903,7 @@ async fn a_turn_booked_past_a_blocks_end_stands() {
     assert_eq!(reply, [3, 0], "a turn due at 24 ms");
     // Lifting a block drops every turn booked from the deficit: none
     // stands, not even one past the block's end.
-    let _: i64 = redis::cmd("DEL")
-        .arg(TURNS_KEY)
-        .query_async(&mut conn)
-        .await
-        .expect("DEL");
+    clear(&mut conn).await;
     for _ in 0..5 {
         at_rest(&mut conn, &script, bucket, "reserve", take(1)).await;
     }
@@ -918,11 +914,7 @@ async fn a_turn_booked_past_a_blocks_end_stands() {
     assert_eq!(reply, [3, 0], "the turn at 30 ms, dropped by an unblock");
     // A block counted by a script that keeps no end (an older version's,
     // during an upgrade) may cover any turn: none stands.
-    let _: i64 = redis::cmd("DEL")
-        .arg(TURNS_KEY)
-        .query_async(&mut conn)
-        .await
-        .expect("DEL");
+    clear(&mut conn).await;
     for _ in 0..5 {
         at_rest(&mut conn, &script, bucket, "reserve", take(1)).await;
     }
