@@ -54,6 +54,23 @@ const FUTURE_US: u64 = 9_000_000_000_000_000;
 
 const KEY: &str = "mirror";
 
+/// `key` gone, as if never written.
+async fn clear(conn: &mut MultiplexedConnection, key: &str) {
+    let _: i64 = redis::cmd("DEL")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .expect("DEL");
+}
+
+/// Every outcome a random sequence was meant to reach came up at least
+/// 50 times (`seen` is the tally, printed on failure).
+fn assert_each_seen(outcomes: &[(&str, u64)], seen: &impl std::fmt::Debug) {
+    for &(outcome, count) in outcomes {
+        assert!(count >= 50, "only {count} steps {outcome}: {seen:?}");
+    }
+}
+
 /// A small seeded generator (splitmix64), so that a failure names its seed.
 struct Seq(u64);
 
@@ -236,11 +253,7 @@ async fn mirror(
     let mut gcra = Gcra::new(rate, capacity, initial);
     let mut bucket = (interval, capacity);
     let mut now = 0u64;
-    let _: i64 = redis::cmd("DEL")
-        .arg(KEY)
-        .query_async(conn)
-        .await
-        .expect("DEL");
+    clear(conn, KEY).await;
     store(conn, bucket, (capacity - initial) * interval, 0).await;
     for i in 0..steps {
         // Advance the clock: often not at all, else up to three refills.
@@ -411,24 +424,25 @@ async fn the_script_decides_as_the_rust_bucket_over_random_sequences() {
         mirror(&mut conn, &script, seed, 40, &mut seen).await;
     }
     eprintln!("{seen:?}");
-    for (outcome, count) in [
-        ("admitted", seen.admitted),
-        ("refused", seen.refused),
-        ("refused in a block", seen.refused_in_a_block),
-        ("booked for later", seen.booked_later),
-        ("over the capacity", seen.too_heavy),
-        ("refused past the bound", seen.refused_past_the_bound),
-        ("held by a block", seen.held_by_a_block),
-        ("unblocked", seen.unblocked),
-        ("grown", seen.grown),
-        ("rate changed", seen.rate_changed),
-        (
-            "rate changed with turns booked",
-            seen.rate_changed_with_turns_booked,
-        ),
-    ] {
-        assert!(count >= 50, "only {count} steps {outcome}: {seen:?}");
-    }
+    assert_each_seen(
+        &[
+            ("admitted", seen.admitted),
+            ("refused", seen.refused),
+            ("refused in a block", seen.refused_in_a_block),
+            ("booked for later", seen.booked_later),
+            ("over the capacity", seen.too_heavy),
+            ("refused past the bound", seen.refused_past_the_bound),
+            ("held by a block", seen.held_by_a_block),
+            ("unblocked", seen.unblocked),
+            ("grown", seen.grown),
+            ("rate changed", seen.rate_changed),
+            (
+                "rate changed with turns booked",
+                seen.rate_changed_with_turns_booked,
+            ),
+        ],
+        &seen,
+    );
     // Every call above went by EVALSHA: the script is loaded once, by the
     // first call's NOSCRIPT fallback.
     let exists: Vec<i64> = redis::cmd("SCRIPT")
@@ -476,11 +490,7 @@ async fn call_as_core(
 /// and `t` in the future (so that no time passes for the script).
 async fn hand_over(conn: &mut MultiplexedConnection, twin: &Twin, now_us: u64) {
     let Some(hash) = twin.hash(now_us) else {
-        let _: i64 = redis::cmd("DEL")
-            .arg(TWIN_KEY)
-            .query_async(conn)
-            .await
-            .expect("DEL");
+        clear(conn, TWIN_KEY).await;
         return;
     };
     let hash = hash.at(now_us);
@@ -703,30 +713,27 @@ async fn the_fleet_tests_twin_answers_as_the_script_over_random_sequences() {
     let script = Script::new(TOKEN_BUCKET);
     let mut seen = TwinSeen::default();
     for seed in 0..400 {
-        let _: i64 = redis::cmd("DEL")
-            .arg(TWIN_KEY)
-            .query_async(&mut conn)
-            .await
-            .expect("DEL");
+        clear(&mut conn, TWIN_KEY).await;
         twin_agrees(&mut conn, &script, seed, 40, &mut seen).await;
     }
     eprintln!("{seen:?}");
-    for (outcome, count) in [
-        ("granted at once", seen.granted_now),
-        ("booked for later", seen.booked_later),
-        ("throttled", seen.throttled),
-        ("held by a block", seen.held),
-        ("over the capacity", seen.too_heavy),
-        ("refunded with the turn back", seen.turn_given_back),
-        ("refunded off the count only", seen.refund_counted_only),
-        ("confirmed past a block", seen.turn_stands),
-        ("confirmed inside a block", seen.confirmed_inside_a_block),
-        ("expired", seen.expired),
-        ("granted on a learned rate", seen.learned),
-        ("granted after a cut", seen.cut),
-    ] {
-        assert!(count >= 50, "only {count} steps {outcome}: {seen:?}");
-    }
+    assert_each_seen(
+        &[
+            ("granted at once", seen.granted_now),
+            ("booked for later", seen.booked_later),
+            ("throttled", seen.throttled),
+            ("held by a block", seen.held),
+            ("over the capacity", seen.too_heavy),
+            ("refunded with the turn back", seen.turn_given_back),
+            ("refunded off the count only", seen.refund_counted_only),
+            ("confirmed past a block", seen.turn_stands),
+            ("confirmed inside a block", seen.confirmed_inside_a_block),
+            ("expired", seen.expired),
+            ("granted on a learned rate", seen.learned),
+            ("granted after a cut", seen.cut),
+        ],
+        &seen,
+    );
 }
 
 /// The key of the tests that pin a booked turn's instant.
@@ -817,15 +824,6 @@ async fn book(
     turns
 }
 
-/// The bucket's key gone, as if never written.
-async fn clear(conn: &mut MultiplexedConnection) {
-    let _: i64 = redis::cmd("DEL")
-        .arg(TURNS_KEY)
-        .query_async(conn)
-        .await
-        .expect("DEL");
-}
-
 #[tokio::test(flavor = "current_thread")]
 async fn a_rate_change_keeps_the_turns_booked_and_the_next_follows_the_last() {
     let server = RedisServer::start();
@@ -843,7 +841,7 @@ async fn a_rate_change_keeps_the_turns_booked_and_the_next_follows_the_last() {
     assert_eq!(booked_ms(&next), 120, "the next turn after a cut");
     // A raise: turns at 0, 100 and 200 ms; the next at 210 ms, not among
     // them at 30 ms.
-    clear(&mut conn).await;
+    clear(&mut conn, TURNS_KEY).await;
     let bucket = (100 * MS, 1);
     let turns = book(&mut conn, &script, bucket, 3).await;
     assert_eq!(turns, [0, 100, 200]);
@@ -853,7 +851,7 @@ async fn a_rate_change_keeps_the_turns_booked_and_the_next_follows_the_last() {
     assert_eq!(booked_ms(&next), 210, "the next turn after a raise");
     // A bucket of 4 holds its burst: with nothing booked, the tokens at
     // hand are kept whatever the rate.
-    clear(&mut conn).await;
+    clear(&mut conn, TURNS_KEY).await;
     let bucket = (10 * MS, 4);
     for _ in 0..2 {
         at_rest(&mut conn, &script, bucket, "reserve", take(1)).await;
@@ -903,7 +901,7 @@ async fn a_turn_booked_past_a_blocks_end_stands() {
     assert_eq!(reply, [3, 0], "a turn due at 24 ms");
     // Lifting a block drops every turn booked from the deficit: none
     // stands, not even one past the block's end.
-    clear(&mut conn).await;
+    clear(&mut conn, TURNS_KEY).await;
     for _ in 0..5 {
         at_rest(&mut conn, &script, bucket, "reserve", take(1)).await;
     }
@@ -914,7 +912,7 @@ async fn a_turn_booked_past_a_blocks_end_stands() {
     assert_eq!(reply, [3, 0], "the turn at 30 ms, dropped by an unblock");
     // A block counted by a script that keeps no end (an older version's,
     // during an upgrade) may cover any turn: none stands.
-    clear(&mut conn).await;
+    clear(&mut conn, TURNS_KEY).await;
     for _ in 0..5 {
         at_rest(&mut conn, &script, bucket, "reserve", take(1)).await;
     }
