@@ -297,7 +297,7 @@ pub(crate) struct Congestion {
     /// a lockout measures a limit. (Forgotten after a while instead, the
     /// rises came back, and with them the refusals.) A server grown by
     /// less than [`Tuning::same_ceiling`] is found only by a lockout.
-    refused_held: Option<(Instant, f64)>,
+    refused_held: Option<f64>,
     /// The rate the last refused probe was refused at. A probe refused
     /// there again found the same ceiling, even where a refusal of the
     /// rate held moved the rate that was too fast since: a bucket with a
@@ -605,7 +605,7 @@ impl Congestion {
                 let seen = self.guess.is_some() && t.same_rate(delivered, held / t.recover_to);
                 let same = t.same_rate(delivered, self.too_fast)
                     || seen
-                    || (self.held_refusal().is_some()
+                    || (self.refused_held.is_some()
                         && self
                             .probe_refused
                             .is_some_and(|p| t.same_rate(delivered, p)));
@@ -613,7 +613,7 @@ impl Congestion {
                 self.ceiling_read(same, t.first_hold, t);
                 let most = if same {
                     let shown = self
-                        .held_refusal()
+                        .refused_held
                         .map_or(f64::INFINITY, |r| r * t.recover_to);
                     (held * (1.0 + t.max_rise)).min(shown.max(held))
                 } else {
@@ -674,7 +674,7 @@ impl Congestion {
                 // the probe's excess): only a refusal of the rate held
                 // shows a ceiling.
                 if self.held_since.is_some() {
-                    self.refused_held = Some((now, from));
+                    self.refused_held = Some(from);
                 }
                 (from, from * t.recover_to, from * t.first_decrease)
             }
@@ -712,11 +712,6 @@ impl Congestion {
             self.hold = fresh_hold;
         }
         self.refused_below = None;
-    }
-
-    /// The rate a target was last refused at while held.
-    fn held_refusal(&self) -> Option<f64> {
-        self.refused_held.map(|(_, rate)| rate)
     }
 
     /// Evidence disagreed with the window: what the lockouts measured goes
