@@ -112,7 +112,11 @@ pub(crate) struct Tuning {
     /// costs nothing against a real bucket, whose refill is the same at any
     /// level, but a window read as a bucket (a sliding counter's
     /// `remaining` sits wherever the pace puts it) leaves the reserve
-    /// unused for good.
+    /// unused for good: a counter of 24 held two units short sustains 21
+    /// of its 23. So the whole reserve is kept only where it was shown to
+    /// be needed: once the bucket refused the pace, or where other
+    /// processes share the count (their answers come out of order);
+    /// until then the least reserve is kept.
     pub(crate) bucket_reserve: f64,
     /// The least reserve, in units. A whole unit is a ninth of a sliding
     /// counter of 9 left unused for good; less than half a unit and a
@@ -327,6 +331,12 @@ struct BucketTrack {
     /// Where the current stretch began: instant, remaining, position.
     stretch: Option<(Instant, u64, u64)>,
     grown_at: Option<Instant>,
+    /// Whether the bucket ever refused the pace: its reserve is then kept
+    /// whole (see [`Tuning::bucket_reserve`]).
+    refused: bool,
+    /// Refusals in a row that said nothing remains, with no admission
+    /// between them: each halves the floor a refusal cuts the pace to.
+    refused_in_a_row: u32,
 }
 
 impl BucketTrack {
@@ -895,6 +905,18 @@ impl Series {
         // refill or admit of this key in the last second (a floor the
         // correction to the reserve below does not go under either), and
         // grow again only from here.
+        //
+        // A second refusal in a row, with nothing left, at a pace the
+        // lower bound on the refill allowed disproves the bound: a window
+        // read as a bucket (a sliding log) gives back what this key sent a
+        // window ago, which is no refill the server owes it. And each
+        // refusal in a row halves the floor (twice at most, so that a
+        // burst of answers to requests sent before the first cut cannot
+        // take the pace to nothing): a limiter that counts refusals stays
+        // shut for as long as it is sent at the rate it admitted before.
+        if !admitted && b.refused_in_a_row > 0 && self.refill.lo >= b.per_second / 2.0 {
+            self.refill = RefillBounds::default();
+        }
         let refused_floor = (!admitted).then(|| {
             let admitted_lately = self
                 .admissions
@@ -902,9 +924,17 @@ impl Series {
                 .rev()
                 .take_while(|&&(_, at)| now.saturating_duration_since(at) < Duration::from_secs(1))
                 .count() as f64;
-            self.refill.lo.max(admitted_lately)
+            self.refill.lo.max(admitted_lately) / 2f64.powi(b.refused_in_a_row.min(2) as i32)
         });
+        // A refusal while the server says units remain is another
+        // limiter's (an overload, a limiter in front), not this bucket's.
+        b.refused_in_a_row = if admitted || reading.remaining > 0 {
+            0
+        } else {
+            b.refused_in_a_row.saturating_add(1)
+        };
         if let Some(floor) = refused_floor {
+            b.refused = true;
             b.per_second = (b.per_second / 2.0).max(floor);
             b.grown_at = Some(now);
             // A measure at or above the pace refused was taken too short.
@@ -955,8 +985,19 @@ impl Series {
                     self.position as f64 - stretch.2 as f64 + level as f64 - stretch.1 as f64;
                 b.measured = Some((refill / span.as_secs_f64()).max(0.0));
             }
-            if let Some(rate) = b.measured.map(|m| m.max(self.refill.lo)) {
-                let reserve = (top as f64 / 10.0).clamp(T.bucket_least_reserve, T.bucket_reserve);
+            // A refused reading keeps the cut above: the stretch's measure
+            // still counts what was admitted before the refusal, and would
+            // put the pace back where it was refused.
+            if let Some(rate) = b
+                .measured
+                .map(|m| m.max(self.refill.lo))
+                .filter(|_| admitted)
+            {
+                let reserve = if b.refused || self.shared == Some(true) {
+                    (top as f64 / 10.0).clamp(T.bucket_least_reserve, T.bucket_reserve)
+                } else {
+                    T.bucket_least_reserve
+                };
                 let correction = (left as f64 - reserve) / T.bucket_correction.as_secs_f64();
                 let corrected = (rate + correction).max(rate / 2.0);
                 // Empty yet admitting every request, the server takes what
