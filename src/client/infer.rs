@@ -958,8 +958,8 @@ impl Series {
         if full {
             if let Some((since, r0, n0)) = b.stretch.take() {
                 let span = now.saturating_duration_since(since);
+                let refill = self.position as f64 - n0 as f64 + level as f64 - r0 as f64;
                 if span >= T.bucket_min_span {
-                    let refill = self.position as f64 - n0 as f64 + level as f64 - r0 as f64;
                     b.measured = Some(refill / span.as_secs_f64());
                 }
             }
@@ -980,10 +980,16 @@ impl Series {
             // Emptied before a full measure: the pace outruns the refill, so
             // take the short measure rather than run into refusals.
             let emptied = level == 0 && b.measured.is_none() && !span.is_zero();
+            let refill = self.position as f64 - stretch.2 as f64 + level as f64 - stretch.1 as f64;
             if span >= T.bucket_min_span || emptied {
-                let refill =
-                    self.position as f64 - stretch.2 as f64 + level as f64 - stretch.1 as f64;
                 b.measured = Some((refill / span.as_secs_f64()).max(0.0));
+            }
+            // A stretch that never ends (a bucket kept below full for
+            // good) measures ever further back: past twice the refill's
+            // horizon it starts again, so that a refill that fell is
+            // measured where it is now, not averaged with where it was.
+            if span >= 2 * T.refill_horizon {
+                b.stretch = Some((now, level, self.position));
             }
             // A refused reading keeps the cut above: the stretch's measure
             // still counts what was admitted before the refusal, and would
@@ -1573,6 +1579,40 @@ mod tests {
         let per_second = model.admitted as f64 / 60.0;
         assert!(per_second >= 0.95 * 8.0, "{per_second} a second; {pace:?}");
         assert!(refused <= 0.01, "{refused}");
+    }
+
+    /// A bucket of 10 refilling 20 a second whose refill falls to 8 after
+    /// 20 s (a server under load lowering its limit), with no block on
+    /// refusals: followed down within seconds, at most 1 % refused over
+    /// two minutes, 0.95 of the new rate. (A refill measured since the
+    /// bucket was last full, 20 s of 20 a second before the fall, had
+    /// held the pace near 15 a second: 175 refusals in the 40 s after it.)
+    #[test]
+    fn a_bucket_whose_refill_falls_is_followed_down() {
+        struct Falling(Bucket);
+        impl Model for Falling {
+            fn decide(&mut self, t: f64) -> (u64, bool, f64) {
+                if t >= 20.0 {
+                    self.0.rate = 8.0;
+                }
+                self.0.decide(t)
+            }
+            fn limit(&self) -> u64 {
+                self.0.limit()
+            }
+        }
+        let mut model = Falling(Bucket {
+            capacity: 10.0,
+            rate: 20.0,
+            tokens: 10.0,
+            at: 0.0,
+        });
+        let driven = drive_with(&mut model, 120.0, 0.0);
+        let (per_second, refused) = (driven.late_per_second, driven.refused);
+        assert!(refused <= 0.01, "{refused}: {:?}", driven.refusals);
+        assert!(per_second >= 0.95 * 8.0, "{per_second}");
+        let late = driven.refusals.iter().filter(|&&t| t >= 30.0).count();
+        assert!(late <= 1, "{:?}", driven.refusals);
     }
 
     /// An admitted request's reading `ms` after `origin`: its stated
