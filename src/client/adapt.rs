@@ -534,6 +534,19 @@ impl Adaptive {
                 out.push(Adjustment::Uncount(this.weight));
             }
         }
+        // A block of a quarter of a second or more holds the key idle: the
+        // sends and admissions counted before it would average that idle
+        // time into the rate the next cut starts from (a key blocked until
+        // a header's reset, then refused a few sends into slow start,
+        // measured a quarter of what it sent at). Both counts start again
+        // after it.
+        let idle = out.iter().any(|a| {
+            matches!(a, Adjustment::BlockUntil(at) if at.saturating_duration_since(now) >= SLOT / 4)
+        });
+        if idle {
+            self.oks = SendRate::default();
+            self.latest_sends.clear();
+        }
         out
     }
 
@@ -1411,6 +1424,43 @@ mod tests {
         assert!(
             second >= 0.9 * first * t.first_decrease,
             "cut to {second} from {first}"
+        );
+    }
+
+    /// A header's reset holds a new key for most of a second; slow start
+    /// then sends five requests in 0.3 s (a bucket of one stating its
+    /// quota, each response saying nothing is left) and the fifth is
+    /// refused. The cut starts from what was admitted after the block,
+    /// not from an average over the second that reads the block as
+    /// admitting slowly (which had cut a key sending 14 a second to 2.9).
+    #[test]
+    fn a_cut_after_a_header_block_measures_the_admissions_after_it() {
+        let mut a = fresh();
+        let t0 = Instant::now();
+        let seq = a.on_send(t0, Grant::default(), 1);
+        let quota = |remaining| signal(200, vec![requests(135, remaining, 1)]);
+        let adj = a.on_response(t0, seq, &quota(0), true);
+        let blocked = adj.iter().find_map(|a| match a {
+            Adjustment::BlockUntil(at) => Some(*at),
+            _ => None,
+        });
+        assert!(
+            blocked.is_some_and(|at| at >= t0 + Duration::from_millis(500)),
+            "{adj:?}"
+        );
+        let mut at = t0 + Duration::from_millis(880);
+        for gap in [100, 88, 78, 70] {
+            let seq = a.on_send(at, Grant::default(), 1);
+            a.on_response(at, seq, &signal(200, vec![]), true);
+            at += Duration::from_millis(gap);
+        }
+        let seq = a.on_send(at, Grant::default(), 1);
+        let cut = rate_in(&a.on_response(at, seq, &signal(429, vec![]), false));
+        let sent = 4.0 / 0.336;
+        let t = TUNING.header_less;
+        assert!(
+            cut.is_none_or(|cut| cut >= 0.9 * sent * t.first_decrease),
+            "cut to {cut:?} from {sent}"
         );
     }
 
