@@ -122,6 +122,13 @@ pub(crate) struct Tuning {
     /// counter of 9 left unused for good; less than half a unit and a
     /// `remaining` rounded down reads the reserve as spent at every level.
     pub(crate) bucket_least_reserve: f64,
+    /// The refill a stretch that started again must show before its
+    /// measure replaces the one before, and half what a long one must
+    /// show before it starts again (see `Series::bucket`), along with
+    /// [`refill_horizon`](Self::refill_horizon) and twice that. More
+    /// measures a slow bucket more exactly (a unit is a twentieth of 20);
+    /// fewer follow a refill that fell sooner.
+    pub(crate) restart_units: f64,
     /// The shortest stretch a bucket's refill is measured over. Shorter
     /// follows a change sooner; longer measures more exactly.
     pub(crate) bucket_min_span: Duration,
@@ -169,6 +176,7 @@ impl Tuning {
         bucket_doubling: Duration::from_millis(250),
         bucket_reserve: 2.0,
         bucket_least_reserve: 0.5,
+        restart_units: 20.0,
         bucket_min_span: Duration::from_millis(500),
         bucket_correction: Duration::from_secs(1),
         refill_horizon: Duration::from_secs(10),
@@ -337,6 +345,9 @@ struct BucketTrack {
     /// Refusals in a row that said nothing remains, with no admission
     /// between them: each halves the floor a refusal cuts the pace to.
     refused_in_a_row: u32,
+    /// Whether the current stretch started again where a long one ended
+    /// (see `Series::bucket`), not after a full reading or a pause.
+    restarted: bool,
 }
 
 impl BucketTrack {
@@ -914,7 +925,13 @@ impl Series {
         // burst of answers to requests sent before the first cut cannot
         // take the pace to nothing): a limiter that counts refusals stays
         // shut for as long as it is sent at the rate it admitted before.
-        if !admitted && b.refused_in_a_row > 0 && self.refill.lo >= b.per_second / 2.0 {
+        //
+        // A refusal while the server says units remain is another
+        // limiter's (an overload, a limiter in front), not this bucket's:
+        // it neither counts in a row nor keeps the whole reserve.
+        let own_refusal = !admitted && reading.remaining == 0;
+        let in_a_row = if own_refusal { b.refused_in_a_row } else { 0 };
+        if own_refusal && in_a_row > 0 && self.refill.lo >= b.per_second / 2.0 {
             self.refill = RefillBounds::default();
         }
         let refused_floor = (!admitted).then(|| {
@@ -924,18 +941,20 @@ impl Series {
                 .rev()
                 .take_while(|&&(_, at)| now.saturating_duration_since(at) < Duration::from_secs(1))
                 .count() as f64;
-            self.refill.lo.max(admitted_lately) / 2f64.powi(b.refused_in_a_row.min(2) as i32)
+            self.refill.lo.max(admitted_lately) / 2f64.powi(in_a_row.min(2) as i32)
         });
-        // A refusal while the server says units remain is another
-        // limiter's (an overload, a limiter in front), not this bucket's.
-        b.refused_in_a_row = if admitted || reading.remaining > 0 {
-            0
+        b.refused_in_a_row = if own_refusal {
+            in_a_row.saturating_add(1)
         } else {
-            b.refused_in_a_row.saturating_add(1)
+            0
         };
         if let Some(floor) = refused_floor {
-            b.refused = true;
-            b.per_second = (b.per_second / 2.0).max(floor);
+            b.refused |= own_refusal;
+            // Never below the slowest pace the header-less regime keeps:
+            // refused on and on with nothing admitted, the floor is 0.
+            b.per_second = (b.per_second / 2.0)
+                .max(floor)
+                .max(super::tuning::TUNING.header_less.min_rate);
             b.grown_at = Some(now);
             // A measure at or above the pace refused was taken too short.
             b.measured = b.measured.map(|m| m.min(b.per_second));
@@ -953,9 +972,11 @@ impl Series {
         let paused = self.gap.as_secs_f64() > 2.0 * self.grants_between as f64 / sent_at;
         if paused {
             b.stretch = None;
+            b.restarted = false;
             b.grown_at = Some(now);
         }
         if full {
+            b.restarted = false;
             if let Some((since, r0, n0)) = b.stretch.take() {
                 let span = now.saturating_duration_since(since);
                 let refill = self.position as f64 - n0 as f64 + level as f64 - r0 as f64;
@@ -981,15 +1002,29 @@ impl Series {
             // take the short measure rather than run into refusals.
             let emptied = level == 0 && b.measured.is_none() && !span.is_zero();
             let refill = self.position as f64 - stretch.2 as f64 + level as f64 - stretch.1 as f64;
-            if span >= T.bucket_min_span || emptied {
+            // A stretch that never ends (a bucket kept below full for
+            // good) would measure ever further back: past twice the
+            // refill's horizon and twice `restart_units` it starts again,
+            // so that a refill that fell is measured where it is now, not
+            // averaged with where it was. The measure before it stands
+            // until the new stretch spans the horizon and `restart_units`:
+            // over half a second, a unit's error is most of a slow bucket's
+            // refill. (Taken a unit short instead, the measure leaves a
+            // bucket of 2 full, and its pace grows into refusals.)
+            let long_enough = if b.restarted {
+                span >= T.refill_horizon && refill >= T.restart_units
+            } else {
+                span >= T.bucket_min_span
+            };
+            // A refused reading measures nothing: its stretch's measure
+            // still counts what was admitted before the refusal, and would
+            // undo the cut above.
+            if (admitted && long_enough) || emptied {
                 b.measured = Some((refill / span.as_secs_f64()).max(0.0));
             }
-            // A stretch that never ends (a bucket kept below full for
-            // good) measures ever further back: past twice the refill's
-            // horizon it starts again, so that a refill that fell is
-            // measured where it is now, not averaged with where it was.
-            if span >= 2 * T.refill_horizon {
+            if span >= 2 * T.refill_horizon && refill >= 2.0 * T.restart_units {
                 b.stretch = Some((now, level, self.position));
+                b.restarted = true;
             }
             // A refused reading keeps the cut above: the stretch's measure
             // still counts what was admitted before the refusal, and would
@@ -1579,6 +1614,38 @@ mod tests {
         let per_second = model.admitted as f64 / 60.0;
         assert!(per_second >= 0.95 * 8.0, "{per_second} a second; {pace:?}");
         assert!(refused <= 0.01, "{refused}");
+    }
+
+    /// Slow buckets kept below full for five minutes: their measure
+    /// starts again every 20 s, and the measure before it stands until the
+    /// new one spans the refill's horizon. At most 1 % refused after the
+    /// first half-minute, 0.95 of the rate. (A new stretch read over half a second, a unit's error on
+    /// a refill of 1 a second, had a bucket of 5 refused at every restart:
+    /// 12 refusals, 4 %.)
+    #[test]
+    fn a_slow_bucket_is_not_refused_when_its_measure_starts_again() {
+        for (capacity, rate) in [(5.0, 1.0), (3.0, 0.5), (10.0, 2.0), (20.0, 5.0)] {
+            let mut model = Bucket {
+                capacity,
+                rate,
+                tokens: capacity,
+                at: 0.0,
+            };
+            let driven = drive_with(&mut model, 300.0, 0.0);
+            // After its first half-minute (a bucket of 5 at 1 a second
+            // refuses slow start's burst), a refusal per 100 requests.
+            let late = driven.refusals.iter().filter(|&&t| t >= 30.0).count();
+            let per_second = driven.late_per_second;
+            assert!(
+                late as f64 <= 0.01 * 270.0 * rate,
+                "{capacity} at {rate}: {:?}",
+                driven.refusals
+            );
+            assert!(
+                per_second >= 0.95 * rate,
+                "{capacity} at {rate}: {per_second}"
+            );
+        }
     }
 
     /// A bucket of 10 refilling 20 a second whose refill falls to 8 after
