@@ -99,6 +99,10 @@ pub(crate) struct Adaptive {
     sends: SendRate,
     /// Responses admitted, for what the server lets through.
     oks: SendRate,
+    /// The end of the latest block of a quarter second or more: answers
+    /// that come before it were sent before it, and do not start the
+    /// count of admissions after it again (see `on_response`).
+    idle_until: Option<Instant>,
     /// The instants of this process's latest sends: the rate it sends at
     /// now, without the lag of a second's average while the rate climbs.
     latest_sends: VecDeque<Instant>,
@@ -337,6 +341,7 @@ impl Adaptive {
             sent: 0,
             sends: SendRate::default(),
             oks: SendRate::default(),
+            idle_until: None,
             latest_sends: VecDeque::with_capacity(TUNING.latest_sends),
             header_driven: false,
             admitted_before: false,
@@ -466,7 +471,11 @@ impl Adaptive {
         self.in_flight.retain(|r| r.seq != seq);
         let rate_before = self.congestion.rate;
         if counted_by_server(signal) {
-            self.oks.record(now, None);
+            // An answer within a block was sent before it: counted, it
+            // would start the count after the block inside it.
+            if self.idle_until.is_none_or(|until| now >= until) {
+                self.oks.record(now, None);
+            }
             self.admitted_before = true;
             // Whichever regime paces, the header-less one keeps count: a
             // limiter in front may take over from the headers.
@@ -540,12 +549,16 @@ impl Adaptive {
         // a header's reset, then refused a few sends into slow start,
         // measured a quarter of what it sent at). Both counts start again
         // after it.
-        let idle = out.iter().any(|a| {
-            matches!(a, Adjustment::BlockUntil(at) if at.saturating_duration_since(now) >= SLOT / 4)
+        let idle = out.iter().find_map(|a| match a {
+            Adjustment::BlockUntil(at) if at.saturating_duration_since(now) >= SLOT / 4 => {
+                Some(*at)
+            }
+            _ => None,
         });
-        if idle {
+        if let Some(until) = idle {
             self.oks = SendRate::default();
             self.latest_sends.clear();
+            self.idle_until = Some(self.idle_until.map_or(until, |u| u.max(until)));
         }
         out
     }
@@ -1432,36 +1445,49 @@ mod tests {
     /// quota, each response saying nothing is left) and the fifth is
     /// refused. The cut starts from what was admitted after the block,
     /// not from an average over the second that reads the block as
-    /// admitting slowly (which had cut a key sending 14 a second to 2.9).
+    /// admitting slowly (which had cut a key sending 14 a second to 2.9),
+    /// also where a request sent before the block is answered within it.
     #[test]
     fn a_cut_after_a_header_block_measures_the_admissions_after_it() {
-        let mut a = fresh();
-        let t0 = Instant::now();
-        let seq = a.on_send(t0, Grant::default(), 1);
-        let quota = |remaining| signal(200, vec![requests(135, remaining, 1)]);
-        let adj = a.on_response(t0, seq, &quota(0), true);
-        let blocked = adj.iter().find_map(|a| match a {
-            Adjustment::BlockUntil(at) => Some(*at),
-            _ => None,
-        });
-        assert!(
-            blocked.is_some_and(|at| at >= t0 + Duration::from_millis(500)),
-            "{adj:?}"
-        );
-        let mut at = t0 + Duration::from_millis(880);
-        for gap in [100, 88, 78, 70] {
+        for late_answer in [false, true] {
+            let mut a = fresh();
+            let t0 = Instant::now();
+            let seq = a.on_send(t0, Grant::default(), 1);
+            let earlier = a.on_send(t0, Grant::default(), 1);
+            let quota = |remaining| signal(200, vec![requests(135, remaining, 1)]);
+            let adj = a.on_response(t0, seq, &quota(0), true);
+            if late_answer {
+                // A request sent before the block, answered within it.
+                a.on_response(
+                    t0 + Duration::from_millis(500),
+                    earlier,
+                    &signal(200, vec![]),
+                    true,
+                );
+            }
+            let blocked = adj.iter().find_map(|a| match a {
+                Adjustment::BlockUntil(at) => Some(*at),
+                _ => None,
+            });
+            assert!(
+                blocked.is_some_and(|at| at >= t0 + Duration::from_millis(500)),
+                "{adj:?}"
+            );
+            let mut at = t0 + Duration::from_millis(880);
+            for gap in [100, 88, 78, 70] {
+                let seq = a.on_send(at, Grant::default(), 1);
+                a.on_response(at, seq, &signal(200, vec![]), true);
+                at += Duration::from_millis(gap);
+            }
             let seq = a.on_send(at, Grant::default(), 1);
-            a.on_response(at, seq, &signal(200, vec![]), true);
-            at += Duration::from_millis(gap);
+            let cut = rate_in(&a.on_response(at, seq, &signal(429, vec![]), false));
+            let sent = 4.0 / 0.336;
+            let t = TUNING.header_less;
+            assert!(
+                cut.is_none_or(|cut| cut >= 0.9 * sent * t.first_decrease),
+                "cut to {cut:?} from {sent}, late answer {late_answer}"
+            );
         }
-        let seq = a.on_send(at, Grant::default(), 1);
-        let cut = rate_in(&a.on_response(at, seq, &signal(429, vec![]), false));
-        let sent = 4.0 / 0.336;
-        let t = TUNING.header_less;
-        assert!(
-            cut.is_none_or(|cut| cut >= 0.9 * sent * t.first_decrease),
-            "cut to {cut:?} from {sent}"
-        );
     }
 
     #[test]
