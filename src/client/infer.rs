@@ -422,6 +422,13 @@ impl RefillBounds {
     }
 }
 
+/// What a bucket gave back since a stretch began at `(_, level, position)`
+/// in the count of admissions: the admissions since, plus what its level
+/// rose by.
+fn given_back((_, from_level, from): (Instant, u64, u64), level: u64, position: u64) -> f64 {
+    position as f64 - from as f64 + level as f64 - from_level as f64
+}
+
 /// How many readings [`RefillBounds`] keeps at most.
 const REFILL_READINGS: usize = 64;
 
@@ -977,9 +984,9 @@ impl Series {
         }
         if full {
             b.restarted = false;
-            if let Some((since, r0, n0)) = b.stretch.take() {
-                let span = now.saturating_duration_since(since);
-                let refill = self.position as f64 - n0 as f64 + level as f64 - r0 as f64;
+            if let Some(stretch) = b.stretch.take() {
+                let span = now.saturating_duration_since(stretch.0);
+                let refill = given_back(stretch, level, self.position);
                 if span >= T.bucket_min_span {
                     b.measured = Some(refill / span.as_secs_f64());
                 }
@@ -1001,7 +1008,7 @@ impl Series {
             // Emptied before a full measure: the pace outruns the refill, so
             // take the short measure rather than run into refusals.
             let emptied = level == 0 && b.measured.is_none() && !span.is_zero();
-            let refill = self.position as f64 - stretch.2 as f64 + level as f64 - stretch.1 as f64;
+            let refill = given_back(stretch, level, self.position);
             // A stretch that never ends (a bucket kept below full for
             // good) would measure ever further back: past twice the
             // refill's horizon and twice `restart_units` it starts again,
