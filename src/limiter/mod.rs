@@ -261,6 +261,26 @@ pub trait Limiter: Send + Sync + 'static {
     /// Apply server feedback.
     fn adjust(&self, adjustment: Adjustment) -> BoxFuture<'_, Result<(), Error>>;
 
+    /// Take what one response taught: these adjustments, in order, with
+    /// the meaning [`adjust`](Limiter::adjust) gives each, and the first
+    /// error (the others still taken). The default applies them at once,
+    /// one by one. A limiter whose writes cost a round trip may keep them
+    /// for its next call to carry, and so not hold the response for it
+    /// (the Redis limiters send them with the next reservation, in the same
+    /// script call, or on their own 5 ms later); one that holds a server's
+    /// block must have it written before it returns.
+    fn learn(&self, adjustments: Vec<Adjustment>) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            let mut first = None;
+            for adjustment in adjustments {
+                if let Err(e) = self.adjust(adjustment).await {
+                    first.get_or_insert(e);
+                }
+            }
+            first.map_or(Ok(()), Err)
+        })
+    }
+
     /// Wait until `weight` tokens are granted, within `bounds`: refused at
     /// once, taking nothing, with [`Error::Throttled`] when the grant would
     /// come after [`Bounds::by`], or with [`Error::Blocked`] when a server's

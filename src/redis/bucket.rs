@@ -7,7 +7,7 @@ use futures::future::BoxFuture;
 
 use super::backend::Link;
 use super::scripts;
-use super::shared::{unsupported, Core, Fallback, Op};
+use super::shared::{self, unsupported, Core, Fallback, Op};
 use crate::limiter::{Adjustment, Bounds, Grant, Limiter, Rate};
 use crate::Error;
 
@@ -99,6 +99,7 @@ impl RedisTokenBucket {
                 confirms: true,
                 defaults: [rate.interval_nanos(), capacity],
                 fallback,
+                lessons: Default::default(),
             }),
             rate,
             capacity,
@@ -133,15 +134,24 @@ impl RedisTokenBucket {
     /// Write server feedback to the shared state, with the same meaning as
     /// on the local bucket. A zero capacity is [`Error::InvalidConfig`].
     pub async fn adjust(&self, adjustment: Adjustment) -> Result<(), Error> {
-        let op = match adjustment {
-            Adjustment::SetRate(rate) => Op::new("rate", rate.interval_nanos()),
-            Adjustment::SetCapacity(0) => {
-                return Err(Error::config("a limiter needs a capacity above zero"))
-            }
-            Adjustment::SetCapacity(c) => Op::new("capacity", c),
-            other => Op::common(other).ok_or_else(|| unsupported(other))?,
-        };
-        self.core.adjust(adjustment, op).await
+        let (ops, refused) = self.ops_of(&[adjustment]);
+        self.core.adjust(&ops).await?;
+        refused.map_or(Ok(()), Err)
+    }
+
+    /// The script's operations for `adjustments`, and the error of the
+    /// first that cannot be applied (a zero capacity), left out.
+    fn ops_of(&self, adjustments: &[Adjustment]) -> (Vec<(Adjustment, Op)>, Option<Error>) {
+        shared::ops_of(adjustments, |adjustment| {
+            Ok(Some(match adjustment {
+                Adjustment::SetRate(rate) => Op::new("rate", rate.interval_nanos()),
+                Adjustment::SetCapacity(0) => {
+                    return Err(Error::config("a limiter needs a capacity above zero"))
+                }
+                Adjustment::SetCapacity(c) => Op::new("capacity", c),
+                other => Op::common(other).ok_or_else(|| unsupported(other))?,
+            }))
+        })
     }
 
     /// The Redis key holding the bucket.
@@ -172,6 +182,14 @@ impl Limiter for RedisTokenBucket {
 
     fn adjust(&self, adjustment: Adjustment) -> BoxFuture<'_, Result<(), Error>> {
         Box::pin(RedisTokenBucket::adjust(self, adjustment))
+    }
+
+    fn learn(&self, adjustments: Vec<Adjustment>) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            let (ops, refused) = self.ops_of(&adjustments);
+            self.core.learn(&ops).await?;
+            refused.map_or(Ok(()), Err)
+        })
     }
 
     fn acquire_within(&self, weight: u64, bounds: Bounds) -> BoxFuture<'_, Result<Grant, Error>> {

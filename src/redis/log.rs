@@ -7,7 +7,7 @@ use futures::future::BoxFuture;
 
 use super::backend::Link;
 use super::scripts;
-use super::shared::{unsupported, Core, Fallback, Op};
+use super::shared::{self, unsupported, Core, Fallback, Op};
 use crate::limiter::{Adjustment, Bounds, Grant, Limiter, Rate};
 use crate::Error;
 
@@ -92,6 +92,7 @@ impl RedisSlidingLog {
                 confirms: false,
                 defaults: [limit.count(), window_micros(limit)],
                 fallback,
+                lessons: Default::default(),
             }),
             limit,
         })
@@ -131,25 +132,33 @@ impl RedisSlidingLog {
     /// [`Adjustment::GrowRate`] raises the count by whole calls (a growth of
     /// less than one call per window is lost).
     pub async fn adjust(&self, adjustment: Adjustment) -> Result<(), Error> {
-        let op = match adjustment {
-            Adjustment::SetRate(rate) => {
-                Op::new("rate", rate.interval_nanos()).with(MAX_LOG_LIMIT, 0)
-            }
-            Adjustment::Cut { to, too_fast } => {
-                Op::new("rate", to.interval_nanos()).with(MAX_LOG_LIMIT, too_fast.interval_nanos())
-            }
-            Adjustment::SetCapacity(0) => {
-                return Err(Error::config("a limiter needs a capacity above zero"))
-            }
-            Adjustment::SetCapacity(_) => return Ok(()),
-            Adjustment::GrowRate {
-                parts_per_million,
-                at_most,
-            } => Op::new("grow", u64::from(parts_per_million))
-                .with(at_most.interval_nanos(), MAX_LOG_LIMIT),
-            other => Op::common(other).ok_or_else(|| unsupported(other))?,
-        };
-        self.core.adjust(adjustment, op).await
+        let (ops, refused) = self.ops_of(&[adjustment]);
+        self.core.adjust(&ops).await?;
+        refused.map_or(Ok(()), Err)
+    }
+
+    /// The script's operations for `adjustments`, and the error of the
+    /// first that cannot be applied (a zero capacity), left out.
+    fn ops_of(&self, adjustments: &[Adjustment]) -> (Vec<(Adjustment, Op)>, Option<Error>) {
+        shared::ops_of(adjustments, |adjustment| {
+            Ok(Some(match adjustment {
+                Adjustment::SetRate(rate) => {
+                    Op::new("rate", rate.interval_nanos()).with(MAX_LOG_LIMIT, 0)
+                }
+                Adjustment::Cut { to, too_fast } => Op::new("rate", to.interval_nanos())
+                    .with(MAX_LOG_LIMIT, too_fast.interval_nanos()),
+                Adjustment::SetCapacity(0) => {
+                    return Err(Error::config("a limiter needs a capacity above zero"))
+                }
+                Adjustment::SetCapacity(_) => return Ok(None),
+                Adjustment::GrowRate {
+                    parts_per_million,
+                    at_most,
+                } => Op::new("grow", u64::from(parts_per_million))
+                    .with(at_most.interval_nanos(), MAX_LOG_LIMIT),
+                other => Op::common(other).ok_or_else(|| unsupported(other))?,
+            }))
+        })
     }
 
     /// The Redis keys: the sorted set, then its meta hash.
@@ -175,6 +184,14 @@ impl Limiter for RedisSlidingLog {
 
     fn adjust(&self, adjustment: Adjustment) -> BoxFuture<'_, Result<(), Error>> {
         Box::pin(RedisSlidingLog::adjust(self, adjustment))
+    }
+
+    fn learn(&self, adjustments: Vec<Adjustment>) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            let (ops, refused) = self.ops_of(&adjustments);
+            self.core.learn(&ops).await?;
+            refused.map_or(Ok(()), Err)
+        })
     }
 
     fn acquire_within(&self, weight: u64, bounds: Bounds) -> BoxFuture<'_, Result<Grant, Error>> {

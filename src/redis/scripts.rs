@@ -55,6 +55,9 @@ pub(crate) enum Reply {
     /// A turn a block came over while it slept falls at or after the
     /// block's end, and stands (the bucket's `confirm`).
     Stands,
+    /// Adjustments sent on their own (`batch`) were applied; `epoch` is
+    /// the key's block counter after them.
+    Applied { epoch: i64 },
     /// Held by a server's block that ends after `wait`, longer than the
     /// call's bound; `cause` is what asked for it (status × 2, plus 1 for
     /// a spent quota). Nothing was booked.
@@ -88,6 +91,7 @@ impl Reply {
                 wait: nanos(wait),
                 cause: u64::try_from(cause).unwrap_or(0),
             }),
+            [5, epoch] => Ok(Reply::Applied { epoch }),
             _ => Err(Error::Backend {
                 message: format!("unexpected script reply {reply:?}"),
                 source: None,
@@ -133,6 +137,11 @@ mod tests {
         assert_eq!(Reply::parse(&[3, 0]).ok(), Some(Reply::Done));
         assert_eq!(Reply::parse(&[3, 1]).ok(), Some(Reply::Done));
         assert_eq!(Reply::parse(&[3, 2]).ok(), Some(Reply::Stands));
+        assert_eq!(
+            Reply::parse(&[5, 4]).ok(),
+            Some(Reply::Applied { epoch: 4 })
+        );
+        assert!(Reply::parse(&[5]).is_err());
         assert!(Reply::parse(&[]).is_err());
         assert!(Reply::parse(&[0, 1]).is_err());
         assert!(Reply::parse(&[0, 1, 2, 3]).is_err());

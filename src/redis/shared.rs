@@ -2,7 +2,7 @@
 //! shared limiters. What differs between them (the script, its keys and
 //! how an adjustment is spelled) is data in [`Core`].
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::Script;
@@ -31,7 +31,92 @@ pub(crate) struct Core {
     pub(crate) defaults: [u64; 2],
     /// Present under [`FaultPolicy::LocalFallback`].
     pub(crate) fallback: Option<Fallback>,
+    /// What responses taught and Redis does not have yet: sent with this
+    /// process's next reservation, or on its own [`SEND_LESSONS_AFTER`]
+    /// later when none comes first.
+    pub(crate) lessons: Mutex<Lessons>,
 }
+
+/// Adjustments waiting for a call to carry them, and whether a task is
+/// already set to send them on their own.
+#[derive(Default)]
+pub(crate) struct Lessons {
+    ops: Vec<Op>,
+    /// The task set to send the lessons on their own, by its number; none
+    /// once a call carried them.
+    sender: Option<u64>,
+    senders: u64,
+    /// When the soonest of this process's sleeping waiters wakes to look
+    /// for a block (a call that carries the lessons).
+    next_look: Option<tokio::time::Instant>,
+}
+
+impl Lessons {
+    /// Keep `ops` for a call to carry; the number of the sender to arm,
+    /// when none is.
+    fn keep(&mut self, ops: impl Iterator<Item = Op>) -> Option<u64> {
+        self.ops.extend(ops);
+        if self.sender.is_some() {
+            return None;
+        }
+        self.senders += 1;
+        self.sender = Some(self.senders);
+        self.sender
+    }
+
+    /// Every lesson waiting, for a call to carry: the sender armed for
+    /// them stands down.
+    fn take(&mut self) -> Vec<Op> {
+        self.sender = None;
+        std::mem::take(&mut self.ops)
+    }
+
+    /// What sender `number` is to send when it wakes: nothing, once a call
+    /// carried the lessons it was armed for.
+    fn take_for(&mut self, number: u64) -> Vec<Op> {
+        if self.sender == Some(number) {
+            self.take()
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// When the lessons waiting now are to be sent on their own: shortly,
+    /// or just after the next waiter's look carried them, if that comes
+    /// within [`LESSONS_WAIT_AT_MOST`].
+    fn send_at(&self, now: tokio::time::Instant) -> tokio::time::Instant {
+        let soon = now + SEND_LESSONS_AFTER;
+        match self.next_look {
+            Some(look) if look > now && look <= now + LESSONS_WAIT_AT_MOST => {
+                soon.max(look + SEND_LESSONS_AFTER)
+            }
+            _ => soon,
+        }
+    }
+
+    /// A waiter of this process sleeps until `due`, then looks.
+    fn sleeps_until(&mut self, due: tokio::time::Instant, now: tokio::time::Instant) {
+        self.next_look = Some(match self.next_look {
+            Some(look) if look > now => look.min(due),
+            _ => due,
+        });
+    }
+}
+
+/// How long a response's lesson waits for this process's next reservation
+/// to carry it before it is sent on its own. It trades round trips against
+/// how soon the other processes see it: in a busy process the next
+/// reservation comes within microseconds and the lesson costs no call of
+/// its own; in an idle one, the others read the key 5 ms later than they
+/// could have, far less than any server's window or refill. A block is
+/// never kept waiting (see [`Core::learn`]).
+pub(crate) const SEND_LESSONS_AFTER: Duration = Duration::from_millis(5);
+
+/// The longest a lesson waits for a sleeping waiter of this process to
+/// carry it when it wakes: a paced key's next call comes one interval
+/// later, and carries the lesson for nothing; past this, the others would
+/// read a key the server has moved on from, and the lesson goes alone.
+pub(crate) const LESSONS_WAIT_AT_MOST: Duration = Duration::from_millis(100);
 
 /// The local bucket used while Redis is down, with its share of the budget.
 pub(crate) struct Fallback {
@@ -101,6 +186,35 @@ impl Op {
             } => Op::new("grow", u64::from(parts_per_million)).with(at_most.interval_nanos(), 0),
             _ => return None,
         })
+    }
+}
+
+/// The operations of `adjustments`, each paired with what it was made
+/// from, by `op_of` (`None`: nothing to write); the first adjustment
+/// `op_of` refused is left out and its error given back beside them.
+pub(crate) fn ops_of(
+    adjustments: &[Adjustment],
+    op_of: impl Fn(Adjustment) -> Result<Option<Op>, Error>,
+) -> (Vec<(Adjustment, Op)>, Option<Error>) {
+    let mut ops = Vec::with_capacity(adjustments.len());
+    let mut refused = None;
+    for &adjustment in adjustments {
+        match op_of(adjustment) {
+            Ok(Some(op)) => ops.push((adjustment, op)),
+            Ok(None) => {}
+            Err(e) => {
+                refused.get_or_insert(e);
+            }
+        }
+    }
+    (ops, refused)
+}
+
+/// Say that the lessons a failed call carried are lost (the local fallback
+/// has them, and the server's next answer teaches them again).
+fn lost(lessons: &[Op], error: &Error) {
+    if !lessons.is_empty() {
+        tracing::warn!(error = %error, lessons = lessons.len(), "what responses taught did not reach Redis");
     }
 }
 
@@ -227,23 +341,35 @@ impl Fallback {
 
 impl Core {
     async fn run(&self, op: Op) -> Result<Reply, Error> {
-        let idle = self.backend.idle_ttl_ms().to_string();
-        let d0 = self.defaults[0].to_string();
-        let d1 = self.defaults[1].to_string();
-        let a = op.a.to_string();
-        let b = op.b.to_string();
-        let c = op.c.to_string();
-        let learned = self.backend.learned_ttl_ms().to_string();
-        let args: [&[u8]; 8] = [
-            op.name.as_bytes(),
-            idle.as_bytes(),
-            d0.as_bytes(),
-            d1.as_bytes(),
-            a.as_bytes(),
-            b.as_bytes(),
-            c.as_bytes(),
-            learned.as_bytes(),
-        ];
+        self.run_with(op, &[]).await
+    }
+
+    /// Run `op` after the adjustments `first` (their count in ARGV[9], then
+    /// four arguments each), in one call.
+    async fn run_with(&self, op: Op, first: &[Op]) -> Result<Reply, Error> {
+        let mut args: Vec<Vec<u8>> = Vec::with_capacity(9 + 4 * first.len());
+        args.push(op.name.as_bytes().to_vec());
+        for n in [
+            self.backend.idle_ttl_ms(),
+            self.defaults[0],
+            self.defaults[1],
+            op.a,
+            op.b,
+            op.c,
+            self.backend.learned_ttl_ms(),
+        ] {
+            args.push(n.to_string().into_bytes());
+        }
+        if !first.is_empty() {
+            args.push(first.len().to_string().into_bytes());
+        }
+        for op in first {
+            args.push(op.name.as_bytes().to_vec());
+            for n in [op.a, op.b, op.c] {
+                args.push(n.to_string().into_bytes());
+            }
+        }
+        let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
         let reply = self
             .backend
             .eval(self.script, self.source, &self.keys, &args)
@@ -275,9 +401,16 @@ impl Core {
             // The earliest the script can have booked the turn: counting
             // from it never takes a turn for later than it is.
             let sent = tokio::time::Instant::now();
-            let reply = match self.run(Op::take("reserve", weight, bounds)).await {
+            let lessons = self.take_lessons();
+            let reply = match self
+                .run_with(Op::take("reserve", weight, bounds), &lessons)
+                .await
+            {
                 Ok(reply) => reply,
-                Err(e) => return self.acquire_on_fault(weight, bounds, e).await,
+                Err(e) => {
+                    lost(&lessons, &e);
+                    return self.acquire_on_fault(weight, bounds, e).await;
+                }
             };
             match reply {
                 Reply::Granted {
@@ -295,6 +428,10 @@ impl Core {
                     interval,
                     too_fast,
                 } => {
+                    {
+                        let mut lessons = self.lessons.lock().unwrap_or_else(|e| e.into_inner());
+                        lessons.sleeps_until(sent + wait, sent);
+                    }
                     let refund = Refund {
                         core: Some(Arc::clone(self)),
                         id,
@@ -318,9 +455,24 @@ impl Core {
         }
     }
 
-    /// Whether the key's block counter moved since `epoch`. A failure to
-    /// read it counts as no: the reservation stands.
+    /// Whether the key's block counter moved since `epoch`. The lessons
+    /// waiting ride on the look, in the same call. A failure to read it
+    /// counts as no: the reservation stands.
     async fn blocked_since(&self, epoch: i64) -> bool {
+        let lessons = self.take_lessons();
+        if !lessons.is_empty() {
+            return match self.run_with(Op::new("batch", 0), &lessons).await {
+                Ok(Reply::Applied { epoch: now }) => now != epoch,
+                Ok(other) => {
+                    tracing::debug!(error = %Self::unexpected(other), "carrying lessons to Redis");
+                    false
+                }
+                Err(e) => {
+                    lost(&lessons, &e);
+                    false
+                }
+            };
+        }
         let key = &self.keys[self.epoch_key];
         match self.backend.hget_i64(key, "e").await {
             Some(now) => now != epoch,
@@ -387,37 +539,118 @@ impl Core {
         if weight == 0 {
             return Ok(());
         }
-        match self.run(Op::take("try", weight, Bounds::default())).await {
+        let lessons = self.take_lessons();
+        match self
+            .run_with(Op::take("try", weight, Bounds::default()), &lessons)
+            .await
+        {
             Ok(Reply::Granted { .. }) => Ok(()),
             Ok(Reply::Throttled { wait }) => Err(Error::Throttled { wait }),
             Ok(Reply::TooHeavy { capacity }) => {
                 Err(Error::WeightExceedsCapacity { weight, capacity })
             }
             Ok(other) => Err(Self::unexpected(other)),
-            Err(error) => match (&self.fallback, self.backend.fault_policy()) {
-                (Some(fallback), _) => fallback.try_acquire(weight),
-                (None, FaultPolicy::FailOpen) => Ok(()),
-                (None, _) => Err(error),
-            },
+            Err(error) => {
+                lost(&lessons, &error);
+                match (&self.fallback, self.backend.fault_policy()) {
+                    (Some(fallback), _) => fallback.try_acquire(weight),
+                    (None, FaultPolicy::FailOpen) => Ok(()),
+                    (None, _) => Err(error),
+                }
+            }
         }
     }
 
-    /// Write an adjustment to the shared state (and to the local fallback,
-    /// so that it holds during an outage that starts right after).
-    pub(crate) async fn adjust(&self, adjustment: Adjustment, op: Op) -> Result<(), Error> {
+    /// Write adjustments to the shared state in one script call, applied
+    /// in order and saved once (and to the local fallback, so that they
+    /// hold during an outage that starts right after). A failure of the
+    /// call is an error only under [`FaultPolicy::FailClosed`].
+    pub(crate) async fn adjust(&self, adjustments: &[(Adjustment, Op)]) -> Result<(), Error> {
+        self.apply_to_fallback(adjustments);
+        let ops: Vec<Op> = adjustments.iter().map(|&(_, op)| op).collect();
+        self.write(&ops).await
+    }
+
+    fn apply_to_fallback(&self, adjustments: &[(Adjustment, Op)]) {
         if let Some(fallback) = &self.fallback {
-            if let Err(e) = fallback.apply(adjustment) {
-                tracing::warn!(error = %e, "cannot apply {adjustment:?} to the local fallback");
+            for &(adjustment, _) in adjustments {
+                if let Err(e) = fallback.apply(adjustment) {
+                    tracing::warn!(error = %e, "cannot apply {adjustment:?} to the local fallback");
+                }
             }
         }
-        match self.run(op).await {
-            Ok(Reply::Done) => Ok(()),
+    }
+
+    /// Write `ops` in one script call, by the fault policy.
+    async fn write(&self, ops: &[Op]) -> Result<(), Error> {
+        let reply = match ops {
+            [] => return Ok(()),
+            [op] => self.run(*op).await,
+            ops => self.run_with(Op::new("batch", 0), ops).await,
+        };
+        match reply {
+            Ok(Reply::Done | Reply::Applied { .. }) => Ok(()),
             Ok(other) => Err(Self::unexpected(other)),
             Err(error) => match self.backend.fault_policy() {
                 FaultPolicy::FailClosed => Err(error),
                 _ => Ok(()),
             },
         }
+    }
+
+    /// Take what one response taught. A batch that holds a server's block
+    /// is written at once, with the lessons still waiting before it, and
+    /// waited for: the block must be in the shared state before this
+    /// process's retry and before another process asks. Any other is kept
+    /// for the next reservation to carry, in the same script call, or sent
+    /// on its own [`SEND_LESSONS_AFTER`] later: the response goes back to
+    /// its caller without waiting for Redis. The local fallback has every
+    /// lesson at once. Lessons keep their order; one lost with the call
+    /// that carried it (Redis failing) is logged, and the server's next
+    /// answer teaches it again.
+    pub(crate) async fn learn(
+        self: &Arc<Self>,
+        adjustments: &[(Adjustment, Op)],
+    ) -> Result<(), Error> {
+        let blocks = adjustments
+            .iter()
+            .any(|(a, _)| matches!(a, Adjustment::Block(_) | Adjustment::BlockUntil(_)));
+        let runtime = tokio::runtime::Handle::try_current();
+        if blocks || runtime.is_err() {
+            let mut ops = self.take_lessons();
+            ops.extend(adjustments.iter().map(|&(_, op)| op));
+            self.apply_to_fallback(adjustments);
+            return self.write(&ops).await;
+        }
+        self.apply_to_fallback(adjustments);
+        let sender = {
+            let mut lessons = self.lessons.lock().unwrap_or_else(|e| e.into_inner());
+            lessons.keep(adjustments.iter().map(|&(_, op)| op))
+        };
+        if let (Some(number), Ok(runtime)) = (sender, runtime) {
+            let core = Arc::clone(self);
+            runtime.spawn(async move {
+                let at = {
+                    let lessons = core.lessons.lock().unwrap_or_else(|e| e.into_inner());
+                    lessons.send_at(tokio::time::Instant::now())
+                };
+                tokio::time::sleep_until(at).await;
+                let ops = {
+                    let mut lessons = core.lessons.lock().unwrap_or_else(|e| e.into_inner());
+                    lessons.take_for(number)
+                };
+                if let Err(e) = core.write(&ops).await {
+                    lost(&ops, &e);
+                }
+            });
+        }
+        Ok(())
+    }
+
+    /// The lessons waiting, for a call to carry.
+    fn take_lessons(&self) -> Vec<Op> {
+        let mut lessons = self.lessons.lock().unwrap_or_else(|e| e.into_inner());
+        lessons.take()
     }
 
     async fn refund(&self, id: i64, weight: u64) {

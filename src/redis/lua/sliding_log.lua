@@ -3,7 +3,7 @@
 --
 -- KEYS[1]  the log (sorted set); KEYS[2] its meta hash
 -- ARGV[1]  operation: reserve | try | refund | rate | capacity | limit |
---          remaining | block | unblock | uncount | grow
+--          remaining | block | unblock | uncount | grow | batch
 -- ARGV[2]  milliseconds a key outlives the moment the log is empty again
 -- ARGV[3]  default limit L (tokens per window), used while the hash holds none
 -- ARGV[4]  default window W, microseconds (likewise)
@@ -12,6 +12,11 @@
 --          to wait out, in ns (2^62 for no bound)
 -- ARGV[8]  milliseconds the meta hash of a log that has learned a rate
 --          lives at least
+-- ARGV[9]  how many adjustments to apply first (none when absent): what a
+--          response taught, sent with the next reservation or on its own
+--          ('batch'), in order and saved with the operation
+-- ARGV[10]… those adjustments, four arguments each (an operation and its
+--          three operands, as ARGV[1], ARGV[5..7] of a call of its own)
 --
 -- Meta fields: L, W, n = member counter (a reservation's first id), e = block
 -- counter, b = Retry-After block end (microseconds since 1970), a = units
@@ -26,7 +31,8 @@
 -- is the count, ns the window's time per call learned, or 0 while none is,
 -- F the one last refused, or 0), {1, wait_ns}
 -- refused, {2, limit} weight over limit, {3, x} done, {4, block_ns, cause}
--- held by a block longer than the bound.
+-- held by a block longer than the bound, {5, e} a batch applied, with the
+-- block counter.
 
 local log, meta = KEYS[1], KEYS[2]
 local op = ARGV[1]
@@ -99,6 +105,112 @@ local function at(score)
   return function() return score end
 end
 
+-- The adjustments: one operation and its operands x, y, z (ARGV[5], ARGV[6],
+-- ARGV[7] of a call of its own). False for a name it does not know.
+local ADJUSTMENTS = {rate = true, grow = true, limit = true, remaining = true,
+  block = true, uncount = true, unblock = true}
+local function adjust(op, x, y, z)
+  if not ADJUSTMENTS[op] then
+    return false
+  end
+  if op == 'rate' then
+    -- Keep the window; the count per window becomes the rate's share of it.
+    -- x = ns per call, y = the largest count allowed; W is in us.
+    local interval = math.max(1, x)
+    L = math.min(y, math.max(1, math.floor(W * 1000 / interval)))
+    R = 1
+    -- A cut on a server's refusal names the rate that was too fast.
+    if z > 0 then
+      F = z
+    end
+  elseif op == 'grow' then
+    -- The count per window x millionths of the one held now, at most
+    -- one call per y ns and z calls; never fewer. A count is
+    -- whole: a growth of less than one call is lost.
+    local grown = math.floor(L * x / 1000000)
+    local by_rate = math.floor(W * 1000 / math.max(1, y))
+    L = math.max(L, math.min(grown, by_rate, z))
+    R = 1
+  elseif op == 'limit' then
+    -- At most r more now: stand-ins for the tokens the server counts as spent.
+    local r = x
+    local count = redis.call('ZCARD', log)
+    if L - count > r then
+      add(L - count - r, 'p', at(now))
+    end
+  elseif op == 'remaining' then
+    -- A new server window: forget the past, keep reservations still ahead.
+    local r = x
+    redis.call('ZREMRANGEBYSCORE', log, '-inf', num(now))
+    local count = redis.call('ZCARD', log)
+    if L - count > r then
+      add(L - count - r, 'p', at(now))
+    end
+  elseif op == 'block' then
+    -- Nothing before the end of the block, then one token, then one per W/L:
+    -- L-1 stand-ins that leave the window one interval apart.
+    local u = now + math.ceil(x / 1000)
+    if u > b then
+      c = y
+    end
+    b = math.max(b, u)
+    local step = W / L
+    if L > 1 then
+      add(L - 1, 'p', function(i) return u - W + i * step end)
+    end
+    e = e + 1
+  elseif op == 'uncount' then
+    -- A server refused units granted: the count is of what it counted.
+    a = math.max(0, a - x)
+  elseif op == 'unblock' then
+    -- As if the block ended now. The stand-ins in the window go with it
+    -- (those for tokens a server said were spent too: its next answer says
+    -- again what it counts); grants stay. Sleeping waiters book again.
+    if b > now then
+      local inside = redis.call('ZRANGEBYSCORE', log, num(now - W), '+inf')
+      local names = {}
+      for _, name in ipairs(inside) do
+        if string.sub(name, 1, 1) == 'p' then
+          names[#names + 1] = name
+        end
+        if #names >= 1000 then
+          redis.call('ZREM', log, unpack(names))
+          names = {}
+        end
+      end
+      if #names > 0 then
+        redis.call('ZREM', log, unpack(names))
+      end
+      b = 0
+      c = 0
+      e = e + 1
+    end
+  end
+  return true
+end
+
+-- The adjustments sent with this call, applied before its operation. Every
+-- name is checked first, so that they are applied whole or not at all.
+local pending = tonumber(ARGV[9]) or 0
+for i = 0, pending - 1 do
+  if not ADJUSTMENTS[ARGV[10 + 4 * i]] then
+    return redis.error_reply('reqwest-pace: unknown sliding log operation')
+  end
+end
+for i = 0, pending - 1 do
+  local j = 10 + 4 * i
+  adjust(ARGV[j], tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3]))
+end
+
+-- A reply that writes nothing of its own still saves the adjustments sent
+-- with it.
+local function kept(reply)
+  if pending > 0 then
+    save()
+  end
+  return reply
+end
+
 if op == 'reserve' or op == 'try' then
   local w = tonumber(ARGV[5])
   if w > L then
@@ -106,7 +218,7 @@ if op == 'reserve' or op == 'try' then
     return {2, L}
   end
   if (b - now) * 1000 > tonumber(ARGV[7]) then
-    return {4, math.ceil((b - now) * 1000), c}
+    return kept({4, math.ceil((b - now) * 1000), c})
   end
   -- With the members sorted, the k-th oldest must leave the window before w
   -- more fit; every window holding the new grant then holds at most L.
@@ -143,79 +255,12 @@ elseif op == 'refund' then
   a = math.max(0, a - removed)
   save()
   return {3, removed}
-elseif op == 'rate' then
-  -- Keep the window; the count per window becomes the rate's share of it.
-  -- ARGV[5] = ns per call, ARGV[6] = the largest count allowed; W is in us.
-  local interval = math.max(1, tonumber(ARGV[5]))
-  L = math.min(tonumber(ARGV[6]), math.max(1, math.floor(W * 1000 / interval)))
-  R = 1
-  -- A cut on a server's refusal names the rate that was too fast.
-  if tonumber(ARGV[7]) > 0 then
-    F = tonumber(ARGV[7])
-  end
-elseif op == 'grow' then
-  -- The count per window ARGV[5] millionths of the one held now, at most
-  -- one call per ARGV[6] ns and ARGV[7] calls; never fewer. A count is
-  -- whole: a growth of less than one call is lost.
-  local grown = math.floor(L * tonumber(ARGV[5]) / 1000000)
-  local by_rate = math.floor(W * 1000 / math.max(1, tonumber(ARGV[6])))
-  L = math.max(L, math.min(grown, by_rate, tonumber(ARGV[7])))
-  R = 1
-elseif op == 'limit' then
-  -- At most r more now: stand-ins for the tokens the server counts as spent.
-  local r = tonumber(ARGV[5])
-  local count = redis.call('ZCARD', log)
-  if L - count > r then
-    add(L - count - r, 'p', at(now))
-  end
-elseif op == 'remaining' then
-  -- A new server window: forget the past, keep reservations still ahead.
-  local r = tonumber(ARGV[5])
-  redis.call('ZREMRANGEBYSCORE', log, '-inf', num(now))
-  local count = redis.call('ZCARD', log)
-  if L - count > r then
-    add(L - count - r, 'p', at(now))
-  end
-elseif op == 'block' then
-  -- Nothing before the end of the block, then one token, then one per W/L:
-  -- L-1 stand-ins that leave the window one interval apart.
-  local u = now + math.ceil(tonumber(ARGV[5]) / 1000)
-  if u > b then
-    c = tonumber(ARGV[6])
-  end
-  b = math.max(b, u)
-  local step = W / L
-  if L > 1 then
-    add(L - 1, 'p', function(i) return u - W + i * step end)
-  end
-  e = e + 1
-elseif op == 'uncount' then
-  -- A server refused units granted: the count is of what it counted.
-  a = math.max(0, a - tonumber(ARGV[5]))
-elseif op == 'unblock' then
-  -- As if the block ended now. The stand-ins in the window go with it
-  -- (those for tokens a server said were spent too: its next answer says
-  -- again what it counts); grants stay. Sleeping waiters book again.
-  if b > now then
-    local inside = redis.call('ZRANGEBYSCORE', log, num(now - W), '+inf')
-    local names = {}
-    for _, name in ipairs(inside) do
-      if string.sub(name, 1, 1) == 'p' then
-        names[#names + 1] = name
-      end
-      if #names >= 1000 then
-        redis.call('ZREM', log, unpack(names))
-        names = {}
-      end
-    end
-    if #names > 0 then
-      redis.call('ZREM', log, unpack(names))
-    end
-    b = 0
-    c = 0
-    e = e + 1
-  end
-else
+elseif op == 'batch' then
+  -- Nothing but the adjustments before it; the reply tells a waiter that
+  -- carried them whether a block came while it slept.
+  save()
+  return {5, e}
+elseif not adjust(op, tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])) then
   return redis.error_reply('reqwest-pace: unknown sliding log operation')
 end
 save()

@@ -2,7 +2,7 @@
 --
 -- KEYS[1]  the bucket's hash
 -- ARGV[1]  operation: reserve | try | refund | confirm | rate | capacity |
---          limit | remaining | block | unblock | uncount | grow
+--          limit | remaining | block | unblock | uncount | grow | batch
 -- ARGV[2]  milliseconds a key outlives the moment it is back to a fresh bucket
 -- ARGV[3]  default time per token, ns (used while the hash holds none)
 -- ARGV[4]  default capacity (likewise)
@@ -12,6 +12,11 @@
 --          the reservation's id and weight, and for confirm how long ago
 --          its turn came, in ns
 -- ARGV[8]  milliseconds a key that has learned a rate lives at least
+-- ARGV[9]  how many adjustments to apply first (none when absent): what a
+--          response taught, sent with the next reservation or on its own
+--          ('batch'), in order and saved with the operation
+-- ARGV[10]… those adjustments, four arguments each (an operation and its
+--          three operands, as ARGV[1], ARGV[5..7] of a call of its own)
 --
 -- Fields: t = when the state was written (Redis TIME, microseconds), d = ns
 -- of refill still owed at t (the GCRA's full_at - t), b = ns of Retry-After
@@ -31,7 +36,8 @@
 -- for a reservation; granted is the count, T the time per token learned, or
 -- 0 while none is, F the one last refused, or 0), {1, wait_ns} refused, {2, capacity} weight over capacity,
 -- {3, x} done (x = 1: a refund gave the turn back; 2: a confirmed turn
--- stands), {4, block_ns, cause} held by a block longer than the bound.
+-- stands), {4, block_ns, cause} held by a block longer than the bound,
+-- {5, e} a batch applied, with the block counter.
 
 local key = KEYS[1]
 local op = ARGV[1]
@@ -128,6 +134,110 @@ local function rescale(T2, most)
   T = T2
 end
 
+-- The adjustments: one operation and its operands x, y, z (ARGV[5], ARGV[6],
+-- ARGV[7] of a call of its own). False for a name it does not know.
+local ADJUSTMENTS = {rate = true, grow = true, capacity = true, limit = true,
+  remaining = true, block = true, uncount = true, unblock = true}
+local function adjust(op, x, y, z)
+  if not ADJUSTMENTS[op] then
+    return false
+  end
+  if op == 'rate' then
+    -- Keep the tokens earned: the deficit in tokens stays, its time scales.
+    -- Time inside a block is not owed tokens: measure from the block's end,
+    -- so the block keeps its length whatever the new rate.
+    -- A bucket scaled past 2^52 ns (52 days: a rate far slower than the
+    -- one it was booked at) is kept at that, where a double still holds
+    -- every integer; gcra.rs computes it in 128 bits.
+    rescale(x, 4503599627370496)
+    L = 1
+    -- A cut on a server's refusal names the rate that was too fast (ns per
+    -- token), for the processes that did not see the refusal.
+    if z > 0 then
+      F = z
+    end
+  elseif op == 'grow' then
+    -- A rate x millionths of the one held now (whoever set it), at most
+    -- one token per y ns; never slower. Tokens earned are kept, as for
+    -- 'rate'.
+    local T2 = math.max(math.floor(T * 1000000 / x), y, 1)
+    if T2 < T then
+      rescale(T2, math.huge)
+    end
+    L = 1
+  elseif op == 'capacity' then
+    -- As in gcra.rs: from the block's end, a deficit beyond one full bucket is
+    -- time already booked (reservations, a block's resume schedule) and is
+    -- kept as it is; only the bucket part changes.
+    local owed = math.max(0, d - b)
+    local booked = math.max(0, owed - C * T)
+    local tokens = math.max(0, C * T - owed)
+    C = math.max(1, x)
+    d = b + booked + C * T - math.min(tokens, C * T)
+  elseif op == 'limit' then
+    local r = x
+    d = math.max(d, (C - math.min(r, C)) * T)
+  elseif op == 'remaining' then
+    -- A new server window: set what is at hand now, but keep what is booked
+    -- beyond one full bucket (sleeping reservations keep their turns).
+    local r = x
+    local booked = math.max(0, d - C * T)
+    d = booked + (C - math.min(r, C)) * T
+  elseif op == 'block' then
+    -- Nothing before the block ends, then one token, then one per interval.
+    local r = x
+    if r > b then
+      c = y
+    end
+    -- A turn booked past the block's end stays booked (the deficit already
+    -- counts it); only those before it are handed back.
+    b = math.max(b, r)
+    d = math.max(d, r + (C - 1) * T)
+    u = math.max(u, r)
+    e = e + 1
+    v = e
+  elseif op == 'uncount' then
+    -- A server refused units granted: the count is of what it counted.
+    a = math.max(0, a - x)
+  elseif op == 'unblock' then
+    -- As if the block ended now: one token now, then one per interval.
+    -- Sleeping waiters see the counter move and book again.
+    if b > 0 then
+      -- Every turn booked so far lies before the old deficit's end, and is
+      -- dropped from it here: its waiter must book again.
+      u = math.max(u, d)
+      d = math.min(d, (C - 1) * T)
+      b = 0
+      c = 0
+      e = e + 1
+      v = e
+    end
+  end
+  return true
+end
+
+-- The adjustments sent with this call, applied before its operation. Every
+-- name is checked first, so that they are applied whole or not at all.
+local pending = tonumber(ARGV[9]) or 0
+for i = 0, pending - 1 do
+  if not ADJUSTMENTS[ARGV[10 + 4 * i]] then
+    return redis.error_reply('reqwest-pace: unknown token bucket operation')
+  end
+end
+for i = 0, pending - 1 do
+  local j = 10 + 4 * i
+  adjust(ARGV[j], tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3]))
+end
+
+-- A reply that writes nothing of its own still saves the adjustments sent
+-- with it.
+local function kept(reply)
+  if pending > 0 then
+    save()
+  end
+  return reply
+end
+
 if op == 'confirm' then
   -- A waiter woke at its turn to find a block written (or lifted) since it
   -- booked. A turn at or after the latest block's end stands: the block
@@ -135,7 +245,7 @@ if op == 'confirm' then
   -- refund, and its waiter books again. A key gone has no block to heed.
   -- A block u does not describe (v behind e) may cover any turn.
   if not s[1] or (v == e and u <= -tonumber(ARGV[7])) then
-    return {3, 2}
+    return kept({3, 2})
   end
   op = 'refund'
 end
@@ -143,16 +253,16 @@ end
 if op == 'reserve' or op == 'try' then
   local w = tonumber(ARGV[5])
   if w > C then
-    return {2, C}
+    return kept({2, C})
   end
   if b > tonumber(ARGV[7]) then
-    return {4, b, c}
+    return kept({4, b, c})
   end
   local need = w * T
   -- Earliest instant (ns from now) with max(d, t) + w*T - t <= C*T.
   local ready = math.max(0, d + need - C * T, b)
   if (op == 'try' and ready > 0) or ready > tonumber(ARGV[6]) then
-    return {1, ready}
+    return kept({1, ready})
   end
   d = math.max(d, ready) + need
   a = a + w
@@ -171,78 +281,13 @@ elseif op == 'refund' then
   if s[1] then
     redis.call('HSET', key, 'a', int(a))
   end
-  return {3, 0}
-elseif op == 'rate' then
-  -- Keep the tokens earned: the deficit in tokens stays, its time scales.
-  -- Time inside a block is not owed tokens: measure from the block's end,
-  -- so the block keeps its length whatever the new rate.
-  -- A bucket scaled past 2^52 ns (52 days: a rate far slower than the
-  -- one it was booked at) is kept at that, where a double still holds
-  -- every integer; gcra.rs computes it in 128 bits.
-  rescale(tonumber(ARGV[5]), 4503599627370496)
-  L = 1
-  -- A cut on a server's refusal names the rate that was too fast (ns per
-  -- token), for the processes that did not see the refusal.
-  if tonumber(ARGV[7]) > 0 then
-    F = tonumber(ARGV[7])
-  end
-elseif op == 'grow' then
-  -- A rate ARGV[5] millionths of the one held now (whoever set it), at most
-  -- one token per ARGV[6] ns; never slower. Tokens earned are kept, as for
-  -- 'rate'.
-  local T2 = math.max(math.floor(T * 1000000 / tonumber(ARGV[5])), tonumber(ARGV[6]), 1)
-  if T2 < T then
-    rescale(T2, math.huge)
-  end
-  L = 1
-elseif op == 'capacity' then
-  -- As in gcra.rs: from the block's end, a deficit beyond one full bucket is
-  -- time already booked (reservations, a block's resume schedule) and is
-  -- kept as it is; only the bucket part changes.
-  local owed = math.max(0, d - b)
-  local booked = math.max(0, owed - C * T)
-  local tokens = math.max(0, C * T - owed)
-  C = math.max(1, tonumber(ARGV[5]))
-  d = b + booked + C * T - math.min(tokens, C * T)
-elseif op == 'limit' then
-  local r = tonumber(ARGV[5])
-  d = math.max(d, (C - math.min(r, C)) * T)
-elseif op == 'remaining' then
-  -- A new server window: set what is at hand now, but keep what is booked
-  -- beyond one full bucket (sleeping reservations keep their turns).
-  local r = tonumber(ARGV[5])
-  local booked = math.max(0, d - C * T)
-  d = booked + (C - math.min(r, C)) * T
-elseif op == 'block' then
-  -- Nothing before the block ends, then one token, then one per interval.
-  local r = tonumber(ARGV[5])
-  if r > b then
-    c = tonumber(ARGV[6])
-  end
-  -- A turn booked past the block's end stays booked (the deficit already
-  -- counts it); only those before it are handed back.
-  b = math.max(b, r)
-  d = math.max(d, r + (C - 1) * T)
-  u = math.max(u, r)
-  e = e + 1
-  v = e
-elseif op == 'uncount' then
-  -- A server refused units granted: the count is of what it counted.
-  a = math.max(0, a - tonumber(ARGV[5]))
-elseif op == 'unblock' then
-  -- As if the block ended now: one token now, then one per interval.
-  -- Sleeping waiters see the counter move and book again.
-  if b > 0 then
-    -- Every turn booked so far lies before the old deficit's end, and is
-    -- dropped from it here: its waiter must book again.
-    u = math.max(u, d)
-    d = math.min(d, (C - 1) * T)
-    b = 0
-    c = 0
-    e = e + 1
-    v = e
-  end
-else
+  return kept({3, 0})
+elseif op == 'batch' then
+  -- Nothing but the adjustments before it; the reply tells a waiter that
+  -- carried them whether a block came while it slept.
+  save()
+  return {5, e}
+elseif not adjust(op, tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])) then
   return redis.error_reply('reqwest-pace: unknown token bucket operation')
 end
 save()
