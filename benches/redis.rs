@@ -21,13 +21,43 @@ use futures::future::join_all;
 use redis::aio::ConnectionManager;
 use redis_support::RedisServer;
 use reqwest_pace::redis::{RedisBackend, RedisSlidingLog, RedisTokenBucket};
-use reqwest_pace::{Error, Rate};
+use reqwest_pace::{Adjustment, Error, Limiter, Rate};
 
 struct Fixture {
     conn: ConnectionManager,
     granted: RedisTokenBucket,
     refused: RedisTokenBucket,
     log: RedisSlidingLog,
+    /// A bucket that is taught a response's lessons before each
+    /// reservation (always granted).
+    taught: RedisTokenBucket,
+}
+
+/// What one response with `X-RateLimit-*` headers typically teaches a
+/// learning key: what remains, the burst, the rate.
+fn lessons() -> Vec<Adjustment> {
+    vec![
+        Adjustment::SetRemaining(1_000_000),
+        Adjustment::SetCapacity(1_000_000),
+        Adjustment::SetRate(Rate::new(1_000_000_000, Duration::from_secs(1)).unwrap()),
+    ]
+}
+
+/// A response's lessons and the next reservation as the client sent them
+/// before lessons rode on reservations: one awaited call per adjustment,
+/// on the response's path, then the reservation.
+async fn taught_one_by_one(bucket: &RedisTokenBucket) {
+    for lesson in lessons() {
+        bucket.adjust(lesson).await.unwrap();
+    }
+    bucket.try_acquire(1).await.unwrap();
+}
+
+/// The same as the client sends them now: the lessons kept
+/// (`Limiter::learn`, no round trip), carried by the reservation.
+async fn taught_and_carried(bucket: &RedisTokenBucket) {
+    Limiter::learn(bucket, lessons()).await.unwrap();
+    bucket.try_acquire(1).await.unwrap();
 }
 
 async fn ping(conn: &ConnectionManager) {
@@ -69,11 +99,13 @@ async fn fixture(server: &RedisServer) -> Fixture {
                 Rate::new(100_000, Duration::from_millis(10)).unwrap(),
             )
             .unwrap();
+        let taught = backend.token_bucket("taught", fast, 1_000_000).unwrap();
         Fixture {
             conn: backend.connection().clone(),
             granted,
             refused,
             log,
+            taught,
         }
     }
 }
@@ -89,7 +121,9 @@ fn p99(samples: &mut [Duration]) -> Duration {
 }
 
 /// PING and the three decisions in turn, `ROUNDS` times, one call at a
-/// time and then 64 in flight; prints medians and ratios to PING.
+/// time and then 64 in flight; prints medians and ratios to PING. One at
+/// a time, also a response's lessons and the next reservation, sent as
+/// the client sent them before and as it sends them now.
 async fn interleaved(f: &Fixture) {
     const ROUNDS: usize = 2_000;
     const BATCHES: usize = 200;
@@ -99,8 +133,10 @@ async fn interleaved(f: &Fixture) {
         "token_bucket_granted",
         "token_bucket_refused",
         "sliding_log_granted",
+        "lessons_then_try_before",
+        "lessons_carried_by_try",
     ];
-    let mut one: [Vec<Duration>; 4] = Default::default();
+    let mut one: [Vec<Duration>; 6] = Default::default();
     let mut many: [Vec<Duration>; 4] = Default::default();
     for _ in 0..ROUNDS {
         let t = Instant::now();
@@ -115,6 +151,12 @@ async fn interleaved(f: &Fixture) {
         let t = Instant::now();
         logged(&f.log).await;
         one[3].push(t.elapsed());
+        let t = Instant::now();
+        taught_one_by_one(&f.taught).await;
+        one[4].push(t.elapsed());
+        let t = Instant::now();
+        taught_and_carried(&f.taught).await;
+        one[5].push(t.elapsed());
     }
     for _ in 0..BATCHES {
         let t = Instant::now();
@@ -134,22 +176,29 @@ async fn interleaved(f: &Fixture) {
     let ping_many = median(&mut many[0]);
     println!("interleaved: {ROUNDS} rounds one at a time, {BATCHES} batches of {N} in flight");
     println!(
-        "{:<22} {:>10} {:>10} {:>8} {:>14} {:>8}",
+        "{:<24} {:>10} {:>10} {:>8} {:>14} {:>8}",
         "op", "median", "p99", "x PING", "calls/s (64)", "x PING"
     );
-    for i in 0..4 {
+    for i in 0..6 {
         let med = median(&mut one[i]);
         let tail = p99(&mut one[i]);
-        let batch = median(&mut many[i]);
-        let per_second = N as f64 / batch.as_secs_f64();
+        let (per_second, ratio) = match many.get_mut(i) {
+            Some(batches) => {
+                let batch = median(batches);
+                let per_second = N as f64 / batch.as_secs_f64();
+                let ratio = ping_many.as_secs_f64() / batch.as_secs_f64();
+                (format!("{per_second:.0}"), format!("{ratio:.2}"))
+            }
+            None => ("-".into(), "-".into()),
+        };
         println!(
-            "{:<22} {:>8.1}us {:>8.1}us {:>8.2} {:>14.0} {:>8.2}",
+            "{:<24} {:>8.1}us {:>8.1}us {:>8.2} {:>14} {:>8}",
             names[i],
             med.as_secs_f64() * 1e6,
             tail.as_secs_f64() * 1e6,
             med.as_secs_f64() / ping_one.as_secs_f64(),
             per_second,
-            ping_many.as_secs_f64() / batch.as_secs_f64(),
+            ratio,
         );
     }
 }
