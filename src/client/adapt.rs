@@ -139,6 +139,9 @@ pub(crate) struct Adaptive {
     /// The highest of those rates since the last cut this process made or
     /// followed.
     fleet_peak: Option<f64>,
+    /// The window's end this process last told a shared limiter of (see
+    /// [`Adjustment::WindowEndsBy`]).
+    told_window_end: Option<Instant>,
 }
 
 /// A request sent and not yet answered.
@@ -352,6 +355,7 @@ impl Adaptive {
             fleet_rate: None,
             fleet_too_fast: None,
             fleet_peak: None,
+            told_window_end: None,
             congestion: Congestion::open(),
             spacing: Spacing::default(),
             quota_of_one: false,
@@ -778,6 +782,17 @@ impl Adaptive {
         }
         if let Some(left) = left {
             out.push(Adjustment::LimitRemaining(left));
+        }
+        // Where the key is shared, the window's end as this process reads
+        // it, for every process to wait for the tightest (only where one
+        // limit is read: a block of one is not a bound on another's).
+        if let ([limit], Some(_)) = (limits, counted) {
+            let key = (limit.name.clone(), limit.partition.clone());
+            let end = self.series.get(&key).and_then(Series::window_end);
+            if let Some(end) = end.filter(|&e| e > now && self.told_window_end != Some(e)) {
+                self.told_window_end = Some(end);
+                out.push(Adjustment::WindowEndsBy(end));
+            }
         }
         // A spent quota whose reset is a day or more away is not believed
         // (see `RateLimitSignal::believable_retry_after`).

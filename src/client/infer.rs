@@ -511,6 +511,22 @@ impl Series {
         self.pace(now, &reading)
     }
 
+    /// The end of the current window, where the series reads one (a stated
+    /// window, or a fixed one seen to end) and a reset placed it: the earliest instant
+    /// its resets named, an upper bound (resets are rounded up). `None`
+    /// for a refilling bucket, whose reset says when it is full.
+    pub(crate) fn window_end(&self) -> Option<Instant> {
+        let stated = self.stated.is_some() && self.refused_while_stated < T.stated_refusals;
+        // A fixed window once one was seen to end: before, a moving window
+        // or a bucket may look like one, and its reset is no window's end.
+        let fixed = !self.refilling && self.window.length.is_some();
+        if stated {
+            self.window.boundary
+        } else {
+            self.boundary().filter(|_| fixed)
+        }
+    }
+
     /// Whether the server never said more than nothing remains: a quota
     /// of one, or a bucket of one, empty after every admission.
     pub(crate) fn never_left_any(&self) -> bool {

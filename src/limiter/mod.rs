@@ -93,6 +93,14 @@ pub enum Adjustment {
     /// ([`Grant::shared_count`]) takes them off its count, so that the
     /// count stays what the server counted. Nothing else changes.
     Uncount(u64),
+    /// The server's current window ends no later than this instant: an
+    /// upper bound read from its resets. Where the state is shared, the
+    /// tightest bound any process sent stands until it passes, and a block
+    /// for a spent quota ([`ServerBlock::spent_quota`]) written meanwhile
+    /// ends no later than it: every process waits for the end the best
+    /// informed one knows, not for its own. A local limiter, whose one
+    /// process reads every response, has nothing to learn from it.
+    WindowEndsBy(Instant),
 }
 
 impl Adjustment {
@@ -324,7 +332,7 @@ impl<A: Algorithm> RateLimiter<A> {
             } => self.grow_rate(parts_per_million, at_most),
             // A local limiter's grants are counted by the one process that
             // uses it.
-            Adjustment::Uncount(_) => {}
+            Adjustment::Uncount(_) | Adjustment::WindowEndsBy(_) => {}
         }
         Ok(())
     }

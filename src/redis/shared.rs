@@ -41,7 +41,10 @@ pub(crate) struct Core {
 /// already set to send them on their own.
 #[derive(Default)]
 pub(crate) struct Lessons {
-    ops: Vec<Op>,
+    /// The operations, each with the instant it names where it names one
+    /// (a window's end), counted from when it is sent rather than from
+    /// when it was learned.
+    ops: Vec<(Op, Option<tokio::time::Instant>)>,
     /// The task set to send the lessons on their own, by its number; none
     /// once a call carried them.
     sender: Option<u64>,
@@ -54,8 +57,15 @@ pub(crate) struct Lessons {
 impl Lessons {
     /// Keep `ops` for a call to carry; the number of the sender to arm,
     /// when none is.
-    fn keep(&mut self, ops: impl Iterator<Item = Op>) -> Option<u64> {
-        self.ops.extend(ops);
+    fn keep(&mut self, adjustments: &[(Adjustment, Op)]) -> Option<u64> {
+        self.ops.extend(
+            adjustments
+                .iter()
+                .map(|&(adjustment, op)| match adjustment {
+                    Adjustment::WindowEndsBy(at) => (op, Some(at)),
+                    _ => (op, None),
+                }),
+        );
         if self.sender.is_some() {
             return None;
         }
@@ -68,7 +78,14 @@ impl Lessons {
     /// them stands down.
     fn take(&mut self) -> Vec<Op> {
         self.sender = None;
-        std::mem::take(&mut self.ops)
+        let at_send = |(op, at): (Op, Option<tokio::time::Instant>)| match at {
+            Some(at) => Op {
+                a: nanos_until(at),
+                ..op
+            },
+            None => op,
+        };
+        self.ops.drain(..).map(at_send).collect()
     }
 
     /// What sender `number` is to send when it wakes: nothing, once a call
@@ -180,6 +197,7 @@ impl Op {
                 )
             }
             Adjustment::Uncount(n) => Op::new("uncount", n),
+            Adjustment::WindowEndsBy(at) => Op::new("edge", nanos_until(at)),
             Adjustment::GrowRate {
                 parts_per_million,
                 at_most,
@@ -625,7 +643,7 @@ impl Core {
         self.apply_to_fallback(adjustments);
         let sender = {
             let mut lessons = self.lessons.lock().unwrap_or_else(|e| e.into_inner());
-            lessons.keep(adjustments.iter().map(|&(_, op)| op))
+            lessons.keep(adjustments)
         };
         if let (Some(number), Ok(runtime)) = (sender, runtime) {
             let core = Arc::clone(self);

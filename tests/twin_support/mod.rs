@@ -91,11 +91,14 @@ pub struct Hash {
     pub block_end: i64,
     /// The block counter when `block_end` was written, -1 for never (`v`).
     pub block_end_of: i64,
+    /// Nanoseconds from `t` to the earliest end of the server's window any
+    /// process read, 0 for none known (`w`).
+    pub window_end: u64,
 }
 
 impl Hash {
-    /// The fields as `HMGET key d b T C n e a c L F u v` reads them.
-    pub fn fields(&self) -> [i64; 12] {
+    /// The fields as `HMGET key d b T C n e a c L F u v w` reads them.
+    pub fn fields(&self) -> [i64; 13] {
         let i = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         [
             i(self.owed),
@@ -110,6 +113,7 @@ impl Hash {
             i(self.too_fast),
             self.block_end,
             self.block_end_of,
+            i(self.window_end),
         ]
     }
 
@@ -163,6 +167,14 @@ impl Hash {
                 }
             }
             Op::Uncount(n) => self.granted = self.granted.saturating_sub(n),
+            Op::Edge(for_ns) => {
+                if for_ns > 0 {
+                    self.window_end = match self.window_end {
+                        0 => for_ns,
+                        w => w.min(for_ns),
+                    };
+                }
+            }
             Op::Reserve { .. } | Op::Try { .. } | Op::Refund { .. } | Op::Confirm { .. } => {}
         }
         self
@@ -193,6 +205,12 @@ impl Hash {
     /// A block of `for_ns` from now: nothing before its end, then one token,
     /// then the rate.
     fn block(&mut self, for_ns: u64, cause: u64) {
+        // A spent quota's block ends no later than the window's earliest
+        // end known.
+        let for_ns = match (cause % 2, self.window_end) {
+            (1, w) if w > 0 => for_ns.min(w),
+            _ => for_ns,
+        };
         if for_ns > self.blocked {
             self.cause = cause;
         }
@@ -215,6 +233,7 @@ impl Hash {
             .block_end
             .saturating_sub(to_signed(elapsed))
             .max(LONG_AGO);
+        self.window_end = self.window_end.saturating_sub(elapsed);
         self
     }
 }
@@ -258,6 +277,8 @@ pub enum Op {
     Unblock,
     /// `uncount` this many units.
     Uncount(u64),
+    /// `edge`: the server's window ends within this many ns.
+    Edge(u64),
 }
 
 impl Op {
@@ -296,6 +317,7 @@ impl Op {
             Op::Block { for_ns, cause } => ("block", [for_ns, cause, 0]),
             Op::Unblock => ("unblock", [0, 0, 0]),
             Op::Uncount(n) => ("uncount", [n, 0, 0]),
+            Op::Edge(for_ns) => ("edge", [for_ns, 0, 0]),
         }
     }
 }
@@ -674,6 +696,7 @@ impl TwinBucket {
             },
             Adjustment::Unblock => Op::Unblock,
             Adjustment::Uncount(n) => Op::Uncount(n),
+            Adjustment::WindowEndsBy(at) => Op::Edge(nanos_until(at)),
             other => {
                 return Err(Error::InvalidConfig(format!(
                     "a shared limiter cannot apply {other:?}"

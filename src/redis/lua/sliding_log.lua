@@ -3,7 +3,9 @@
 --
 -- KEYS[1]  the log (sorted set); KEYS[2] its meta hash
 -- ARGV[1]  operation: reserve | try | refund | rate | capacity | limit |
---          remaining | block | unblock | uncount | grow | batch
+--          remaining | block | unblock | uncount | grow | edge | batch
+--          (edge, a bound on the server's window's end, is the token
+--          bucket's alone: a log is told of blocks, not windows)
 -- ARGV[2]  milliseconds a key outlives the moment the log is empty again
 -- ARGV[3]  default limit L (tokens per window), used while the hash holds none
 -- ARGV[4]  default window W, microseconds (likewise)
@@ -108,7 +110,7 @@ end
 -- The adjustments: one operation and its operands x, y, z (ARGV[5], ARGV[6],
 -- ARGV[7] of a call of its own). False for a name it does not know.
 local ADJUSTMENTS = {rate = true, grow = true, limit = true, remaining = true,
-  block = true, uncount = true, unblock = true}
+  block = true, uncount = true, unblock = true, edge = true}
 local function adjust(op, x, y, z)
   if not ADJUSTMENTS[op] then
     return false

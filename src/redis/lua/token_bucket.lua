@@ -2,7 +2,7 @@
 --
 -- KEYS[1]  the bucket's hash
 -- ARGV[1]  operation: reserve | try | refund | confirm | rate | capacity |
---          limit | remaining | block | unblock | uncount | grow | batch
+--          limit | remaining | block | unblock | uncount | grow | edge | batch
 -- ARGV[2]  milliseconds a key outlives the moment it is back to a fresh bucket
 -- ARGV[3]  default time per token, ns (used while the hash holds none)
 -- ARGV[4]  default capacity (likewise)
@@ -28,7 +28,9 @@
 -- with, F = ns per token of the rate a server last refused (0: none),
 -- u = ns from t to the end of the latest block (below zero once it is past,
 -- no further back than 2^52), v = the block counter when u was written
--- (a block counted by a script that keeps no u leaves them apart).
+-- (a block counted by a script that keeps no u leaves them apart),
+-- w = ns from t to the earliest end of the server's current window any
+-- process read ('edge'; 0 or below: none known).
 -- Times are kept relative to t so every figure stays an exact integer in a
 -- Lua double: absolute nanoseconds since 1970 would not (2^53 ns ~ 104 days).
 --
@@ -47,7 +49,7 @@ local learned_ttl = tonumber(ARGV[8]) or 0
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 
-local s = redis.call('HMGET', key, 't', 'd', 'b', 'T', 'C', 'n', 'e', 'a', 'c', 'L', 'F', 'u', 'v')
+local s = redis.call('HMGET', key, 't', 'd', 'b', 'T', 'C', 'n', 'e', 'a', 'c', 'L', 'F', 'u', 'v', 'w')
 local T = tonumber(s[4]) or tonumber(ARGV[3])
 local C = tonumber(s[5]) or tonumber(ARGV[4])
 local n = tonumber(s[6]) or 0
@@ -59,7 +61,7 @@ local F = tonumber(s[11]) or 0
 -- The block's end may lie in the past, where a waiter's turn can still be:
 -- kept down to 2^52 ns back, so that it stays an exact integer.
 local LONG_AGO = -4503599627370496
-local d, b, u = 0, 0, LONG_AGO
+local d, b, u, w = 0, 0, LONG_AGO, 0
 local v = tonumber(s[13]) or -1
 if s[1] then
   -- A clock that steps back counts as no time passed, never as time owed.
@@ -67,6 +69,7 @@ if s[1] then
   d = math.max(0, (tonumber(s[2]) or 0) - elapsed)
   b = math.max(0, (tonumber(s[3]) or 0) - elapsed)
   u = math.max(LONG_AGO, (tonumber(s[12]) or LONG_AGO) - elapsed)
+  w = math.max(0, (tonumber(s[14]) or 0) - elapsed)
 end
 
 local function int(x)
@@ -111,7 +114,7 @@ local function save()
   n = n + 1
   redis.call('HSET', key, 't', int(now), 'd', int(d), 'b', int(b),
     'T', int(T), 'C', int(C), 'n', int(n), 'e', int(e), 'a', int(a), 'c', int(c), 'L', int(L),
-    'F', int(F), 'u', int(u), 'v', int(v))
+    'F', int(F), 'u', int(u), 'v', int(v), 'w', int(w))
   -- Fresh again once refilled and unblocked; milliseconds, never 0. What
   -- was learned outlives that, so that a key used again starts from it.
   local ttl = math.ceil(math.max(d, b) / 1000000) + idle
@@ -137,7 +140,7 @@ end
 -- The adjustments: one operation and its operands x, y, z (ARGV[5], ARGV[6],
 -- ARGV[7] of a call of its own). False for a name it does not know.
 local ADJUSTMENTS = {rate = true, grow = true, capacity = true, limit = true,
-  remaining = true, block = true, uncount = true, unblock = true}
+  remaining = true, block = true, uncount = true, unblock = true, edge = true}
 local function adjust(op, x, y, z)
   if not ADJUSTMENTS[op] then
     return false
@@ -185,7 +188,12 @@ local function adjust(op, x, y, z)
     d = booked + (C - math.min(r, C)) * T
   elseif op == 'block' then
     -- Nothing before the block ends, then one token, then one per interval.
+    -- A spent quota (an odd cause) waits for the window's end no longer
+    -- than the earliest end any process read.
     local r = x
+    if y % 2 == 1 and w > 0 then
+      r = math.min(r, w)
+    end
     if r > b then
       c = y
     end
@@ -199,6 +207,16 @@ local function adjust(op, x, y, z)
   elseif op == 'uncount' then
     -- A server refused units granted: the count is of what it counted.
     a = math.max(0, a - x)
+  elseif op == 'edge' then
+    -- The server's window ends within x ns: the earliest bound stands
+    -- until it passes.
+    if x > 0 then
+      if w > 0 then
+        w = math.min(w, x)
+      else
+        w = x
+      end
+    end
   elseif op == 'unblock' then
     -- As if the block ended now: one token now, then one per interval.
     -- Sleeping waiters see the counter move and book again.
