@@ -320,9 +320,24 @@ impl Pacer {
             .into_iter()
             .map(|adjustment| self.prepare(m, scope, adjustment, (signal, asked), now))
             .collect();
-        // In one call, off the response's path where the limiter can
-        // (a shared one sends it with its next reservation).
-        if let Err(e) = limiter.learn(batch).await {
+        // What headers taught goes in one call, off the response's path
+        // where the limiter can (a shared one sends it with its next
+        // reservation). Without headers, the regime's cuts and growths act
+        // on the rate every process holds and are timed by the responses
+        // (a growth landing after another process's cut undoes it): each
+        // is applied before the response goes back, in its turn.
+        let applied = if signal.limits.is_empty() {
+            let mut first = Ok(());
+            for adjustment in batch {
+                if let Err(e) = limiter.adjust(adjustment).await {
+                    first = first.and(Err(e));
+                }
+            }
+            first
+        } else {
+            limiter.learn(batch).await
+        };
+        if let Err(e) = applied {
             tracing::warn!(target: "reqwest_pace", key = m.state.key, error = %e, "could not adjust limiter");
         }
         if relearned {

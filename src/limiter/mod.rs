@@ -275,8 +275,8 @@ pub trait Limiter: Send + Sync + 'static {
     /// one by one. A limiter whose writes cost a round trip may keep them
     /// for its next call to carry, and so not hold the response for it
     /// (the Redis limiters send them with the next reservation, in the same
-    /// script call, or on their own 5 ms later); one that holds a server's
-    /// block must have it written before it returns.
+    /// script call, or on their own 5 ms later); a server's block and a
+    /// cut on a refusal are written before it returns.
     fn learn(&self, adjustments: Vec<Adjustment>) -> BoxFuture<'_, Result<(), Error>> {
         Box::pin(async move {
             let mut first = None;

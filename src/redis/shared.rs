@@ -617,9 +617,10 @@ impl Core {
     }
 
     /// Take what one response taught. A batch that holds a server's block
-    /// is written at once, with the lessons still waiting before it, and
-    /// waited for: the block must be in the shared state before this
-    /// process's retry and before another process asks. Any other is kept
+    /// or a cut on a refusal is written at once, with the lessons still
+    /// waiting before it, and waited for: the block must be in the shared
+    /// state before this process's retry and before another process asks,
+    /// and every process sends too fast until the cut is in. Any other is kept
     /// for the next reservation to carry, in the same script call, or sent
     /// on its own [`SEND_LESSONS_AFTER`] later: the response goes back to
     /// its caller without waiting for Redis. The local fallback has every
@@ -630,11 +631,20 @@ impl Core {
         self: &Arc<Self>,
         adjustments: &[(Adjustment, Op)],
     ) -> Result<(), Error> {
-        let blocks = adjustments
-            .iter()
-            .any(|(a, _)| matches!(a, Adjustment::Block(_) | Adjustment::BlockUntil(_)));
+        // A block is urgent, and so are the header-less regime's cut and
+        // growth, which act on the rate every process holds (a growth
+        // applied after another's cut would undo it).
+        let urgent = adjustments.iter().any(|(a, _)| {
+            matches!(
+                a,
+                Adjustment::Block(_)
+                    | Adjustment::BlockUntil(_)
+                    | Adjustment::Cut { .. }
+                    | Adjustment::GrowRate { .. }
+            )
+        });
         let runtime = tokio::runtime::Handle::try_current();
-        if blocks || runtime.is_err() {
+        if urgent || runtime.is_err() {
             let mut ops = self.take_lessons();
             ops.extend(adjustments.iter().map(|&(_, op)| op));
             self.apply_to_fallback(adjustments);
