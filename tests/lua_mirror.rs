@@ -598,7 +598,10 @@ fn twin_op(seq: &mut Seq, per_token: u64, capacity: u64, granted: &[(u64, u64)])
             cause: [0, 858, 859, 1006][seq.range(0, 3) as usize],
         },
         25 => TwinOp::Unblock,
-        26 => TwinOp::Edge(seq.range(0, 3 * span)),
+        26 => TwinOp::Edge {
+            for_ns: seq.range(0, 3 * span),
+            leap: seq.range(0, span),
+        },
         _ => TwinOp::Uncount(seq.range(0, 2 * capacity)),
     }
 }
@@ -968,7 +971,14 @@ fn adjustment(seq: &mut Seq, interval: u64, capacity: u64) -> (&'static str, [u6
             ],
         ),
         6 => ("uncount", [seq.range(0, 3), 0, 0]),
-        7 => ("edge", [seq.range(0, 3 * capacity * interval), 0, 0]),
+        7 => (
+            "edge",
+            [
+                seq.range(0, 3 * capacity * interval),
+                seq.range(0, capacity * interval),
+                0,
+            ],
+        ),
         _ => ("unblock", [0, 0, 0]),
     }
 }
@@ -1260,4 +1270,66 @@ async fn a_batch_of_adjustments_leaves_the_log_as_the_same_sent_one_by_one() {
             both.2
         );
     }
+}
+
+/// The field a key's hash holds, as an integer (0 for none).
+async fn field(conn: &mut MultiplexedConnection, name: &str) -> i64 {
+    let value: Option<i64> = redis::cmd("HGET")
+        .arg(TURNS_KEY)
+        .arg(name)
+        .query_async(conn)
+        .await
+        .expect("HGET");
+    value.unwrap_or(0)
+}
+
+/// The earliest end of a window any process read (`edge`) shortens a spent
+/// quota's block to it, and nothing else: a tighter bound of the same
+/// window replaces it, one more than the leap later is a later window's
+/// (the earlier window ended with no block to shorten, and its bound is
+/// no bound on this one), and a block for another cause keeps its length.
+#[tokio::test(flavor = "current_thread")]
+async fn a_window_end_read_by_any_process_ends_a_spent_quotas_block() {
+    let server = RedisServer::start();
+    let mut conn = connect(&server).await;
+    let script = Script::new(TOKEN_BUCKET);
+    let bucket = (10 * MS, 1);
+    let leap = 500 * MS;
+    let edge = |ns: u64| [ns, leap, 0];
+    at_rest(&mut conn, &script, bucket, "edge", edge(2_000 * MS)).await;
+    assert_eq!(field(&mut conn, "w").await, 2_000 * MS as i64);
+    at_rest(&mut conn, &script, bucket, "edge", edge(1_800 * MS)).await;
+    assert_eq!(
+        field(&mut conn, "w").await,
+        1_800 * MS as i64,
+        "a tighter bound"
+    );
+    at_rest(&mut conn, &script, bucket, "edge", edge(2_200 * MS)).await;
+    assert_eq!(
+        field(&mut conn, "w").await,
+        1_800 * MS as i64,
+        "a looser one"
+    );
+    at_rest(&mut conn, &script, bucket, "edge", edge(3_000 * MS)).await;
+    assert_eq!(
+        field(&mut conn, "w").await,
+        3_000 * MS as i64,
+        "a later window's"
+    );
+    // A Retry-After's block (cause 858: a 429, no spent quota) keeps its
+    // length; a spent quota's (859) ends at the window's end.
+    at_rest(&mut conn, &script, bucket, "block", [1_000 * MS, 858, 0]).await;
+    assert_eq!(field(&mut conn, "b").await, 1_000 * MS as i64);
+    at_rest(&mut conn, &script, bucket, "block", [5_000 * MS, 859, 0]).await;
+    assert_eq!(
+        field(&mut conn, "b").await,
+        3_000 * MS as i64,
+        "ends at the window's end"
+    );
+    at_rest(&mut conn, &script, bucket, "block", [5_000 * MS, 858, 0]).await;
+    assert_eq!(
+        field(&mut conn, "b").await,
+        5_000 * MS as i64,
+        "a Retry-After is kept"
+    );
 }

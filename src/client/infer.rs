@@ -171,7 +171,7 @@ impl Tuning {
         stated_refusals: 2,
         reset_resolution: Duration::from_secs(1),
         quota_of_one_resolution: Duration::from_secs(2),
-        window_leap: Duration::from_millis(500),
+        window_leap: crate::limiter::WINDOW_LEAP,
         guess_margin: Duration::from_millis(100),
         bucket_doubling: Duration::from_millis(250),
         bucket_reserve: 2.0,
@@ -520,11 +520,7 @@ impl Series {
         // A fixed window once one was seen to end: before, a moving window
         // or a bucket may look like one, and its reset is no window's end.
         let fixed = !self.refilling && self.window.length.is_some();
-        if stated {
-            self.window.boundary
-        } else {
-            self.boundary().filter(|_| fixed)
-        }
+        self.window.boundary.filter(|_| stated || fixed)
     }
 
     /// Whether the server never said more than nothing remains: a quota

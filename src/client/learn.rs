@@ -326,7 +326,9 @@ impl Pacer {
         // on the rate every process holds and are timed by the responses
         // (a growth landing after another process's cut undoes it): each
         // is applied before the response goes back, in its turn.
-        let applied = if signal.limits.is_empty() {
+        let applied = if batch.is_empty() {
+            Ok(())
+        } else if signal.limits.is_empty() {
             let mut first = Ok(());
             for adjustment in batch {
                 if let Err(e) = limiter.adjust(adjustment).await {

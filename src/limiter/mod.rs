@@ -23,6 +23,8 @@ mod wait;
 mod window;
 
 use futures::future::BoxFuture;
+use std::time::Duration;
+
 use tokio::time::Instant;
 
 pub use algorithm::{Algorithm, FastPath, LockOnly, Nanos};
@@ -40,6 +42,11 @@ pub use window::{
 };
 
 use crate::Error;
+
+/// How much later than the window's end held a bound must be to be a later
+/// window's ([`Adjustment::WindowEndsBy`]); the inference tells a new
+/// window by the same leap of its reset.
+pub const WINDOW_LEAP: Duration = Duration::from_millis(500);
 
 /// A change the server's feedback asks of a limiter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,7 +102,8 @@ pub enum Adjustment {
     Uncount(u64),
     /// The server's current window ends no later than this instant: an
     /// upper bound read from its resets. Where the state is shared, the
-    /// tightest bound any process sent stands until it passes, and a block
+    /// tightest bound any process sent stands until it passes or a bound
+    /// more than [`WINDOW_LEAP`] later comes (a later window's), and a block
     /// for a spent quota ([`ServerBlock::spent_quota`]) written meanwhile
     /// ends no later than it: every process waits for the end the best
     /// informed one knows, not for its own. A local limiter, whose one
@@ -274,9 +282,10 @@ pub trait Limiter: Send + Sync + 'static {
     /// error (the others still taken). The default applies them at once,
     /// one by one. A limiter whose writes cost a round trip may keep them
     /// for its next call to carry, and so not hold the response for it
-    /// (the Redis limiters send them with the next reservation, in the same
-    /// script call, or on their own 5 ms later); a server's block and a
-    /// cut on a refusal are written before it returns.
+    /// (the Redis limiters send them with the next reservation or the look
+    /// a sleeping call takes when it wakes, in the same script call, or on
+    /// their own 5 to 105 ms later); a server's block and a cut or growth
+    /// of the rate are written before it returns.
     fn learn(&self, adjustments: Vec<Adjustment>) -> BoxFuture<'_, Result<(), Error>> {
         Box::pin(async move {
             let mut first = None;

@@ -150,7 +150,9 @@ impl RedisSlidingLog {
                 Adjustment::SetCapacity(0) => {
                     return Err(Error::config("a limiter needs a capacity above zero"))
                 }
-                Adjustment::SetCapacity(_) => return Ok(None),
+                // A log's burst is its count, and it is told of blocks, not
+                // of windows.
+                Adjustment::SetCapacity(_) | Adjustment::WindowEndsBy(_) => return Ok(None),
                 Adjustment::GrowRate {
                     parts_per_million,
                     at_most,

@@ -56,7 +56,7 @@ pub(crate) enum Reply {
     /// block's end, and stands (the bucket's `confirm`).
     Stands,
     /// Adjustments sent on their own (`batch`) were applied; `epoch` is
-    /// the key's block counter after them.
+    /// the key's block counter after them, or -1 where the key was gone.
     Applied { epoch: i64 },
     /// Held by a server's block that ends after `wait`, longer than the
     /// call's bound; `cause` is what asked for it (status × 2, plus 1 for

@@ -32,8 +32,8 @@ pub(crate) struct Core {
     /// Present under [`FaultPolicy::LocalFallback`].
     pub(crate) fallback: Option<Fallback>,
     /// What responses taught and Redis does not have yet: sent with this
-    /// process's next reservation, or on its own [`SEND_LESSONS_AFTER`]
-    /// later when none comes first.
+    /// process's next reservation or look, or on its own (see
+    /// [`Lessons::send_at`]) when none comes first.
     pub(crate) lessons: Mutex<Lessons>,
 }
 
@@ -197,7 +197,10 @@ impl Op {
                 )
             }
             Adjustment::Uncount(n) => Op::new("uncount", n),
-            Adjustment::WindowEndsBy(at) => Op::new("edge", nanos_until(at)),
+            Adjustment::WindowEndsBy(at) => Op::new("edge", nanos_until(at)).with(
+                u64::try_from(crate::limiter::WINDOW_LEAP.as_nanos()).unwrap_or(UNBOUNDED),
+                0,
+            ),
             Adjustment::GrowRate {
                 parts_per_million,
                 at_most,
@@ -480,7 +483,8 @@ impl Core {
         let lessons = self.take_lessons();
         if !lessons.is_empty() {
             return match self.run_with(Op::new("batch", 0), &lessons).await {
-                Ok(Reply::Applied { epoch: now }) => now != epoch,
+                // -1: the key was gone, with no block since.
+                Ok(Reply::Applied { epoch: now }) => now >= 0 && now != epoch,
                 Ok(other) => {
                     tracing::debug!(error = %Self::unexpected(other), "carrying lessons to Redis");
                     false
@@ -580,12 +584,15 @@ impl Core {
     }
 
     /// Write adjustments to the shared state in one script call, applied
-    /// in order and saved once (and to the local fallback, so that they
-    /// hold during an outage that starts right after). A failure of the
-    /// call is an error only under [`FaultPolicy::FailClosed`].
+    /// in order and saved once, after the lessons still waiting (and to
+    /// the local fallback, so that they hold during an outage that starts
+    /// right after). A failure of the call is an error only under
+    /// [`FaultPolicy::FailClosed`].
     pub(crate) async fn adjust(&self, adjustments: &[(Adjustment, Op)]) -> Result<(), Error> {
         self.apply_to_fallback(adjustments);
-        let ops: Vec<Op> = adjustments.iter().map(|&(_, op)| op).collect();
+        // After the lessons still waiting, which came first.
+        let mut ops = self.take_lessons();
+        ops.extend(adjustments.iter().map(|&(_, op)| op));
         self.write(&ops).await
     }
 
@@ -624,13 +631,18 @@ impl Core {
     /// for the next reservation to carry, in the same script call, or sent
     /// on its own [`SEND_LESSONS_AFTER`] later: the response goes back to
     /// its caller without waiting for Redis. The local fallback has every
-    /// lesson at once. Lessons keep their order; one lost with the call
-    /// that carried it (Redis failing) is logged, and the server's next
-    /// answer teaches it again.
+    /// lesson at once. Lessons keep their order. One lost with the call
+    /// that carried it (Redis failing, or the call dropped while Redis had
+    /// it) is lost, as an adjustment written alone was: the key learns on
+    /// from the server's next answers, and says so in a warning where it
+    /// can.
     pub(crate) async fn learn(
         self: &Arc<Self>,
         adjustments: &[(Adjustment, Op)],
     ) -> Result<(), Error> {
+        if adjustments.is_empty() {
+            return Ok(());
+        }
         // A block is urgent, and so are the header-less regime's cut and
         // growth, which act on the rate every process holds (a growth
         // applied after another's cut would undo it).

@@ -167,11 +167,11 @@ impl Hash {
                 }
             }
             Op::Uncount(n) => self.granted = self.granted.saturating_sub(n),
-            Op::Edge(for_ns) => {
+            Op::Edge { for_ns, leap } => {
                 if for_ns > 0 {
                     self.window_end = match self.window_end {
-                        0 => for_ns,
-                        w => w.min(for_ns),
+                        w if w > 0 && for_ns <= w.saturating_add(leap) => w.min(for_ns),
+                        _ => for_ns,
                     };
                 }
             }
@@ -277,8 +277,9 @@ pub enum Op {
     Unblock,
     /// `uncount` this many units.
     Uncount(u64),
-    /// `edge`: the server's window ends within this many ns.
-    Edge(u64),
+    /// `edge`: the server's window ends within `for_ns`; a bound more than
+    /// `leap` ns later than the one held is a later window's.
+    Edge { for_ns: u64, leap: u64 },
 }
 
 impl Op {
@@ -317,7 +318,7 @@ impl Op {
             Op::Block { for_ns, cause } => ("block", [for_ns, cause, 0]),
             Op::Unblock => ("unblock", [0, 0, 0]),
             Op::Uncount(n) => ("uncount", [n, 0, 0]),
-            Op::Edge(for_ns) => ("edge", [for_ns, 0, 0]),
+            Op::Edge { for_ns, leap } => ("edge", [for_ns, leap, 0]),
         }
     }
 }
@@ -696,7 +697,10 @@ impl TwinBucket {
             },
             Adjustment::Unblock => Op::Unblock,
             Adjustment::Uncount(n) => Op::Uncount(n),
-            Adjustment::WindowEndsBy(at) => Op::Edge(nanos_until(at)),
+            Adjustment::WindowEndsBy(at) => Op::Edge {
+                for_ns: nanos_until(at),
+                leap: reqwest_pace::limiter::WINDOW_LEAP.as_nanos() as u64,
+            },
             other => {
                 return Err(Error::InvalidConfig(format!(
                     "a shared limiter cannot apply {other:?}"

@@ -261,6 +261,10 @@ elseif op == 'batch' then
   -- Nothing but the adjustments before it; the reply tells a waiter that
   -- carried them whether a block came while it slept.
   save()
+  -- A log that was gone has had no block since any waiter booked.
+  if not m[1] then
+    return {5, -1}
+  end
   return {5, e}
 elseif not adjust(op, tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])) then
   return redis.error_reply('reqwest-pace: unknown sliding log operation')

@@ -208,10 +208,12 @@ local function adjust(op, x, y, z)
     -- A server refused units granted: the count is of what it counted.
     a = math.max(0, a - x)
   elseif op == 'edge' then
-    -- The server's window ends within x ns: the earliest bound stands
-    -- until it passes.
+    -- The server's window ends within x ns: the earliest bound of a window
+    -- stands until it passes. One more than y ns later than the bound held
+    -- is a later window's (the earlier ended with no block to shorten), of
+    -- which the bound held says nothing.
     if x > 0 then
-      if w > 0 then
+      if w > 0 and x <= w + y then
         w = math.min(w, x)
       else
         w = x
@@ -269,21 +271,21 @@ if op == 'confirm' then
 end
 
 if op == 'reserve' or op == 'try' then
-  local w = tonumber(ARGV[5])
-  if w > C then
+  local weight = tonumber(ARGV[5])
+  if weight > C then
     return kept({2, C})
   end
   if b > tonumber(ARGV[7]) then
     return kept({4, b, c})
   end
-  local need = w * T
+  local need = weight * T
   -- Earliest instant (ns from now) with max(d, t) + w*T - t <= C*T.
   local ready = math.max(0, d + need - C * T, b)
   if (op == 'try' and ready > 0) or ready > tonumber(ARGV[6]) then
     return kept({1, ready})
   end
   d = math.max(d, ready) + need
-  a = a + w
+  a = a + weight
   save()
   return {0, ready, n, e, a, T * L, F}
 elseif op == 'refund' then
@@ -304,6 +306,10 @@ elseif op == 'batch' then
   -- Nothing but the adjustments before it; the reply tells a waiter that
   -- carried them whether a block came while it slept.
   save()
+  -- A key that was gone has had no block since any waiter booked.
+  if not s[1] then
+    return {5, -1}
+  end
   return {5, e}
 elseif not adjust(op, tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])) then
   return redis.error_reply('reqwest-pace: unknown token bucket operation')
