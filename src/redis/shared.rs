@@ -748,4 +748,67 @@ mod tests {
         assert_eq!(share_of(10, 4), 2);
         assert_eq!(share_of(3, 4), 0);
     }
+
+    fn lesson(n: u64) -> (Adjustment, Op) {
+        (Adjustment::LimitRemaining(n), Op::new("limit", n))
+    }
+
+    /// Lessons keep their order; one sender is armed for them, and stands
+    /// down once a call carried them; a later lesson arms the next.
+    #[test]
+    fn lessons_are_carried_once_in_order() {
+        let mut lessons = Lessons::default();
+        let first = lessons.keep(&[lesson(1), lesson(2)]);
+        assert_eq!(first, Some(1));
+        assert_eq!(lessons.keep(&[lesson(3)]), None, "one sender at a time");
+        let carried: Vec<u64> = lessons.take().iter().map(|op| op.a).collect();
+        assert_eq!(carried, [1, 2, 3]);
+        // The sender armed for them wakes to nothing.
+        assert!(lessons.take_for(1).is_empty());
+        let second = lessons.keep(&[lesson(4)]);
+        assert_eq!(second, Some(2));
+        assert!(
+            lessons.take_for(1).is_empty(),
+            "a stale sender sends nothing"
+        );
+        let sent: Vec<u64> = lessons.take_for(2).iter().map(|op| op.a).collect();
+        assert_eq!(sent, [4]);
+        assert!(lessons.take().is_empty());
+    }
+
+    /// A window's end is counted from when it is sent, not from when it
+    /// was learned.
+    #[tokio::test(start_paused = true)]
+    async fn a_window_end_is_counted_from_when_it_is_sent() {
+        let mut lessons = Lessons::default();
+        let end = tokio::time::Instant::now() + Duration::from_secs(2);
+        let adjustment = Adjustment::WindowEndsBy(end);
+        let op = Op::common(adjustment).unwrap();
+        lessons.keep(&[(adjustment, op)]);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let sent = lessons.take();
+        assert_eq!(sent[0].name, "edge");
+        assert_eq!(sent[0].a, 1_700_000_000);
+    }
+
+    /// Lessons wait for a sleeping waiter's look due within 100 ms, and go
+    /// alone 5 ms after it; with none due, or one due later, 5 ms after
+    /// they came.
+    #[tokio::test(start_paused = true)]
+    async fn lessons_wait_for_a_look_due_soon() {
+        let now = tokio::time::Instant::now();
+        let ms = Duration::from_millis;
+        let mut lessons = Lessons::default();
+        assert_eq!(lessons.send_at(now), now + ms(5));
+        lessons.sleeps_until(now + ms(40), now);
+        assert_eq!(lessons.send_at(now), now + ms(45));
+        // A sooner look comes first; a later one does not move it.
+        lessons.sleeps_until(now + ms(20), now);
+        lessons.sleeps_until(now + ms(60), now);
+        assert_eq!(lessons.send_at(now), now + ms(25));
+        // Past, it is forgotten; too far, it is not waited for.
+        assert_eq!(lessons.send_at(now + ms(30)), now + ms(35));
+        lessons.sleeps_until(now + ms(500), now + ms(30));
+        assert_eq!(lessons.send_at(now + ms(30)), now + ms(35));
+    }
 }
