@@ -7,7 +7,7 @@ use futures::future::BoxFuture;
 
 use super::backend::Link;
 use super::scripts;
-use super::shared::{self, unsupported, Core, Fallback, Op};
+use super::shared::{unsupported, Core, Fallback, Op};
 use crate::limiter::{Adjustment, Bounds, Grant, Limiter, Rate};
 use crate::Error;
 
@@ -99,6 +99,7 @@ impl RedisTokenBucket {
                 confirms: true,
                 defaults: [rate.interval_nanos(), capacity],
                 fallback,
+                spell,
                 lessons: Default::default(),
             }),
             rate,
@@ -134,24 +135,7 @@ impl RedisTokenBucket {
     /// Write server feedback to the shared state, with the same meaning as
     /// on the local bucket. A zero capacity is [`Error::InvalidConfig`].
     pub async fn adjust(&self, adjustment: Adjustment) -> Result<(), Error> {
-        let (ops, refused) = self.ops_of(&[adjustment]);
-        self.core.adjust(&ops).await?;
-        refused.map_or(Ok(()), Err)
-    }
-
-    /// The script's operations for `adjustments`, and the error of the
-    /// first that cannot be applied (a zero capacity), left out.
-    fn ops_of(&self, adjustments: &[Adjustment]) -> (Vec<(Adjustment, Op)>, Option<Error>) {
-        shared::ops_of(adjustments, |adjustment| {
-            Ok(Some(match adjustment {
-                Adjustment::SetRate(rate) => Op::new("rate", rate.interval_nanos()),
-                Adjustment::SetCapacity(0) => {
-                    return Err(Error::config("a limiter needs a capacity above zero"))
-                }
-                Adjustment::SetCapacity(c) => Op::new("capacity", c),
-                other => Op::common(other).ok_or_else(|| unsupported(other))?,
-            }))
-        })
+        self.core.adjust(&[adjustment]).await
     }
 
     /// The Redis key holding the bucket.
@@ -171,6 +155,18 @@ impl RedisTokenBucket {
     }
 }
 
+/// How the script spells `adjustment` (see `Core::spell`).
+fn spell(adjustment: Adjustment) -> Result<Option<Op>, Error> {
+    Ok(Some(match adjustment {
+        Adjustment::SetRate(rate) => Op::new("rate", rate.interval_nanos()),
+        Adjustment::SetCapacity(0) => {
+            return Err(Error::config("a limiter needs a capacity above zero"))
+        }
+        Adjustment::SetCapacity(c) => Op::new("capacity", c),
+        other => Op::common(other).ok_or_else(|| unsupported(other))?,
+    }))
+}
+
 impl Limiter for RedisTokenBucket {
     fn acquire(&self, weight: u64) -> BoxFuture<'_, Result<(), Error>> {
         Box::pin(RedisTokenBucket::acquire(self, weight))
@@ -185,11 +181,7 @@ impl Limiter for RedisTokenBucket {
     }
 
     fn learn(&self, adjustments: Vec<Adjustment>) -> BoxFuture<'_, Result<(), Error>> {
-        Box::pin(async move {
-            let (ops, refused) = self.ops_of(&adjustments);
-            self.core.learn(&ops).await?;
-            refused.map_or(Ok(()), Err)
-        })
+        Box::pin(async move { self.core.learn(&adjustments).await })
     }
 
     fn acquire_within(&self, weight: u64, bounds: Bounds) -> BoxFuture<'_, Result<Grant, Error>> {

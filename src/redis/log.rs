@@ -7,7 +7,7 @@ use futures::future::BoxFuture;
 
 use super::backend::Link;
 use super::scripts;
-use super::shared::{self, unsupported, Core, Fallback, Op};
+use super::shared::{unsupported, Core, Fallback, Op};
 use crate::limiter::{Adjustment, Bounds, Grant, Limiter, Rate};
 use crate::Error;
 
@@ -92,6 +92,7 @@ impl RedisSlidingLog {
                 confirms: false,
                 defaults: [limit.count(), window_micros(limit)],
                 fallback,
+                spell,
                 lessons: Default::default(),
             }),
             limit,
@@ -132,35 +133,7 @@ impl RedisSlidingLog {
     /// [`Adjustment::GrowRate`] raises the count by whole calls (a growth of
     /// less than one call per window is lost).
     pub async fn adjust(&self, adjustment: Adjustment) -> Result<(), Error> {
-        let (ops, refused) = self.ops_of(&[adjustment]);
-        self.core.adjust(&ops).await?;
-        refused.map_or(Ok(()), Err)
-    }
-
-    /// The script's operations for `adjustments`, and the error of the
-    /// first that cannot be applied (a zero capacity), left out.
-    fn ops_of(&self, adjustments: &[Adjustment]) -> (Vec<(Adjustment, Op)>, Option<Error>) {
-        shared::ops_of(adjustments, |adjustment| {
-            Ok(Some(match adjustment {
-                Adjustment::SetRate(rate) => {
-                    Op::new("rate", rate.interval_nanos()).with(MAX_LOG_LIMIT, 0)
-                }
-                Adjustment::Cut { to, too_fast } => Op::new("rate", to.interval_nanos())
-                    .with(MAX_LOG_LIMIT, too_fast.interval_nanos()),
-                Adjustment::SetCapacity(0) => {
-                    return Err(Error::config("a limiter needs a capacity above zero"))
-                }
-                // A log's burst is its count, and it is told of blocks, not
-                // of windows.
-                Adjustment::SetCapacity(_) | Adjustment::WindowEndsBy(_) => return Ok(None),
-                Adjustment::GrowRate {
-                    parts_per_million,
-                    at_most,
-                } => Op::new("grow", u64::from(parts_per_million))
-                    .with(at_most.interval_nanos(), MAX_LOG_LIMIT),
-                other => Op::common(other).ok_or_else(|| unsupported(other))?,
-            }))
-        })
+        self.core.adjust(&[adjustment]).await
     }
 
     /// The Redis keys: the sorted set, then its meta hash.
@@ -173,6 +146,28 @@ impl RedisSlidingLog {
     pub fn limit(&self) -> Rate {
         self.limit
     }
+}
+
+/// How the script spells `adjustment` (see `Core::spell`).
+fn spell(adjustment: Adjustment) -> Result<Option<Op>, Error> {
+    Ok(Some(match adjustment {
+        Adjustment::SetRate(rate) => Op::new("rate", rate.interval_nanos()).with(MAX_LOG_LIMIT, 0),
+        Adjustment::Cut { to, too_fast } => {
+            Op::new("rate", to.interval_nanos()).with(MAX_LOG_LIMIT, too_fast.interval_nanos())
+        }
+        Adjustment::SetCapacity(0) => {
+            return Err(Error::config("a limiter needs a capacity above zero"))
+        }
+        // A log's burst is its count, and it is told of blocks, not
+        // of windows.
+        Adjustment::SetCapacity(_) | Adjustment::WindowEndsBy(_) => return Ok(None),
+        Adjustment::GrowRate {
+            parts_per_million,
+            at_most,
+        } => Op::new("grow", u64::from(parts_per_million))
+            .with(at_most.interval_nanos(), MAX_LOG_LIMIT),
+        other => Op::common(other).ok_or_else(|| unsupported(other))?,
+    }))
 }
 
 impl Limiter for RedisSlidingLog {
@@ -189,11 +184,7 @@ impl Limiter for RedisSlidingLog {
     }
 
     fn learn(&self, adjustments: Vec<Adjustment>) -> BoxFuture<'_, Result<(), Error>> {
-        Box::pin(async move {
-            let (ops, refused) = self.ops_of(&adjustments);
-            self.core.learn(&ops).await?;
-            refused.map_or(Ok(()), Err)
-        })
+        Box::pin(async move { self.core.learn(&adjustments).await })
     }
 
     fn acquire_within(&self, weight: u64, bounds: Bounds) -> BoxFuture<'_, Result<Grant, Error>> {

@@ -31,6 +31,9 @@ pub(crate) struct Core {
     pub(crate) defaults: [u64; 2],
     /// Present under [`FaultPolicy::LocalFallback`].
     pub(crate) fallback: Option<Fallback>,
+    /// How the script spells an adjustment: its operation, `None` for one
+    /// it has nothing to write for, an error for one it cannot apply.
+    pub(crate) spell: fn(Adjustment) -> Result<Option<Op>, Error>,
     /// What responses taught and Redis does not have yet: sent with this
     /// process's next reservation or look, or on its own (see
     /// [`Lessons::send_at`]) when none comes first.
@@ -208,27 +211,6 @@ impl Op {
             _ => return None,
         })
     }
-}
-
-/// The operations of `adjustments`, each paired with what it was made
-/// from, by `op_of` (`None`: nothing to write); the first adjustment
-/// `op_of` refused is left out and its error given back beside them.
-pub(crate) fn ops_of(
-    adjustments: &[Adjustment],
-    op_of: impl Fn(Adjustment) -> Result<Option<Op>, Error>,
-) -> (Vec<(Adjustment, Op)>, Option<Error>) {
-    let mut ops = Vec::with_capacity(adjustments.len());
-    let mut refused = None;
-    for &adjustment in adjustments {
-        match op_of(adjustment) {
-            Ok(Some(op)) => ops.push((adjustment, op)),
-            Ok(None) => {}
-            Err(e) => {
-                refused.get_or_insert(e);
-            }
-        }
-    }
-    (ops, refused)
 }
 
 /// Say that the lessons a failed call carried are lost (the local fallback
@@ -588,12 +570,34 @@ impl Core {
     /// the local fallback, so that they hold during an outage that starts
     /// right after). A failure of the call is an error only under
     /// [`FaultPolicy::FailClosed`].
-    pub(crate) async fn adjust(&self, adjustments: &[(Adjustment, Op)]) -> Result<(), Error> {
-        self.apply_to_fallback(adjustments);
+    /// One that cannot be applied (a zero capacity) is left out and its
+    /// error returned; the others are written.
+    pub(crate) async fn adjust(&self, adjustments: &[Adjustment]) -> Result<(), Error> {
+        let (adjustments, refused) = self.spelled(adjustments);
+        self.apply_to_fallback(&adjustments);
         // After the lessons still waiting, which came first.
         let mut ops = self.take_lessons();
         ops.extend(adjustments.iter().map(|&(_, op)| op));
-        self.write(&ops).await
+        self.write(&ops).await?;
+        refused.map_or(Ok(()), Err)
+    }
+
+    /// The operations of `adjustments`, each with what it was made from;
+    /// the first that cannot be spelled is left out and its error given
+    /// back beside them.
+    fn spelled(&self, adjustments: &[Adjustment]) -> (Vec<(Adjustment, Op)>, Option<Error>) {
+        let mut ops = Vec::with_capacity(adjustments.len());
+        let mut refused = None;
+        for &adjustment in adjustments {
+            match (self.spell)(adjustment) {
+                Ok(Some(op)) => ops.push((adjustment, op)),
+                Ok(None) => {}
+                Err(e) => {
+                    refused.get_or_insert(e);
+                }
+            }
+        }
+        (ops, refused)
     }
 
     fn apply_to_fallback(&self, adjustments: &[(Adjustment, Op)]) {
@@ -636,7 +640,13 @@ impl Core {
     /// it) is lost, as an adjustment written alone was: the key learns on
     /// from the server's next answers, and says so in a warning where it
     /// can.
-    pub(crate) async fn learn(
+    pub(crate) async fn learn(self: &Arc<Self>, adjustments: &[Adjustment]) -> Result<(), Error> {
+        let (adjustments, refused) = self.spelled(adjustments);
+        self.keep_or_write(&adjustments).await?;
+        refused.map_or(Ok(()), Err)
+    }
+
+    async fn keep_or_write(
         self: &Arc<Self>,
         adjustments: &[(Adjustment, Op)],
     ) -> Result<(), Error> {

@@ -238,6 +238,8 @@ end
 
 -- The adjustments sent with this call, applied before its operation. Every
 -- name is checked first, so that they are applied whole or not at all.
+-- (Written again in sliding_log.lua: a script is sent whole, and two cannot share
+-- code.)
 local pending = tonumber(ARGV[9]) or 0
 for i = 0, pending - 1 do
   if not ADJUSTMENTS[ARGV[10 + 4 * i]] then
