@@ -52,6 +52,9 @@ pub(crate) struct Lessons {
     /// once a call carried them.
     sender: Option<u64>,
     senders: u64,
+    /// The armed sender's task: one that ended without sending (its
+    /// runtime shut down) no longer holds the place of the next.
+    sender_task: Option<tokio::task::JoinHandle<()>>,
     /// When the soonest of this process's sleeping waiters wakes to look
     /// for a block (a call that carries the lessons).
     next_look: Option<tokio::time::Instant>,
@@ -69,7 +72,8 @@ impl Lessons {
                     _ => (op, None),
                 }),
         );
-        if self.sender.is_some() {
+        let gone = self.sender_task.as_ref().is_some_and(|t| t.is_finished());
+        if self.sender.is_some() && !gone {
             return None;
         }
         self.senders += 1;
@@ -679,7 +683,7 @@ impl Core {
         };
         if let (Some(number), Ok(runtime)) = (sender, runtime) {
             let core = Arc::clone(self);
-            runtime.spawn(async move {
+            let task = runtime.spawn(async move {
                 let at = {
                     let lessons = core.lessons.lock().unwrap_or_else(|e| e.into_inner());
                     lessons.send_at(tokio::time::Instant::now())
@@ -693,6 +697,10 @@ impl Core {
                     lost(&ops, &e);
                 }
             });
+            let mut lessons = self.lessons.lock().unwrap_or_else(|e| e.into_inner());
+            if lessons.sender == Some(number) {
+                lessons.sender_task = Some(task);
+            }
         }
         Ok(())
     }
@@ -784,6 +792,24 @@ mod tests {
         let sent: Vec<u64> = lessons.take_for(2).iter().map(|op| op.a).collect();
         assert_eq!(sent, [4]);
         assert!(lessons.take().is_empty());
+    }
+
+    /// A sender whose task ended without sending (its runtime shut down)
+    /// no longer holds the place of the next: lessons kept after it arm
+    /// another, instead of waiting for a call to carry them.
+    #[tokio::test]
+    async fn a_sender_gone_without_sending_is_replaced() {
+        let mut lessons = Lessons::default();
+        assert_eq!(lessons.keep(&[lesson(1)]), Some(1));
+        assert_eq!(lessons.keep(&[lesson(2)]), None, "armed, and alive");
+        let gone = tokio::spawn(async {});
+        while !gone.is_finished() {
+            tokio::task::yield_now().await;
+        }
+        lessons.sender_task = Some(gone);
+        assert_eq!(lessons.keep(&[lesson(3)]), Some(2));
+        let sent: Vec<u64> = lessons.take_for(2).iter().map(|op| op.a).collect();
+        assert_eq!(sent, [1, 2, 3], "nothing lost");
     }
 
     /// A window's end is counted from when it is sent, not from when it
