@@ -16,6 +16,13 @@
 //! last worker's exit, which exceeds the set length when a call is held
 //! past it.
 //!
+//! Then, beside one client (one worker process of the same 8 tasks on the
+//! same shared bucket, nothing configured), the fleet against the three
+//! limiters of `zoo::defeating`, and against the first `FLEET_SPACE`
+//! (default none) servers of the generated space (`testing::space`): many
+//! have windows of tens of seconds, which a run of 10 s cannot measure
+//! (set `FLEET_SECONDS` to 60 or more for them).
+//!
 //! Run: `cargo bench -p reqwest-pace-benches --features redis,testing --bench fleet`
 //! (`FLEET_SECONDS`, default 10, sets the length of each run; `FLEET_ROWS`
 //! runs only the rows whose label contains it).
@@ -29,7 +36,7 @@ use std::time::Duration;
 
 use fleet_support::{Job, TASKS, WORKERS};
 use redis_support::RedisServer;
-use reqwest_pace::testing::{zoo, Dialect, Outcome, RateLimitedServer, ServerBuilder};
+use reqwest_pace::testing::{space, zoo, Dialect, Outcome, RateLimitedServer, ServerBuilder};
 use reqwest_pace::Rate;
 
 const LIMIT: u64 = 200;
@@ -41,6 +48,9 @@ enum Way {
     SharedRate,
     SharedLearning,
     LocalRate,
+    /// One worker alone, learning on a shared bucket: the client the fleet
+    /// is measured beside.
+    OneLearning,
 }
 
 impl Way {
@@ -49,6 +59,7 @@ impl Way {
             Way::SharedRate => "shared Redis bucket, rate configured",
             Way::SharedLearning => "shared Redis bucket, nothing configured",
             Way::LocalRate => "local bucket per process, rate configured",
+            Way::OneLearning => "one process, nothing configured",
         }
     }
 }
@@ -64,14 +75,26 @@ fn bucket(dialect: Dialect) -> ServerBuilder {
 
 /// One run of the fleet against the server `builder` makes: a table row.
 async fn row(label: &str, way: Way, builder: ServerBuilder, seconds: u64) -> String {
+    row_of(label, way, builder, None, seconds).await
+}
+
+/// [`row`], the server's true sustained limit given where its algorithm
+/// does not tell it all (a generated server's front limiter).
+async fn row_of(
+    label: &str,
+    way: Way,
+    builder: ServerBuilder,
+    truth: Option<f64>,
+    seconds: u64,
+) -> String {
     let redis = RedisServer::start();
     let server = builder.start().await.unwrap();
-    let sustained = server.algorithm().sustained_per_second();
+    let sustained = truth.unwrap_or_else(|| server.algorithm().sustained_per_second());
     let job = Job {
         redis: redis.url(),
         server: server.url(),
         rate: match way {
-            Way::SharedLearning => 0,
+            Way::SharedLearning | Way::OneLearning => 0,
             Way::SharedRate | Way::LocalRate => LIMIT,
         },
         shared: !matches!(way, Way::LocalRate),
@@ -82,7 +105,11 @@ async fn row(label: &str, way: Way, builder: ServerBuilder, seconds: u64) -> Str
     let begun = std::time::Instant::now();
     // Criterion's flags (`--bench`) mean nothing to the worker: the
     // environment variable makes it one.
-    let fleet = fleet_support::run_fleet(job, &[], lead).await;
+    let workers = match way {
+        Way::OneLearning => 1,
+        _ => WORKERS,
+    };
+    let fleet = fleet_support::run_processes(job, &[], lead, workers).await;
     let took = begun.elapsed().saturating_sub(lead).as_secs_f64();
     let stats = server.stats().total;
     let records = server.requests();
@@ -155,6 +182,45 @@ fn main() {
     for (label, way, builder) in rows {
         if label.contains(&only) {
             println!("{}", runtime.block_on(row(&label, way, builder, seconds)));
+        }
+    }
+    // One client beside the fleet, on servers nobody tuned it for.
+    let space: u64 = std::env::var("FLEET_SPACE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let mut beside: Vec<(String, ServerBuilder, Option<f64>, ServerBuilder)> = Vec::new();
+    for (name, _) in zoo::defeating() {
+        let make = || {
+            zoo::defeating()
+                .into_iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, b)| b)
+        };
+        if let (Some(one), Some(fleet)) = (make(), make()) {
+            beside.push((format!("`{name}`"), one, None, fleet));
+        }
+    }
+    for seed in 0..space {
+        let spec = space::ServerSpec::generate(seed);
+        let truth = Some(spec.sustained_per_second());
+        beside.push((
+            // A table cell: the spec's fields without the bars between them.
+            format!("#{seed} {spec}").replace(" | ", "; "),
+            spec.builder(),
+            truth,
+            spec.builder(),
+        ));
+    }
+    for (name, one, truth, fleet) in beside {
+        for (way, builder) in [(Way::OneLearning, one), (Way::SharedLearning, fleet)] {
+            let label = format!("{}, {name}", way.label());
+            if label.contains(&only) {
+                println!(
+                    "{}",
+                    runtime.block_on(row_of(&label, way, builder, truth, seconds))
+                );
+            }
         }
     }
 }

@@ -196,11 +196,17 @@ async fn work(job: Job) -> Tally {
 /// with `args` (what makes it run its worker entry). The start is set
 /// here, `lead` ahead, so that they begin together; returns the summed
 /// tally.
-pub async fn run_fleet(mut job: Job, args: &[&str], lead: Duration) -> Tally {
+pub async fn run_fleet(job: Job, args: &[&str], lead: Duration) -> Tally {
+    run_processes(job, args, lead, WORKERS).await
+}
+
+/// [`run_fleet`] with `workers` processes (1: one client alone, for a
+/// fleet to be measured beside).
+pub async fn run_processes(mut job: Job, args: &[&str], lead: Duration, workers: usize) -> Tally {
     job.start_ms = epoch_ms() + u64::try_from(lead.as_millis()).unwrap();
     let exe = std::env::current_exe().unwrap();
     let spec = job.encode();
-    let children: Vec<_> = (0..WORKERS)
+    let children: Vec<_> = (0..workers)
         .map(|_| {
             Command::new(&exe)
                 .args(args)
