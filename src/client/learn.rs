@@ -329,13 +329,7 @@ impl Pacer {
         let applied = if batch.is_empty() {
             Ok(())
         } else if signal.limits.is_empty() {
-            let mut first = Ok(());
-            for adjustment in batch {
-                if let Err(e) = limiter.adjust(adjustment).await {
-                    first = first.and(Err(e));
-                }
-            }
-            first
+            crate::limiter::adjust_in_turn(limiter.as_ref(), batch).await
         } else {
             limiter.learn(batch).await
         };

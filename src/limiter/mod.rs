@@ -287,15 +287,7 @@ pub trait Limiter: Send + Sync + 'static {
     /// their own 5 to 105 ms later); a server's block and a cut or growth
     /// of the rate are written before it returns.
     fn learn(&self, adjustments: Vec<Adjustment>) -> BoxFuture<'_, Result<(), Error>> {
-        Box::pin(async move {
-            let mut first = None;
-            for adjustment in adjustments {
-                if let Err(e) = self.adjust(adjustment).await {
-                    first.get_or_insert(e);
-                }
-            }
-            first.map_or(Ok(()), Err)
-        })
+        Box::pin(adjust_in_turn(self, adjustments))
     }
 
     /// Wait until `weight` tokens are granted, within `bounds`: refused at
@@ -322,6 +314,21 @@ pub trait Limiter: Send + Sync + 'static {
             self.acquire(weight).await.map(|()| Grant::default())
         })
     }
+}
+
+/// Apply `adjustments` to `limiter` one by one, each after the last is
+/// applied; the first error, the others still applied.
+pub(crate) async fn adjust_in_turn<L: Limiter + ?Sized>(
+    limiter: &L,
+    adjustments: Vec<Adjustment>,
+) -> Result<(), Error> {
+    let mut first = None;
+    for adjustment in adjustments {
+        if let Err(e) = limiter.adjust(adjustment).await {
+            first.get_or_insert(e);
+        }
+    }
+    first.map_or(Ok(()), Err)
 }
 
 impl<A: Algorithm> RateLimiter<A> {

@@ -436,7 +436,7 @@ impl Core {
                     too_fast,
                 } => {
                     {
-                        let mut lessons = self.lessons.lock().unwrap_or_else(|e| e.into_inner());
+                        let mut lessons = crate::sync::lock(&self.lessons);
                         lessons.sleeps_until(sent + wait, sent);
                     }
                     let refund = Refund {
@@ -678,26 +678,26 @@ impl Core {
         }
         self.apply_to_fallback(adjustments);
         let sender = {
-            let mut lessons = self.lessons.lock().unwrap_or_else(|e| e.into_inner());
+            let mut lessons = crate::sync::lock(&self.lessons);
             lessons.keep(adjustments)
         };
         if let (Some(number), Ok(runtime)) = (sender, runtime) {
             let core = Arc::clone(self);
             let task = runtime.spawn(async move {
                 let at = {
-                    let lessons = core.lessons.lock().unwrap_or_else(|e| e.into_inner());
+                    let lessons = crate::sync::lock(&core.lessons);
                     lessons.send_at(tokio::time::Instant::now())
                 };
                 tokio::time::sleep_until(at).await;
                 let ops = {
-                    let mut lessons = core.lessons.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut lessons = crate::sync::lock(&core.lessons);
                     lessons.take_for(number)
                 };
                 if let Err(e) = core.write(&ops).await {
                     lost(&ops, &e);
                 }
             });
-            let mut lessons = self.lessons.lock().unwrap_or_else(|e| e.into_inner());
+            let mut lessons = crate::sync::lock(&self.lessons);
             if lessons.sender == Some(number) {
                 lessons.sender_task = Some(task);
             }
@@ -707,7 +707,7 @@ impl Core {
 
     /// The lessons waiting, for a call to carry.
     fn take_lessons(&self) -> Vec<Op> {
-        let mut lessons = self.lessons.lock().unwrap_or_else(|e| e.into_inner());
+        let mut lessons = crate::sync::lock(&self.lessons);
         lessons.take()
     }
 
