@@ -916,8 +916,11 @@ impl Adaptive {
             .congestion
             .cut(now, self.sent, (delivered, admitted), t);
         if let Some(wait) = self.server_wait(signal) {
-            self.congestion.blocked_for(wait, t);
+            self.congestion.blocked_for(now, wait, t);
         }
+        // The block may have measured a lower rate than the cut (see
+        // `Congestion::blocked_for`).
+        let rate = rate.min(self.congestion.rate);
         self.lowered_to(rate, granted_rate.map(|_| delivered), out);
         out.extend(self.capacity_adjustment(1));
         out.push(Adjustment::LimitRemaining(0));

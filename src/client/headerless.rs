@@ -48,6 +48,12 @@
 //!   as long as the cycle admitted before its lockout, a refusal after its
 //!   end cuts the rate but keeps the target: a log the cycle overran
 //!   refuses until those admissions age out.
+//! - **Block.** A refusal that holds the key (`Retry-After`) for at least
+//!   [`Tuning::spent_share`] of a cycle of [`Tuning::min_cycle`] or more
+//!   ends the cycle at the block's end, as a lockout does: what the cycle
+//!   let through over that span bounds the rate that is too fast (a
+//!   window or log spent in slow start's first seconds; a second's
+//!   admissions read the burst).
 //! - **Recovery.** The rate climbs back to [`Tuning::recover_to`] of the
 //!   rate that was too fast, linearly over [`Tuning::recovery`].
 //! - **Hold, then probe.** The target is held for [`Tuning::first_hold`]
@@ -737,12 +743,13 @@ impl Congestion {
 
     /// The last refusal held the key for `wait` (its `Retry-After`): the
     /// next probe is no sooner than [`Tuning::blocked_hold`] times that.
-    pub(crate) fn blocked_for(&mut self, wait: Duration, t: &Tuning) {
+    pub(crate) fn blocked_for(&mut self, now: Instant, wait: Duration, t: &Tuning) {
         // A wait of nothing (`Retry-After: 0`, a few milliseconds rounded
         // down) holds nothing, and costs a refused probe nothing either.
         if wait.is_zero() {
             return;
         }
+        self.block_ends_cycle(now, wait, t);
         // Doubled as often as the hold was for refusals at one ceiling.
         let wait = wait.min(t.max_hold);
         let factor = t.blocked_hold * f64::from(1u32 << self.ceiling_sightings.min(8));
@@ -757,6 +764,52 @@ impl Congestion {
             let gain = (1.0 - self.target / guess).max(1.0 / t.blocked_hold);
             self.climb_hold = self.climb_hold.max(wait.div_f64(gain).min(hold));
         }
+    }
+
+    /// A refusal at `now` that holds the key for `wait` ends the cycle at
+    /// the block's end, as a lockout's end does (see
+    /// [`admitted`](Self::admitted)): where the block is at least
+    /// [`Tuning::spent_share`] of a cycle of [`Tuning::min_cycle`] or
+    /// more, what the cycle let through over its span to the block's end
+    /// bounds the rate that is too fast. A window or log that slow start
+    /// spent in a few seconds holds the key until the window ends (or its
+    /// first admissions age out), and its quota over that span is its
+    /// limit; the second's admissions before the refusal read the burst.
+    /// A short block at the end of a long cycle measures nothing (the
+    /// cycle's average is what the key chose to send), and a bound above
+    /// the rate already found too fast says nothing new.
+    ///
+    /// After the block, the refusals of a log whose admissions the key's
+    /// burst overran (it frees its slots as fast as they were spent) keep
+    /// the target for as long as that burst lasted (see
+    /// `measured_until`), and the next cycle begins when the block ends.
+    fn block_ends_cycle(&mut self, now: Instant, wait: Duration, t: &Tuning) {
+        let Some((since, admitted)) = self.cycle else {
+            return;
+        };
+        let ends = now + wait;
+        // A wait in whole seconds may have been rounded up: the shortest
+        // it stands for bounds the rate from above.
+        let shortest = match wait.subsec_nanos() {
+            0 => wait.saturating_sub(Duration::from_secs(1)),
+            _ => wait,
+        };
+        let span = (now + shortest).saturating_duration_since(since);
+        let blocked_enough = shortest.as_secs_f64() >= span.as_secs_f64() * t.spent_share;
+        if span < t.min_cycle || (admitted as f64) < t.min_sample || !blocked_enough {
+            return;
+        }
+        let limit = admitted as f64 / span.as_secs_f64();
+        if limit >= self.too_fast {
+            return;
+        }
+        self.too_fast = limit;
+        self.target = self.target.min(limit * t.recover_to).max(t.min_rate);
+        self.rate = self.rate.min(self.target);
+        self.cut_to = self.rate;
+        self.guess = self.guess.filter(|&g| g <= limit);
+        self.measured_until = Some(ends + now.saturating_duration_since(since));
+        self.cycle = Some((ends, 0));
     }
 
     /// While locked out, how long the key holds every call after a
@@ -938,6 +991,50 @@ mod tests {
         assert_eq!(c.too_fast, at_end);
     }
 
+    /// Slow start spends a window of 300 in its first 3 s (seen to admit
+    /// 150 a second) and the refusal holds the key 7.5 s: the window is
+    /// 300 per 10.5 s at most, and that is what the key comes back to,
+    /// not the burst's second. After the block the refusals of a log
+    /// freeing its slots as fast as the burst spent them keep that target
+    /// for as long as the burst lasted. A whole-second wait may have been
+    /// rounded up: the bound takes the shortest it stands for. A short
+    /// block at the end of a long cycle measures nothing.
+    #[test]
+    fn a_long_block_ends_the_cycle_and_bounds_the_rate_by_what_it_let_through() {
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        let spent = |wait: Duration| {
+            let mut c = Congestion::resumed(Phase::SlowStart, 40.0, 0.0);
+            for k in 0..300 {
+                c.admitted(at(10 * k), &T);
+            }
+            let admitted = Admitted {
+                average: 150.0,
+                at_end: 250.0,
+            };
+            c.cut(at(3_000), 301, (250.0, Some(admitted)), &T);
+            assert_eq!(c.target(), 150.0 * T.recover_to);
+            c.blocked_for(at(3_000), wait, &T);
+            c
+        };
+        let c = spent(Duration::from_millis(7_500));
+        let limit = 300.0 / 10.5;
+        assert!((c.too_fast - limit).abs() < 1e-9, "{}", c.too_fast);
+        assert!((c.target() - limit * T.recover_to).abs() < 1e-9);
+        assert!(c.rate <= c.target());
+        assert_eq!(c.guess, None);
+        // Refused just after the block, the target stands.
+        let mut after = c;
+        after.cut(at(10_600), 302, (c.target(), None), &T);
+        assert_eq!(after.target(), c.target());
+        // `Retry-After: 8` may stand for 7.01 s: 300 per 10 s at most.
+        let c = spent(Duration::from_secs(8));
+        assert!((c.too_fast - 30.0).abs() < 1e-9, "{}", c.too_fast);
+        // A 500 ms block after 3 s of sending is a burst's refusal.
+        let c = spent(Duration::from_millis(500));
+        assert_eq!(c.target(), 150.0 * T.recover_to);
+    }
+
     /// Slow start cut where the server was seen to admit 11 a second on
     /// average and the ramp had reached 20: the instant, the regime and
     /// the rate it cut to.
@@ -960,7 +1057,7 @@ mod tests {
     #[test]
     fn a_refusal_that_holds_the_key_puts_the_climb_off_until_the_hold() {
         let (start, mut c, mut rate) = slow_start_cut_at_11_of_20();
-        c.blocked_for(Duration::from_secs(1), &T);
+        c.blocked_for(start, Duration::from_secs(1), &T);
         let hold = Duration::from_secs(1).div_f64(1.0 - 11.0 * T.recover_to / 20.0);
         assert!(hold < Duration::from_secs(1).mul_f64(T.blocked_hold));
         let step = 0.05;
@@ -991,7 +1088,7 @@ mod tests {
     #[test]
     fn a_short_block_puts_the_climb_off_for_its_share_only() {
         let (start, mut c, mut rate) = slow_start_cut_at_11_of_20();
-        c.blocked_for(Duration::from_millis(10), &T);
+        c.blocked_for(start, Duration::from_millis(10), &T);
         let step = 0.05;
         let mut at = start;
         let mut recovered = None;
@@ -1047,7 +1144,7 @@ mod tests {
         c.cut(at, 2, (15.0, Some(admitted)), &T);
         assert!(!c.climbing());
         assert_eq!(c.hold, T.first_hold * 2);
-        c.blocked_for(Duration::from_secs(1), &T);
+        c.blocked_for(start, Duration::from_secs(1), &T);
         let blocked = Duration::from_secs(1).mul_f64(T.blocked_hold * 2.0);
         assert_eq!(c.hold, blocked.min(T.max_hold));
         // Refused between the two, the climb found a new ceiling: the
@@ -1066,7 +1163,7 @@ mod tests {
             &T,
         );
         assert_eq!(c.hold, T.first_hold);
-        c.blocked_for(Duration::from_secs(1), &T);
+        c.blocked_for(start, Duration::from_secs(1), &T);
         assert_eq!(c.hold, Duration::from_secs(1).mul_f64(T.blocked_hold));
     }
 
@@ -1076,7 +1173,7 @@ mod tests {
     #[test]
     fn a_retry_after_of_zero_does_not_put_the_climb_off() {
         let (start, mut c, mut rate) = slow_start_cut_at_11_of_20();
-        c.blocked_for(Duration::ZERO, &T);
+        c.blocked_for(start, Duration::ZERO, &T);
         let step = 0.05;
         let mut at = start;
         while at < start + T.recovery + T.guess_climb * 2 {
@@ -1175,7 +1272,7 @@ mod tests {
     #[test]
     fn a_target_found_far_too_high_starts_the_holds_over() {
         let (start, mut c, _) = slow_start_cut_at_11_of_20();
-        c.blocked_for(Duration::from_secs(1), &T);
+        c.blocked_for(start, Duration::from_secs(1), &T);
         assert!(c.hold > T.first_hold);
         c.admitted(start + Duration::from_millis(100), &T);
         let held = c.target();
