@@ -68,7 +68,10 @@
 //!   that reading gave was refused a few seconds later, again and again).
 //!   A probe refused where the one before it was, after the target it
 //!   left was refused when held, found the same ceiling too (that burst
-//!   lets an accelerating probe run about as far each time). Against a
+//!   lets an accelerating probe run about as far each time). Once a probe
+//!   has found the ceiling again, a hold lasts at least
+//!   [`Tuning::probe_sends`] sends at the target: a slow server's probes
+//!   cost the same share of its requests as a fast one's. Against a
 //!   steady server the key settles into one refusal per `max_hold`. A refusal elsewhere (the server changed)
 //!   starts the holds over, as does a refusal at or below the target that
 //!   finds it far too high ([`Tuning::holds_over_below`]). A refusal that
@@ -169,6 +172,13 @@ pub(crate) struct Tuning {
     /// The longest hold: one refusal per this long against a steady
     /// server, and the longest a grown capacity goes unnoticed.
     pub(crate) max_hold: Duration,
+    /// Once a probe has found the ceiling again, a hold lasts at least
+    /// this many sends at the target (up to [`max_hold`](Self::max_hold)):
+    /// a refused probe costs a refusal or two, and a slow key spends a
+    /// second's hold on a few sends. More
+    /// costs a slow server fewer refusals; fewer finds its grown capacity
+    /// sooner.
+    pub(crate) probe_sends: f64,
     /// A refusal that holds the key for a while (its `Retry-After`) costs
     /// that while: the next probe waits at least this many times as long
     /// (doubled as often as the hold was by probes refused at one ceiling),
@@ -234,6 +244,7 @@ impl Tuning {
         first_hold: Duration::from_secs(8),
         holds_over_below: 0.5,
         max_hold: Duration::from_secs(64),
+        probe_sends: 200.0,
         same_ceiling: 0.1,
         blocked_hold: 32.0,
         max_rise: 0.05,
@@ -861,6 +872,22 @@ impl Congestion {
         Some((first * 2u32.pow(doublings)).min(t.max_lockout_wait))
     }
 
+    /// How long the target `target` is held before a probe: the hold, and
+    /// once a probe has found the ceiling the target was read from, no
+    /// fewer than [`Tuning::probe_sends`] sends at the target (up to
+    /// [`Tuning::max_hold`]). Before, the target may lie well below the
+    /// ceiling (a cut from a burst, a fleet's first cuts), and the first
+    /// hold is all a probe waits.
+    fn hold_at(&self, target: f64, t: &Tuning) -> Duration {
+        if self.ceiling_sightings == 0 {
+            return self.hold;
+        }
+        let sends = Duration::try_from_secs_f64(t.probe_sends / target.max(t.min_rate))
+            .unwrap_or(t.max_hold)
+            .min(t.max_hold);
+        self.hold.max(sends)
+    }
+
     /// The rate after a success at `now`, from `current`, with `dt` seconds
     /// of sending since the last growth.
     pub(crate) fn grow(&mut self, now: Instant, current: f64, dt: f64, t: &Tuning) -> f64 {
@@ -907,7 +934,7 @@ impl Congestion {
         let since = *self.held_since.get_or_insert(now);
         let probing_for = now
             .saturating_duration_since(since)
-            .saturating_sub(self.hold);
+            .saturating_sub(self.hold_at(target, t));
         if probing_for.is_zero() {
             return current.max(target);
         }
@@ -1605,6 +1632,24 @@ mod tests {
             reached >= over - 0.06 && reached <= over + 0.06,
             "{reached}"
         );
+    }
+
+    /// Held at a target a probe found again, a slow key holds for
+    /// `probe_sends` sends (up to the longest hold) and a fast one for the
+    /// hold; before any probe found it, the first hold is all it waits.
+    #[test]
+    fn a_ceiling_found_again_is_held_for_a_number_of_sends() {
+        let held = |rate: f64, sightings: u32| {
+            let mut c = Congestion::resumed(Phase::Steady, rate, rate / T.recover_to);
+            c.ceiling_sightings = sightings;
+            c.hold_at(c.target(), &T)
+        };
+        assert_eq!(held(3.0, 0), T.first_hold);
+        assert_eq!(held(3.0, 1), T.max_hold);
+        let slow = Duration::from_secs_f64(T.probe_sends / 10.0);
+        assert!(slow > T.first_hold && slow < T.max_hold);
+        assert!(held(10.0, 1).abs_diff(slow) < Duration::from_micros(1));
+        assert_eq!(held(1_000.0, 1), T.first_hold);
     }
 
     #[test]
