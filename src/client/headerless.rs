@@ -43,8 +43,10 @@
 //!   cycles in a row that let the same count through over the same length
 //!   show a window: within it, a probe's refusal names no ceiling (the
 //!   quota was spent, whatever the rate), and a lockout waits for the
-//!   window's end (up to [`Tuning::max_window_wait`] at a time) instead of
-//!   probing it with refusals; a cycle that disagrees forgets it. For
+//!   window's end (the windows following one another from the cycle's
+//!   start; up to [`Tuning::max_window_wait`] at a time) instead of
+//!   probing it with refusals, and its end measures the window's count
+//!   over its length; a cycle that disagrees forgets it. For
 //!   as long as the cycle admitted before its lockout, a refusal after its
 //!   end cuts the rate but keeps the target: a log the cycle overran
 //!   refuses until those admissions age out.
@@ -60,7 +62,10 @@
 //!   (after a lockout's cycle that measured a new limit, no longer than
 //!   that cycle: a window shows within one whether a rate holds),
 //!   then probed beyond, slowly at first and faster the longer no refusal
-//!   comes (the server's capacity may have grown). A probe refused near the
+//!   comes (the server's capacity may have grown), up to
+//!   [`Tuning::probe_reach`] times the target: admitted there for a hold
+//!   (and a window's length, where the lockouts showed one), the server
+//!   grew, and that rate is the target. A probe refused near the
 //!   rate the previous one was refused at (up to [`Tuning::probe_overrun`]
 //!   above it: a bucket's burst lets an accelerating probe run past its
 //!   rate before it refuses) doubles the hold, up to
@@ -119,7 +124,8 @@ pub(crate) struct Tuning {
     /// window's end, but no longer than this at a time. Longer waits a
     /// spent window out with fewer refusals; a call held longer than the
     /// retry policy's cap on a wait (`max_retry_after`, 60 s by default)
-    /// fails at once instead of waiting.
+    /// fails at once instead of waiting. (At 30 s, a minute's window that
+    /// a probe spent in its first seconds cost a second refusal each time.)
     pub(crate) max_window_wait: Duration,
     /// The end of a lockout measures what the server lets through (what
     /// it admitted over the cycle) only when the lockout lasted at least
@@ -198,6 +204,15 @@ pub(crate) struct Tuning {
     /// with a burst of 5). Larger reads fewer late refusals as a server
     /// grown; smaller finds a server grown by less sooner.
     pub(crate) probe_overrun: f64,
+    /// A probe climbs to at most this multiple of the target: admitted
+    /// there for a hold (and a window's length, where the lockouts showed
+    /// one), the server grew, and the rate reached is the next target.
+    /// Unbounded, a probe against a window its quota had not spent ran to
+    /// fifteen times the rate before the window refused it, and every
+    /// request it had in flight then was refused too. Larger finds a
+    /// much grown server in fewer holds; smaller spends less of a
+    /// window's quota early.
+    pub(crate) probe_reach: f64,
     /// A refused probe raises the target held before it by at most this
     /// share: a server that absorbs a burst refuses a probe late, above
     /// its limit. Larger finds a grown capacity in fewer probes; smaller
@@ -242,7 +257,7 @@ impl Tuning {
         lockout_decrease: 0.7,
         first_lockout_wait: Duration::from_millis(100),
         max_lockout_wait: Duration::from_secs(8),
-        max_window_wait: Duration::from_secs(30),
+        max_window_wait: Duration::from_secs(50),
         lockout_intervals: 2.0,
         spent_share: 0.25,
         recover_to: 0.97,
@@ -256,6 +271,7 @@ impl Tuning {
         probe_sends: 200.0,
         same_ceiling: 0.1,
         probe_overrun: 0.25,
+        probe_reach: 2.0,
         blocked_hold: 32.0,
         max_rise: 0.05,
         probe_per_second: 0.02,
@@ -269,6 +285,17 @@ impl Tuning {
 /// (a shorter lockout's doubling waits are no longer than its window) up
 /// to an hour.
 const ROUND_WINDOWS: [u64; 11] = [10, 15, 20, 30, 60, 120, 300, 600, 900, 1800, 3600];
+
+/// The first end after `now` of windows of length `window` one after
+/// another from `since`; none for a window of no length.
+fn next_end(since: Instant, window: Duration, now: Instant) -> Option<Instant> {
+    if window.is_zero() {
+        return None;
+    }
+    let passed = now.saturating_duration_since(since).as_secs_f64() / window.as_secs_f64();
+    let ends = (passed.floor() + 1.0).min(f64::from(u32::MAX));
+    since.checked_add(window.mul_f64(ends))
+}
 
 /// What the server was seen to admit over the last second, per second.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -325,6 +352,9 @@ pub(crate) struct Congestion {
     /// rises came back, and with them the refusals.) A server grown by
     /// less than [`Tuning::same_ceiling`] is found only by a lockout.
     refused_held: Option<f64>,
+    /// When the probe reached [`Tuning::probe_reach`] of the target, since
+    /// the last cut.
+    reached_at: Option<Instant>,
     /// The rate the last refused probe was refused at. A probe refused
     /// there again found the same ceiling, even where a refusal of the
     /// rate held moved the rate that was too fast since: a bucket with a
@@ -412,6 +442,7 @@ impl Congestion {
             cut_to: 0.0,
             refused_below: None,
             refused_held: None,
+            reached_at: None,
             probe_refused: None,
             cut_at: None,
             ceiling_sightings: 0,
@@ -507,7 +538,13 @@ impl Congestion {
         if span < 1.0 || (admitted as f64) < t.min_sample || !spent {
             return;
         }
-        let limit = admitted as f64 / span;
+        // Where the cycles show a window, its count over its length: a
+        // cycle held past one window (a probe spent the next one's quota
+        // early) lets several through, and its last refusal came before
+        // the end of the last.
+        let limit = windows.map_or(admitted as f64 / span, |(n, window)| {
+            n as f64 / window.as_secs_f64().max(1e-3)
+        });
         self.refused_held = None;
         self.probe_refused = None;
         self.window = windows.map(|(_, window)| window);
@@ -725,6 +762,7 @@ impl Congestion {
             held_since: None,
             admitted_since_cut: false,
             climb_hold: Duration::ZERO,
+            reached_at: None,
             ..*self
         };
         rate
@@ -853,11 +891,13 @@ impl Congestion {
         let doubling = self.doubling_lockout_wait(t)?;
         // Within a window the lockouts have shown, a refusal before its
         // end only extends a limiter that counts refusals: wait it out.
+        // Its windows follow one another from the cycle's start: a cycle
+        // held past one (a probe spent the second's quota) ends at the
+        // next.
         let window_end = self
             .window
             .zip(self.cycle)
-            .map(|(window, (since, _))| since + window)
-            .filter(|&end| end > now);
+            .and_then(|(window, (since, _))| next_end(since, window, now));
         if let Some(end) = window_end {
             return Some(doubling.max((end - now).min(t.max_window_wait)));
         }
@@ -956,7 +996,28 @@ impl Congestion {
         let speed = t.probe_per_second
             * target
             * 2f64.powf(probing_for.as_secs_f64() / t.probe_doubling.as_secs_f64());
-        current.max(target) + speed * dt
+        let probed = current.max(target) + speed * dt;
+        // Admitted all the way to the farthest a probe reaches: the server
+        // allows that much now (it grew), and the next probe goes on from
+        // there after a hold.
+        let reach = target * t.probe_reach;
+        if probed < reach {
+            return probed;
+        }
+        // Held there without a refusal for a hold (and a window's length,
+        // where the lockouts showed one: a window admits any rate until
+        // its quota is spent).
+        let reached = *self.reached_at.get_or_insert(now);
+        let long_enough = self.hold.max(self.window.unwrap_or(Duration::ZERO));
+        if now.saturating_duration_since(reached) >= long_enough {
+            self.target = reach;
+            self.too_fast = self.too_fast.max(reach / t.recover_to);
+            self.held_since = Some(now);
+            self.hold = t.first_hold;
+            self.ceiling_sightings = 0;
+            self.reached_at = None;
+        }
+        reach
     }
 }
 
@@ -1553,6 +1614,76 @@ mod tests {
         // A cycle that lets 120 through: no window.
         cycle(&mut c, 30_001, 119, 5_000, 40_000);
         assert_eq!(c.window, None);
+    }
+
+    /// A window of 10 s the lockouts have shown, and a cycle held past it
+    /// (the next window unrefused, a probe spending the one after early):
+    /// the lockout waits for the end of the window it is in, the windows
+    /// following one another from the cycle's start, and its end measures
+    /// one window's count over its length, not the two windows' count over
+    /// the span to the last refusal.
+    #[test]
+    fn a_cycle_held_past_its_window_waits_for_the_next_end_and_measures_one_window() {
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        let mut c = Congestion::resumed(Phase::Steady, 19.4, 20.0);
+        c.window = Some(Duration::from_secs(10));
+        c.measured = Some((200, Duration::from_secs(10)));
+        c.admitted(at(0), &T);
+        for k in 1..398 {
+            c.admitted(at(k * 30), &T);
+        }
+        c.rate = 2.0 * c.target();
+        c.cut(at(12_000), 398, (38.0, None), &T);
+        c.cut(at(12_100), 399, (38.0, None), &T);
+        assert!(c.locked);
+        assert_eq!(
+            c.lockout_wait(at(12_100), &T),
+            Some(Duration::from_millis(7_900))
+        );
+        c.admitted(at(20_000), &T);
+        assert_eq!(c.window, Some(Duration::from_secs(10)));
+        assert!((c.too_fast - 20.0).abs() < 1e-9, "{}", c.too_fast);
+        assert!((c.target() - 20.0 * T.recover_to).abs() < 1e-9);
+        assert_eq!(next_end(at(0), Duration::ZERO, at(5)), None);
+        assert_eq!(
+            next_end(at(0), Duration::from_secs(10), at(10_000)),
+            Some(at(20_000))
+        );
+    }
+
+    /// A probe climbs no further than [`Tuning::probe_reach`] of the
+    /// target. Admitted there for a hold, the server grew: that is the
+    /// target, and the next probe goes on from it. Where the lockouts
+    /// showed a window, it waits a window's length there first (a window
+    /// admits any rate until its quota is spent).
+    #[test]
+    fn a_probe_stops_at_its_reach_and_takes_it_as_the_target_once_held() {
+        let start = Instant::now();
+        let run = |window: Option<Duration>, secs: u64| {
+            let mut c = Congestion::resumed(Phase::Steady, 10.0, 10.0 / T.recover_to);
+            c.window = window;
+            let (mut rate, step) = (c.rate, 0.05);
+            let mut peak: f64 = 0.0;
+            for k in 1..=(secs as f64 / step) as u64 {
+                rate = c.grow(
+                    start + Duration::from_secs_f64(k as f64 * step),
+                    rate,
+                    step,
+                    &T,
+                );
+                peak = peak.max(rate);
+            }
+            (c, rate, peak)
+        };
+        let reach = 10.0 * T.probe_reach;
+        let (c, rate, peak) = run(None, 30);
+        assert!(peak <= reach * (1.0 + 1e-9), "{peak}");
+        assert!((c.target() - reach).abs() < 1e-9, "{}", c.target());
+        assert!(rate >= reach, "{rate}");
+        let (c, rate, peak) = run(Some(Duration::from_secs(60)), 40);
+        assert!((peak - reach).abs() < 1e-9 && (rate - reach).abs() < 1e-9);
+        assert_eq!(c.target(), 10.0);
     }
 
     /// A lockout's end measures 100 in 4.1 s; the cycle admitted for its
