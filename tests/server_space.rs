@@ -12,6 +12,9 @@
 //! SPACE_SEED=1000 SPACE_COUNT=200 cargo test --all-features --test server_space \
 //!     server_space -- --include-ignored --nocapture
 //! ```
+//!
+//! `server_space_over_ten_minutes` asserts the same goal over ten virtual
+//! minutes a server.
 #![cfg(feature = "testing")]
 
 mod zoo_support;
@@ -137,7 +140,34 @@ fn summary(runs: &[(ServerSpec, RunFigures)]) {
 async fn server_space() {
     let first = env_u64("SPACE_SEED", 0);
     let count = env_u64("SPACE_COUNT", 500);
-    let workload = Workload::default();
+    assert_goal_on_space(first, count, Workload::default());
+}
+
+/// The same goal over ten virtual minutes a server (seeds 0..500 by
+/// default, as the goal run): what a long run settles into, a probe's
+/// cost, a window's lockouts, a slow server's refusals spread over many
+/// more requests than slow start's. About 45 s on two threads.
+#[tokio::test(start_paused = true)]
+#[ignore = "known gap: on seeds 0..500, 45 servers miss the goal over ten minutes (goodput \
+            min 0.62, p10 0.966, median 0.981; refused p90 0.6 %, max 9.4 %; 6 failed logical \
+            requests): slow servers (2 to 5 a second) refused a little over 1 % by their probes \
+            and by slow start, buckets of one above 60 a second (a millisecond timer), \
+            header-less windows whose length the lockouts read late (a fixed window of 915 \
+            per 17 s read as 20.2 s, 0.82), a log whose echo of slow start's burst reads as \
+            its limit, and logs with millisecond resets read as refilling buckets (after a \
+            block, the echo of the key's own past sends reads as a refill of twice the limit, \
+            a quarter of the sends are refused for seconds, and a call refused four times \
+            fails: seeds 104 and 111)"]
+async fn server_space_over_ten_minutes() {
+    let first = env_u64("SPACE_SEED", 0);
+    let count = env_u64("SPACE_COUNT", 500);
+    assert_goal_on_space(first, count, Workload::new(16, Duration::from_secs(600)));
+}
+
+/// Runs the default client on `count` servers from seed `first` with
+/// `workload`, prints the distribution, the ten worst and the misses by
+/// kind, and asserts the goal on every one and on the median.
+fn assert_goal_on_space(first: u64, count: u64, workload: Workload) {
     let real = std::time::Instant::now();
     let threads = space::threads();
     let runs = space::run_seeds(first..first + count, workload, threads, |server| {
