@@ -910,3 +910,62 @@ async fn sweep_drops_idle_state_and_keeps_what_it_learned() {
     client.get(server.url()).send().await.unwrap();
     assert_eq!(client.current_rate("host", &key), Some(learned));
 }
+
+/// A refusal the key's model paces (its server admitted the key before,
+/// and the key goes slower after it) is the pacing's miss, not the call's:
+/// it costs no attempt, for up to as many such refusals as the policy
+/// allows attempts. A call that five `Retry-After: 0` refusals in a row
+/// fall on, after the key was admitted, is sent a sixth time and succeeds;
+/// one that eight fall on has spent its four attempts and the four free
+/// ones. A server that has never admitted the key is failing, not
+/// limiting: its refusals cost an attempt each, as before.
+#[tokio::test(start_paused = true)]
+async fn a_refusal_the_key_paces_costs_the_call_no_attempt() {
+    let server = RateLimitedServer::builder()
+        .limit(Rate::per_second(1000).unwrap())
+        .burst(1000)
+        .dialect(Dialect::None)
+        .start()
+        .await
+        .unwrap();
+    let client = exact_client();
+    assert_eq!(client.get(server.url()).send().await.unwrap().status(), 200);
+
+    server.inject(
+        Fault::too_many_requests()
+            .times(5)
+            .retry_after(RetryAfter::Seconds(0)),
+    );
+    let response = client.get(server.url()).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(server.requests().len(), 1 + 6);
+
+    server.inject(
+        Fault::too_many_requests()
+            .times(8)
+            .retry_after(RetryAfter::Seconds(0)),
+    );
+    let error = client.get(server.url()).send().await.unwrap_err();
+    assert_eq!(
+        error.gave_up(),
+        Some(reqwest_pace::retry::GiveUp::AttemptsExhausted)
+    );
+    assert_eq!(server.requests().len(), 1 + 6 + 8);
+
+    let never = RateLimitedServer::builder()
+        .dialect(Dialect::None)
+        .start()
+        .await
+        .unwrap();
+    never.inject(
+        Fault::too_many_requests()
+            .times(8)
+            .retry_after(RetryAfter::Seconds(0)),
+    );
+    let error = exact_client().get(never.url()).send().await.unwrap_err();
+    assert_eq!(
+        error.gave_up(),
+        Some(reqwest_pace::retry::GiveUp::AttemptsExhausted)
+    );
+    assert_eq!(never.requests().len(), 4);
+}

@@ -97,6 +97,9 @@ pub(crate) struct Call {
     pub(crate) priority: Priority,
     pub(crate) first_send: Option<Instant>,
     pub(crate) attempt: u32,
+    /// How many of its attempts were refusals the key's model paces
+    /// (see [`Call::counted_attempts`]).
+    paced_refusals: u32,
     previous_delay: Option<Duration>,
     /// The last status any attempt got, kept across later attempts that got
     /// none (a 503, then connect errors, still reports the 503).
@@ -112,9 +115,24 @@ impl Call {
             priority,
             first_send: None,
             attempt: 0,
+            paced_refusals: 0,
             previous_delay: None,
             last_status: None,
         }
+    }
+
+    /// The attempts the policy's `max_attempts` counts: a refusal the
+    /// key's model paces (its server admitted the key before, and the key
+    /// now goes slower) is the pacing's miss, not the call's failure, and
+    /// costs no attempt, for up to as many such refusals as the policy
+    /// allows attempts (the call's time limit bounds them too). A log read
+    /// as a refilling bucket refused a quarter of a key's sends for
+    /// seconds, each with `Retry-After: 0`, and a call that four of them
+    /// fell on failed while the others went through.
+    pub(crate) fn counted_attempts(&self, max_attempts: u32) -> u32 {
+        self.attempt
+            .saturating_sub(self.paced_refusals.min(max_attempts))
+            .max(1)
     }
 
     /// The call's route, as far as server buckets go: method and path.
@@ -343,6 +361,9 @@ impl Pacer {
                 )
                 .await;
             let paced = taught.paced;
+            if paced {
+                call.paced_refusals += 1;
+            }
             drop(sent);
             call.last_status = result
                 .as_ref()
@@ -394,7 +415,8 @@ impl Pacer {
     /// A copy of the request for the next attempt, when there may be one.
     fn replay(&self, call: &Call, request: &Request) -> Option<Request> {
         let policy = &self.inner.policy;
-        let may_retry = policy.allows_method(&call.method) && call.attempt < policy.max_attempts();
+        let may_retry = policy.allows_method(&call.method)
+            && call.counted_attempts(policy.max_attempts()) < policy.max_attempts();
         may_retry.then(|| request.try_clone()).flatten()
     }
 
@@ -562,7 +584,7 @@ impl Pacer {
         }
         let now = Instant::now();
         let attempted = Attempted {
-            number: call.attempt,
+            number: call.counted_attempts(policy.max_attempts()),
             outcome: read.outcome,
             method: &call.method,
             replayable,

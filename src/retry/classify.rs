@@ -128,7 +128,13 @@ impl RetryPolicy {
         RetryPolicy::default().with_max_attempts(1)
     }
 
-    /// Attempts in all, the first included (at least 1).
+    /// Attempts in all, the first included (at least 1). A client that
+    /// paces (`ThrottledClient`, `PaceMiddleware`, the tower layer) does
+    /// not count a refusal its key's model paces (a 429 or 503 from a
+    /// server that admitted the key before, after which the key goes
+    /// slower): that is the pacing's miss, not the call's failure. Such
+    /// refusals are free up to this many again; the call's time limit
+    /// bounds them as it bounds every wait.
     pub fn with_max_attempts(mut self, attempts: u32) -> Self {
         self.max_attempts = attempts.max(1);
         self
