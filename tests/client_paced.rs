@@ -921,13 +921,7 @@ async fn sweep_drops_idle_state_and_keeps_what_it_learned() {
 /// limiting: its refusals cost an attempt each, as before.
 #[tokio::test(start_paused = true)]
 async fn a_refusal_the_key_paces_costs_the_call_no_attempt() {
-    let server = RateLimitedServer::builder()
-        .limit(Rate::per_second(1000).unwrap())
-        .burst(1000)
-        .dialect(Dialect::None)
-        .start()
-        .await
-        .unwrap();
+    let server = server(Dialect::None, 1000, 1000).await;
     let client = exact_client();
     assert_eq!(client.get(server.url()).send().await.unwrap().status(), 200);
 
