@@ -667,6 +667,14 @@ impl Congestion {
                 // The climb refused where slow start's admissions said the
                 // limit was: the second sighting of that ceiling.
                 let seen = self.guess.is_some() && t.same_rate(delivered, held / t.recover_to);
+                // Refused only after a while at its reach, twice the
+                // target: the server let the key through at far more than
+                // the target held, and a refusal of that target read
+                // before no longer names its ceiling.
+                if self.reached_at.is_some() {
+                    self.refused_held = None;
+                    self.probe_refused = None;
+                }
                 // A probe accelerates past a bucket's rate for as long as
                 // its burst lasts: refused a little further above the
                 // ceiling than a refusal at a steady rate would be.
@@ -1684,6 +1692,29 @@ mod tests {
         let (c, rate, peak) = run(Some(Duration::from_secs(60)), 40);
         assert!((peak - reach).abs() < 1e-9 && (rate - reach).abs() < 1e-9);
         assert_eq!(c.target(), 10.0);
+    }
+
+    /// A probe refused only after a while at its reach (twice the
+    /// target) forgets the refusal of the target held before: the server
+    /// let the key through at far more than that. The target goes under
+    /// the rate refused, where a probe refused at the same rate as the
+    /// last would otherwise have kept it pinned under that old refusal
+    /// (a log held at 0.70 of its limit for ten minutes).
+    #[test]
+    fn a_probe_refused_at_its_reach_forgets_a_held_refusal() {
+        let now = Instant::now();
+        let pinned = |reached: bool| {
+            let mut c = Congestion::resumed(Phase::Steady, 10.0, 10.0 / T.recover_to);
+            c.refused_held = Some(10.3);
+            c.probe_refused = Some(20.0);
+            c.reached_at = reached.then(|| now - Duration::from_secs(1));
+            c.rate = 20.0;
+            c.admitted(now, &T);
+            c.cut(now, 1, (20.0, None), &T);
+            c.target()
+        };
+        assert_eq!(pinned(false), 10.0);
+        assert!((pinned(true) - 20.0 * T.recover_to).abs() < 1e-9);
     }
 
     /// A lockout's end measures 100 in 4.1 s; the cycle admitted for its
