@@ -183,9 +183,8 @@ pub(crate) struct Tuning {
     /// Once a probe has found the ceiling again, a hold lasts at least
     /// this many sends at the target (up to [`max_hold`](Self::max_hold)):
     /// a refused probe costs a refusal or two, and a slow key spends a
-    /// second's hold on a few sends. More
-    /// costs a slow server fewer refusals; fewer finds its grown capacity
-    /// sooner.
+    /// second's hold on a few sends. More costs a slow server fewer
+    /// refusals; fewer finds its grown capacity sooner.
     pub(crate) probe_sends: f64,
     /// A refusal that holds the key for a while (its `Retry-After`) costs
     /// that while: the next probe waits at least this many times as long
@@ -859,13 +858,17 @@ impl Congestion {
         let Some((since, admitted)) = self.cycle else {
             return;
         };
-        let ends = now + wait;
+        // A wait past what an instant holds is no block to measure.
+        let Some(ends) = now.checked_add(wait) else {
+            return;
+        };
         // A wait in whole seconds may have been rounded up: the shortest
         // it stands for bounds the rate from above.
         let shortest = match wait.subsec_nanos() {
             0 => wait.saturating_sub(Duration::from_secs(1)),
             _ => wait,
         };
+        // No later than `ends`, which the instant holds.
         let span = (now + shortest).saturating_duration_since(since);
         let blocked_enough = shortest.as_secs_f64() >= span.as_secs_f64() * t.spent_share;
         if span < t.min_cycle || (admitted as f64) < t.min_sample || !blocked_enough {
@@ -880,7 +883,7 @@ impl Congestion {
         self.rate = self.rate.min(self.target);
         self.cut_to = self.rate;
         self.guess = self.guess.filter(|&g| g <= limit);
-        self.measured_until = Some(ends + now.saturating_duration_since(since));
+        self.measured_until = ends.checked_add(now.saturating_duration_since(since));
         self.cycle = Some((ends, 0));
     }
 
@@ -1143,6 +1146,9 @@ mod tests {
         assert!((c.too_fast - 30.0).abs() < 1e-9, "{}", c.too_fast);
         // A 500 ms block after 3 s of sending is a burst's refusal.
         let c = spent(Duration::from_millis(500));
+        assert_eq!(c.target(), 150.0 * T.recover_to);
+        // A wait no instant holds measures nothing, and does not panic.
+        let c = spent(Duration::MAX);
         assert_eq!(c.target(), 150.0 * T.recover_to);
     }
 
