@@ -11,7 +11,11 @@
 //! So the interval lies in `(longest refused gap, shortest admitted gap]`,
 //! and each send can halve that bracket (in ratio): while it is wide the
 //! key is paced at its geometric middle, once it is narrow at its top,
-//! which the server has admitted.
+//! which the server has admitted. After a hold one send probes a shorter
+//! gap (the server may have grown); each refused probe doubles the hold,
+//! which lasts at least [`Tuning::probe_sends`] gaps once one was refused,
+//! so that a slow spacer's probes cost the share of its requests a fast
+//! one's do.
 //!
 //! A refilling bucket driven at its rate reads the same, and its interval
 //! is its rate: the same pace is right for it. Any other limiter soon
@@ -78,6 +82,13 @@ pub(crate) struct Tuning {
     pub(crate) max_hold: Duration,
     /// How much shorter than the bracket's top a probe's gap is.
     pub(crate) probe: f64,
+    /// Once a probe has been refused, a hold lasts at least this many
+    /// sends at the bracket's top (up to four times
+    /// [`max_hold`](Self::max_hold)): a spacer of 2 a second probed once a
+    /// minute is refused 1 % of its requests by its probes alone. More
+    /// costs a slow spacer fewer refusals; fewer finds its grown capacity
+    /// sooner.
+    pub(crate) probe_sends: f64,
 }
 
 impl Tuning {
@@ -93,6 +104,7 @@ impl Tuning {
         first_hold: Duration::from_secs(32),
         max_hold: Duration::from_secs(64),
         probe: 0.05,
+        probe_sends: 200.0,
     };
 
     /// How much two gaps must differ by to tell them apart: a refusal
@@ -188,10 +200,13 @@ impl Spacing {
 
     fn hold(&self, t: &Tuning) -> Duration {
         if self.hold.is_zero() {
-            t.first_hold
-        } else {
-            self.hold
+            return t.first_hold;
         }
+        let sends = self
+            .admitted
+            .map_or(Duration::ZERO, |top| top.mul_f64(t.probe_sends))
+            .min(t.max_hold * 4);
+        self.hold.max(sends)
     }
 
     /// Whether the bottom has been trusted for a whole hold at `now`.
@@ -229,6 +244,29 @@ mod tests {
     use super::*;
 
     const T: Tuning = crate::client::tuning::TUNING.spacing;
+
+    /// Once a probe has been refused, a slow spacer holds for
+    /// `probe_sends` of its gaps (up to four longest holds), a fast one
+    /// for the hold its refused probes doubled; before any, the first hold.
+    #[test]
+    fn a_slow_spacer_holds_for_a_number_of_sends() {
+        let held = |top_ms: u64, hold: Duration| {
+            let spacing = Spacing {
+                admitted: Some(Duration::from_millis(top_ms)),
+                hold,
+                ..Spacing::default()
+            };
+            spacing.hold(&T)
+        };
+        assert_eq!(held(500, Duration::ZERO), T.first_hold);
+        assert_eq!(
+            held(500, T.max_hold),
+            Duration::from_millis(500).mul_f64(T.probe_sends)
+        );
+        assert!(held(500, T.max_hold) > T.max_hold);
+        assert_eq!(held(50, T.max_hold), T.max_hold);
+        assert_eq!(held(5_000, T.max_hold), T.max_hold * 4);
+    }
 
     /// A server that admits a request at least `interval` after the last
     /// one it admitted, driven by the pace the spacing asks for (by
