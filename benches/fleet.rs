@@ -190,16 +190,9 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
     let mut beside: Vec<(String, ServerBuilder, Option<f64>, ServerBuilder)> = Vec::new();
-    for (name, _) in zoo::defeating() {
-        let make = || {
-            zoo::defeating()
-                .into_iter()
-                .find(|(n, _)| *n == name)
-                .map(|(_, b)| b)
-        };
-        if let (Some(one), Some(fleet)) = (make(), make()) {
-            beside.push((format!("`{name}`"), one, None, fleet));
-        }
+    // One builder for the client alone, one for the fleet.
+    for ((name, one), (_, fleet)) in zoo::defeating().into_iter().zip(zoo::defeating()) {
+        beside.push((format!("`{name}`"), one, None, fleet));
     }
     for seed in 0..space {
         let spec = space::ServerSpec::generate(seed);

@@ -997,6 +997,13 @@ impl Congestion {
             self.held_since = None;
             return guess;
         }
+        self.hold_then_probe(now, current, dt, t)
+    }
+
+    /// Hold the target, then probe beyond it, up to its reach
+    /// ([`Tuning::probe_reach`]).
+    fn hold_then_probe(&mut self, now: Instant, current: f64, dt: f64, t: &Tuning) -> f64 {
+        let target = self.target;
         let since = *self.held_since.get_or_insert(now);
         let probing_for = now
             .saturating_duration_since(since)
@@ -1008,9 +1015,8 @@ impl Congestion {
             * target
             * 2f64.powf(probing_for.as_secs_f64() / t.probe_doubling.as_secs_f64());
         let probed = current.max(target) + speed * dt;
-        // Admitted all the way to the farthest a probe reaches: the server
-        // allows that much now (it grew), and the next probe goes on from
-        // there after a hold.
+        // No further than its reach: admitted there long enough, the
+        // server grew, and the next probe goes on from there after a hold.
         let reach = target * t.probe_reach;
         if probed < reach {
             return probed;

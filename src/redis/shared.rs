@@ -578,12 +578,17 @@ impl Core {
     /// error returned; the others are written.
     pub(crate) async fn adjust(&self, adjustments: &[Adjustment]) -> Result<(), Error> {
         let (adjustments, refused) = self.spelled(adjustments);
-        self.apply_to_fallback(&adjustments);
-        // After the lessons still waiting, which came first.
+        self.write_now(&adjustments).await?;
+        refused.map_or(Ok(()), Err)
+    }
+
+    /// Write `adjustments` in one script call now, after the lessons still
+    /// waiting (which came first), and to the local fallback.
+    async fn write_now(&self, adjustments: &[(Adjustment, Op)]) -> Result<(), Error> {
+        self.apply_to_fallback(adjustments);
         let mut ops = self.take_lessons();
         ops.extend(adjustments.iter().map(|&(_, op)| op));
-        self.write(&ops).await?;
-        refused.map_or(Ok(()), Err)
+        self.write(&ops).await
     }
 
     /// The operations of `adjustments`, each with what it was made from;
@@ -671,10 +676,7 @@ impl Core {
         });
         let runtime = tokio::runtime::Handle::try_current();
         if urgent || runtime.is_err() {
-            let mut ops = self.take_lessons();
-            ops.extend(adjustments.iter().map(|&(_, op)| op));
-            self.apply_to_fallback(adjustments);
-            return self.write(&ops).await;
+            return self.write_now(adjustments).await;
         }
         self.apply_to_fallback(adjustments);
         let sender = {
