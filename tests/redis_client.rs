@@ -73,21 +73,24 @@ async fn two_clients_share_one_budget_per_host() {
     for t in tasks {
         t.await.unwrap();
     }
-    let at: Vec<Duration> = server.requests().iter().map(|r| r.at).collect();
+    let mut at: Vec<Duration> = server.requests().iter().map(|r| r.at).collect();
+    at.sort();
     assert_eq!(at.len(), 40);
-    // One shared bucket of 20/s, burst 1: 40 requests need 39 intervals of
-    // 50 ms. Two separate buckets would have taken half as long. (Redis
-    // keeps the time, so the server's clock can only see gaps at least
-    // this long, less scheduling jitter of a millisecond or two.)
-    let span = at[39] - at[0];
-    assert!(span >= Duration::from_millis(39 * 50 - 20), "{span:?}");
-    // And in no window of one second did more than 21 go (20 + the burst).
-    for (i, &start) in at.iter().enumerate() {
-        let in_window = at[i..]
-            .iter()
-            .take_while(|&&t| t < start + Duration::from_secs(1))
-            .count();
-        assert!(in_window <= 21, "{in_window} in the second from {start:?}");
+    // One shared bucket of 20/s, burst 1, first used after the server
+    // started: its k-th grant comes no sooner than k intervals of 50 ms
+    // after the server's start, and a request reaches the server only
+    // after its grant, so the k-th arrival does too. Two separate buckets
+    // would let the 40th in at about half that. This holds however busy
+    // the machine is: a late send only makes an arrival later. (Redis
+    // keeps the time; the slack covers its clock's rounding against
+    // tokio's.)
+    for (k, &arrived) in at.iter().enumerate() {
+        let earliest =
+            Duration::from_millis(50 * k as u64).saturating_sub(Duration::from_millis(20));
+        assert!(
+            arrived >= earliest,
+            "arrival {k} at {arrived:?}, before {earliest:?}"
+        );
     }
 }
 
