@@ -79,7 +79,9 @@
 //!   has found the ceiling again, a hold lasts at least
 //!   [`Tuning::probe_sends`] sends at the target: a slow server's probes
 //!   cost the same share of its requests as a fast one's. Against a
-//!   steady server the key settles into one refusal per `max_hold`. A refusal elsewhere (the server changed)
+//!   steady server the key settles into one refusal per `max_hold` (per
+//!   `probe_sends` sends, below `probe_sends / max_hold` a second). A
+//!   refusal elsewhere (the server changed)
 //!   starts the holds over, as does a refusal at or below the target that
 //!   finds it far too high ([`Tuning::holds_over_below`]). A refusal that
 //!   holds the key (`Retry-After`)
@@ -181,9 +183,11 @@ pub(crate) struct Tuning {
     /// server, and the longest a grown capacity goes unnoticed.
     pub(crate) max_hold: Duration,
     /// Once a probe has found the ceiling again, a hold lasts at least
-    /// this many sends at the target (up to [`max_hold`](Self::max_hold)):
-    /// a refused probe costs a refusal or two, and a slow key spends a
-    /// second's hold on a few sends. More costs a slow server fewer
+    /// this many sends at the target (up to four times
+    /// [`max_hold`](Self::max_hold), as a spacer's holds: at 2 a second a
+    /// probe every `max_hold` cost 0.7 % of the requests over ten
+    /// minutes): a refused probe costs a refusal or two, and a slow key
+    /// spends a second's hold on a few sends. More costs a slow server fewer
     /// refusals; fewer finds its grown capacity sooner.
     pub(crate) probe_sends: f64,
     /// A refusal that holds the key for a while (its `Retry-After`) costs
@@ -940,8 +944,8 @@ impl Congestion {
 
     /// How long the target `target` is held before a probe: the hold, and
     /// once a probe has found the ceiling the target was read from, no
-    /// fewer than [`Tuning::probe_sends`] sends at the target (up to
-    /// [`Tuning::max_hold`]). Before, the target may lie well below the
+    /// fewer than [`Tuning::probe_sends`] sends at the target (up to four
+    /// times [`Tuning::max_hold`]). Before, the target may lie well below the
     /// ceiling (a cut from a burst, a fleet's first cuts), and the first
     /// hold is all a probe waits.
     fn hold_at(&self, target: f64, t: &Tuning) -> Duration {
@@ -950,7 +954,7 @@ impl Congestion {
         }
         let sends = Duration::try_from_secs_f64(t.probe_sends / target.max(t.min_rate))
             .unwrap_or(t.max_hold)
-            .min(t.max_hold);
+            .min(t.max_hold * 4);
         self.hold.max(sends)
     }
 
@@ -1829,8 +1833,9 @@ mod tests {
     }
 
     /// Held at a target a probe found again, a slow key holds for
-    /// `probe_sends` sends (up to the longest hold) and a fast one for the
-    /// hold; before any probe found it, the first hold is all it waits.
+    /// `probe_sends` sends (up to four longest holds) and a fast one for
+    /// the hold; before any probe found it, the first hold is all it
+    /// waits.
     #[test]
     fn a_ceiling_found_again_is_held_for_a_number_of_sends() {
         let held = |rate: f64, sightings: u32| {
@@ -1839,7 +1844,10 @@ mod tests {
             c.hold_at(c.target(), &T)
         };
         assert_eq!(held(3.0, 0), T.first_hold);
-        assert_eq!(held(3.0, 1), T.max_hold);
+        let slowest = Duration::from_secs_f64(T.probe_sends / 3.0);
+        assert!(held(3.0, 1) > T.max_hold);
+        assert!(held(3.0, 1).abs_diff(slowest) < Duration::from_micros(1));
+        assert_eq!(held(0.2, 1), T.max_hold * 4);
         let slow = Duration::from_secs_f64(T.probe_sends / 10.0);
         assert!(slow > T.first_hold && slow < T.max_hold);
         assert!(held(10.0, 1).abs_diff(slow) < Duration::from_micros(1));
