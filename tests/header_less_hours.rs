@@ -145,6 +145,64 @@ async fn a_fixed_window_of_a_second_is_refused_at_most_once_a_minute() {
     assert_polite(&hour(server).await);
 }
 
+/// A window of 200 in ten seconds that begins with the first request
+/// after the last one ended (a counter with an expiry). As with the
+/// minute's quota, slow start spends the first window in its first
+/// seconds (a window refuses nothing until its count is spent), and the
+/// steady state is what is judged.
+#[tokio::test(start_paused = true)]
+#[ignore = "known gap: refused 6 times a minute (0.52 % of the requests, 0.967 of the \
+            limit): each probe past the target held runs into the window the lockouts \
+            showed, spends its quota early and is refused with the requests behind it, and \
+            the hold stays at 12 s; doubling it as after a probe refused outside a shown \
+            window (3 refusals every 70 s, 0.979) cost windows of a minute 1 to 2 % of \
+            the limit"]
+async fn a_fixed_window_of_ten_seconds_is_refused_at_most_once_a_minute() {
+    let server = header_less(Algorithm::FixedWindow {
+        limit: 200,
+        window: Duration::from_secs(10),
+    });
+    let hour = hour(server).await;
+    let steady = &hour.refused[SETTLING..];
+    let refusals: u64 = steady.iter().sum();
+    assert!(refusals <= steady.len() as u64, "{steady:?}");
+    let admitted: u64 = hour.admitted[SETTLING..].iter().sum();
+    let allowed = 20 * MINUTE * steady.len() as u64;
+    assert!(
+        admitted as f64 >= 0.95 * allowed as f64,
+        "{admitted} admitted of {allowed} allowed in the steady minutes"
+    );
+    assert_eq!(hour.figures.failed, 0);
+}
+
+/// Windows of a few seconds at a few a second, beginning with the first
+/// request after the last one ended, over ten minutes: the goal of the
+/// generated space (at least 0.95 of the limit, at most 1 % refused, no
+/// failed call). A probe accelerating into such a window spends its
+/// quota early, and the lockout right after its refusal says the ceiling
+/// held before stands; read as a new ceiling, every probe started the
+/// holds over, and 50 in 10 s was probed, and refused four times, every
+/// 23 s (0.890 of the limit, 4.1 % refused).
+#[tokio::test(start_paused = true)]
+async fn short_windows_of_a_few_a_second_meet_the_goal_over_ten_minutes() {
+    for (limit, secs) in [(50, 10), (100, 5)] {
+        let builder = header_less(Algorithm::FixedWindow {
+            limit,
+            window: Duration::from_secs(secs),
+        });
+        let figures = zoo_support::space::default_client_in_process(
+            builder,
+            16,
+            Duration::from_secs(10 * MINUTE),
+        )
+        .await;
+        assert!(
+            figures.goodput >= 0.95 && figures.refused <= 0.01 && figures.failed == 0,
+            "{limit} per {secs} s: {figures:?}"
+        );
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_sliding_log_is_refused_at_most_once_a_minute() {
     let server = header_less(Algorithm::SlidingLog {

@@ -79,7 +79,10 @@
 //!   that reading gave was refused a few seconds later, again and again).
 //!   A probe refused where the one before it was, after the target it
 //!   left was refused when held, found the same ceiling too (that burst
-//!   lets an accelerating probe run about as far each time). Once a probe
+//!   lets an accelerating probe run about as far each time). A probe
+//!   refused and then locked out found the ceiling held before too: it
+//!   spent a window's quota, which admits any rate until it is spent (see
+//!   `ProbeRead`). Once a probe
 //!   has found the ceiling again, a hold lasts at least
 //!   [`Tuning::probe_sends`] sends at the target: a slow server's probes
 //!   cost the same share of its requests as a fast one's. Against a
@@ -441,10 +444,30 @@ pub(crate) struct Congestion {
     /// lockout's wait let through, and a wait of the window's length read
     /// one that late confirms itself, cycle after cycle).
     window_open: Option<Duration>,
+    /// What the last cut, a refused probe, read over: see [`ProbeRead`].
+    probe_read: Option<ProbeRead>,
     /// Whether the last refusal was a probe's within the window: a
     /// lockout is expected next, and an admission instead forgets the
     /// window.
     window_probe: bool,
+}
+
+/// What a refused probe read its ceiling over: the hold, the sightings
+/// and the refusal of a held target it found, the rate that was too fast
+/// and the target held before it. A lockout right after it (refused again
+/// with nothing admitted since) shows that the probe spent a quota (a
+/// window admits any rate until its count is spent, so a probe
+/// accelerating into one is refused far above the window's rate), not
+/// that it found a rate: the ceiling held before was found again. (Read
+/// as another ceiling, each such probe started the holds over, and a
+/// window of 50 per 10 s was probed, and refused four times, every 23 s.)
+#[derive(Debug, Clone, Copy)]
+struct ProbeRead {
+    hold: Duration,
+    sightings: u32,
+    refused_held: Option<f64>,
+    too_fast: f64,
+    target: f64,
 }
 
 impl Congestion {
@@ -478,6 +501,7 @@ impl Congestion {
             measured: None,
             window: None,
             window_open: None,
+            probe_read: None,
             window_probe: false,
         }
     }
@@ -639,6 +663,7 @@ impl Congestion {
         let probing = self.phase == Phase::Steady && self.rate > self.target;
         let overrun = self.measured_until.is_some_and(|until| now < until);
         let held = self.target;
+        let probe_read = self.probe_read.take();
         let mut guess = None;
         let (too_fast, target, rate) = match self.phase {
             Phase::Open | Phase::SlowStart => {
@@ -669,7 +694,25 @@ impl Congestion {
                 self.lockouts = self.lockouts.saturating_add(1);
                 self.last_refused = Some(now);
                 let from = self.rate.min(delivered);
-                (self.too_fast, held, from * t.lockout_decrease)
+                // Locked out right after a refused probe: the probe spent
+                // a quota, and found the ceiling held before it again. The
+                // hold doubles and the target rises by a step at most, as
+                // after a probe refused where the last one was; but no
+                // sighting is counted (the holds that last
+                // `probe_sends` sends are for a ceiling a probe's rate
+                // found: the target held may be a lockout's low guess).
+                let (too_fast, target) = match probe_read {
+                    Some(before) => {
+                        self.hold = (before.hold * 2).min(t.max_hold);
+                        self.ceiling_sightings = before.sightings;
+                        self.refused_held = before.refused_held;
+                        self.refused_below = None;
+                        let step = before.target * (1.0 + t.max_rise);
+                        (before.too_fast, held.min(step).max(before.target))
+                    }
+                    None => (self.too_fast, held),
+                };
+                (too_fast, target, from * t.lockout_decrease)
             }
             // A probe refused: the target held through the hold was fine,
             // and the server refused somewhere between it and `delivered`.
@@ -721,6 +764,7 @@ impl Congestion {
                             .probe_refused
                             .is_some_and(|p| t.same_rate(delivered, p)));
                 self.probe_refused = Some(delivered);
+                self.probe_read = Some(self.probe_read_now(held));
                 self.ceiling_read(same, t.first_hold, t);
                 let most = if same {
                     let shown = self
@@ -808,6 +852,17 @@ impl Congestion {
             ..*self
         };
         rate
+    }
+
+    /// What a probe refused now, from the target `held`, reads over.
+    fn probe_read_now(&self, held: f64) -> ProbeRead {
+        ProbeRead {
+            hold: self.hold,
+            sightings: self.ceiling_sightings,
+            refused_held: self.refused_held,
+            too_fast: self.too_fast,
+            target: held,
+        }
     }
 
     /// A refused probe or the end of a lockout read a ceiling: the `same`
@@ -1905,21 +1960,26 @@ mod tests {
 
     /// A window of 46 a second probed past after a nine-second cycle at
     /// 38 a second: locked out for a tenth of a second at the cycle's end,
-    /// the cycle's average is the key's own pace, and the target the
-    /// probe's refusal set stands.
+    /// the cycle's average is the key's own pace and measures nothing. The
+    /// lockout right after the probe shows a quota spent, not a rate: the
+    /// ceiling held before was found again (the hold doubles), and the
+    /// target rises by a step.
     #[test]
     fn a_short_lockout_at_the_end_of_a_long_cycle_measures_nothing() {
         let start = Instant::now();
         let at = |ms| start + Duration::from_millis(ms);
         let mut c = steady_after(start, (38.0, 40.0), 342, 26);
+        let (held, hold) = (c.target(), c.hold);
         c.rate = 51.5;
         c.cut(at(9_000), 342, (51.5, None), &T);
-        let target = c.target();
+        assert!(c.target() > held * (1.0 + T.max_rise), "{}", c.target());
         c.cut(at(9_020), 343, (45.0, None), &T);
         assert!(c.lockout_wait(at(9_020), &T).is_some(), "locked out");
+        assert_eq!(c.hold, hold * 2);
         c.admitted(at(9_130), &T);
-        assert_eq!(c.target(), target, "the probe's target stands");
+        assert!((c.target() - held * (1.0 + T.max_rise)).abs() < 1e-9);
         assert!(c.target() > 342.0 / 9.0);
+        assert_eq!(c.hold, hold * 2);
     }
 
     /// Cut to 2.1 a second, the climb back to the target takes 8 sends (3.8
