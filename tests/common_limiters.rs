@@ -1,0 +1,141 @@
+//! The default client against the limiters people configure most, with no
+//! rate-limit headers (with `Retry-After` on a refusal, and without), over
+//! ten virtual minutes each: round quotas (20 a second, 100 in 10 s, 1,200 a
+//! minute) in fixed windows (each beginning with the first request after
+//! the last one ended, as a counter with an expiry does), sliding logs and
+//! sliding counters, and buckets of 2 to 100 a second with small and large
+//! bursts. The generated space (`tests/server_space.rs`) draws odd
+//! parameters from a grammar; this grid holds the round ones a user meets
+//! first, where a miss is one every user of such a server sees.
+//!
+//! ```text
+//! cargo test --release --all-features --test common_limiters -- --include-ignored --nocapture
+//! ```
+//!
+//! About 15 s on two threads in release.
+#![cfg(feature = "testing")]
+
+mod zoo_support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use reqwest_pace::testing::space::RunFigures;
+use reqwest_pace::testing::{Algorithm, Dialect, RateLimitedServer};
+use reqwest_pace::Rate;
+
+/// The windows' quotas and lengths in seconds, and the buckets' rates and
+/// bursts (a leaky bucket's burst is the excess over its first request).
+const WINDOWS: [(u64, u64); 9] = [
+    (5, 1),
+    (10, 1),
+    (20, 1),
+    (100, 5),
+    (50, 10),
+    (100, 10),
+    (300, 60),
+    (600, 60),
+    (1_200, 60),
+];
+const BUCKETS: [(u64, u64); 6] = [(2, 2), (5, 10), (10, 1), (20, 5), (50, 50), (100, 1)];
+
+/// Every limiter of the grid.
+fn limiters() -> Vec<Algorithm> {
+    let mut all = Vec::new();
+    for (limit, secs) in WINDOWS {
+        let window = Duration::from_secs(secs);
+        all.push(Algorithm::FixedWindow { limit, window });
+        all.push(Algorithm::SlidingLog { limit, window });
+        all.push(Algorithm::SlidingCounter { limit, window });
+    }
+    for (rate, burst) in BUCKETS {
+        let Ok(rate) = Rate::per_second(rate) else {
+            continue;
+        };
+        all.push(Algorithm::Gcra { rate, burst });
+        all.push(Algorithm::TokenBucket { rate, burst });
+        all.push(Algorithm::LeakyBucket {
+            rate,
+            burst: burst.saturating_sub(1),
+        });
+    }
+    all
+}
+
+/// The figures of the default client (16 tasks, fixed jitter draws) on a
+/// header-less `algorithm`, with `Retry-After` on a refusal or not, over
+/// ten virtual minutes on a paused clock of its own.
+fn run(algorithm: Algorithm, retry_after: bool) -> RunFigures {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .expect("a paused runtime");
+    runtime.block_on(zoo_support::space::default_client_in_process(
+        RateLimitedServer::builder()
+            .algorithm(algorithm)
+            .dialect(Dialect::None)
+            .retry_after(retry_after),
+        16,
+        Duration::from_secs(600),
+    ))
+}
+
+/// The goal of the generated space: at least 0.95 of the limit, at most
+/// 1 % refused, no failed call.
+fn meets_goal(f: &RunFigures) -> bool {
+    f.goodput >= 0.95 && f.refused <= 0.01 && f.failed == 0
+}
+
+#[test]
+#[ignore = "known gap: 23 of the 90 miss the goal. Without Retry-After: a fixed window, a \
+            log and a counter of 300 a minute (1.3-1.7 % refused), a log of 600 a minute \
+            (1.3 %), buckets of 2 a second (2.4 %, most of it slow start's) and of 5 a \
+            second with a burst of 10 (1.7 %: a probe runs far past the rate on the burst \
+            and reads as a new ceiling). With Retry-After: logs of 5 and 10 a second and \
+            of 100 in 5 s (0.94-0.95 of the limit), a counter of 5 a second (0.91), the \
+            three of 300 a minute (one failed call each, and 1.1-1.2 % refused) and the \
+            same buckets (1.3-1.8 %)"]
+fn common_limiters_meet_the_goal_over_ten_minutes() {
+    let cases: Vec<(Algorithm, bool)> = limiters()
+        .into_iter()
+        .flat_map(|a| [(a, false), (a, true)])
+        .collect();
+    let next = AtomicUsize::new(0);
+    let runs = Mutex::new(Vec::new());
+    let threads = zoo_support::space::threads();
+    std::thread::scope(|scope| {
+        for _ in 0..threads.max(1) {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(&(algorithm, retry_after)) = cases.get(i) else {
+                    break;
+                };
+                let figures = run(algorithm, retry_after);
+                runs.lock()
+                    .expect("no run panicked")
+                    .push((i, algorithm, retry_after, figures));
+            });
+        }
+    });
+    let mut runs = runs.into_inner().expect("no run panicked");
+    runs.sort_by_key(|(i, ..)| *i);
+    let mut misses = Vec::new();
+    for (_, algorithm, retry_after, f) in &runs {
+        let line = format!(
+            "{} goodput {:.3} refused {:.2} % failed {} | {algorithm:?}{}",
+            if meets_goal(f) { "  " } else { "XX" },
+            f.goodput,
+            f.refused * 100.0,
+            f.failed,
+            if *retry_after { " | retry-after" } else { "" },
+        );
+        println!("{line}");
+        if !meets_goal(f) {
+            misses.push(line);
+        }
+    }
+    println!("{} of {} miss the goal", misses.len(), runs.len());
+    assert!(misses.is_empty(), "{}", misses.join("\n"));
+}
