@@ -87,7 +87,8 @@
 //!   [`Tuning::probe_sends`] sends at the target: a slow server's probes
 //!   cost the same share of its requests as a fast one's. Against a
 //!   steady server the key settles into one refusal per `max_hold` (per
-//!   `probe_sends` sends, below `probe_sends / max_hold` a second). A
+//!   `probe_sends` sends, up to four `max_hold`, below
+//!   `probe_sends / max_hold` a second). A
 //!   refusal elsewhere (the server changed)
 //!   starts the holds over, as does a refusal at or below the target that
 //!   finds it far too high ([`Tuning::holds_over_below`]). A refusal that
@@ -186,8 +187,11 @@ pub(crate) struct Tuning {
     pub(crate) holds_over_below: f64,
     /// The target is held this long before the first probe beyond it.
     pub(crate) first_hold: Duration,
-    /// The longest hold: one refusal per this long against a steady
-    /// server, and the longest a grown capacity goes unnoticed.
+    /// The longest hold the doubling reaches: one refusal per this long
+    /// against a steady server, and the longest a grown capacity goes
+    /// unnoticed (a key slower than `probe_sends / max_hold` a second holds
+    /// for its [`probe_sends`](Self::probe_sends) sends instead, up to four
+    /// times this).
     pub(crate) max_hold: Duration,
     /// Once a probe has found the ceiling again, a hold lasts at least
     /// this many sends at the target (up to four times
@@ -305,6 +309,15 @@ fn next_end(since: Instant, window: Duration, now: Instant) -> Option<Instant> {
     let passed = now.saturating_duration_since(since).as_secs_f64() / window.as_secs_f64();
     let ends = (passed.floor() + 1.0).min(f64::from(u32::MAX));
     since.checked_add(window.mul_f64(ends))
+}
+
+/// The longer of two spans a window was seen still spent for (see
+/// `Congestion::window_open`), of those shorter than the window of length
+/// `window`: a span from the start of a cycle held past one window is no
+/// bound on it.
+fn shorter_than(window: Duration, a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    let within = |o: &Duration| *o < window;
+    a.filter(within).max(b.filter(within))
 }
 
 /// What the server was seen to admit over the last second, per second.
@@ -466,6 +479,7 @@ struct ProbeRead {
     hold: Duration,
     sightings: u32,
     refused_held: Option<f64>,
+    probe_refused: Option<f64>,
     too_fast: f64,
     target: f64,
 }
@@ -586,9 +600,10 @@ impl Congestion {
         if span < 1.0 || (admitted as f64) < t.min_sample || !spent {
             // No rate measured; a cycle that agrees with the window shown
             // still bounds its length from both sides.
-            if let (Some(_), Some((_, window))) = (self.window, windows) {
+            if let (Some(_), Some((n, window))) = (self.window, windows) {
                 self.window = Some(window);
-                self.window_open = self.window_open.max(open).filter(|&o| o < window);
+                self.measured = Some((n, window));
+                self.window_open = shorter_than(window, self.window_open, open);
             }
             return;
         }
@@ -604,8 +619,8 @@ impl Congestion {
         self.window = windows.map(|(_, window)| window);
         self.measured = Some(windows.unwrap_or((admitted, ran)));
         self.window_open = match self.window {
-            Some(window) => self.window_open.max(open).filter(|&o| o < window),
-            None => open,
+            Some(window) => shorter_than(window, self.window_open, open),
+            None => open.filter(|&o| o < ran),
         };
         // A window shows within one cycle whether a rate holds: holding
         // longer than the cycle measured only wastes it.
@@ -703,9 +718,12 @@ impl Congestion {
                 // found: the target held may be a lockout's low guess).
                 let (too_fast, target) = match probe_read {
                     Some(before) => {
-                        self.hold = (before.hold * 2).min(t.max_hold);
+                        self.hold = self.hold.max((before.hold * 2).min(t.max_hold));
                         self.ceiling_sightings = before.sightings;
                         self.refused_held = before.refused_held;
+                        // The rate the probe spent the quota at names no
+                        // ceiling either.
+                        self.probe_refused = before.probe_refused;
                         self.refused_below = None;
                         let step = before.target * (1.0 + t.max_rise);
                         (before.too_fast, held.min(step).max(before.target))
@@ -860,6 +878,7 @@ impl Congestion {
             hold: self.hold,
             sightings: self.ceiling_sightings,
             refused_held: self.refused_held,
+            probe_refused: self.probe_refused,
             too_fast: self.too_fast,
             target: held,
         }
@@ -976,6 +995,9 @@ impl Congestion {
         self.guess = self.guess.filter(|&g| g <= limit);
         self.measured_until = ends.checked_add(now.saturating_duration_since(since));
         self.cycle = Some((ends, 0));
+        // What the block measured stands against a lockout after it: the
+        // probe it ended read nothing to go back to.
+        self.probe_read = None;
     }
 
     /// While locked out, how long the key holds every call after a
@@ -1806,13 +1828,62 @@ mod tests {
             begun = now;
         }
         let read = c.window.expect("a window shown").as_millis() as u64;
-        assert_eq!(lengths[..2], [19_000, 19_000]);
         assert!(
             read >= window && read <= window * 103 / 100,
             "{read} {lengths:?}"
         );
         let rate = 850.0 / window as f64 * 1_000.0;
         assert!(c.target() >= rate * 0.97 * 0.97, "{}", c.target());
+    }
+
+    /// A window of 10 s the lockouts have shown, and cycles whose lockouts
+    /// are too short to measure a rate: each still bounds the window's
+    /// length, and a shorter reading stands against a longer one after it
+    /// (each cycle is compared with the last length read, not the first).
+    #[test]
+    fn a_window_read_shorter_by_a_short_cycle_stays_shorter() {
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        let mut c = Congestion::resumed(Phase::Steady, 19.4, 20.0);
+        c.window = Some(Duration::from_secs(10));
+        c.measured = Some((200, Duration::from_secs(10)));
+        c.admitted(at(0), &T);
+        // 200 admitted, a probe's refusal and a lockout's at the end,
+        // admitted again at `end`.
+        let cycle = |c: &mut Congestion, from: u64, end: u64, sent: u64| {
+            for k in 1..200 {
+                c.admitted(at(from + k * (end - from - 300) / 200), &T);
+            }
+            c.rate = 2.0 * c.target();
+            c.cut(at(end - 200), sent, (20.0, None), &T);
+            c.cut(at(end - 100), sent + 1, (20.0, None), &T);
+            c.admitted(at(end), &T);
+        };
+        cycle(&mut c, 0, 9_300, 200);
+        assert_eq!(c.window, Some(Duration::from_millis(9_300)));
+        assert_eq!(c.window_open, Some(Duration::from_millis(9_200)));
+        cycle(&mut c, 9_300, 19_100, 400);
+        assert_eq!(c.window, Some(Duration::from_millis(9_300)));
+        assert_eq!(c.measured, Some((200, Duration::from_millis(9_300))));
+    }
+
+    /// A probe refused with a long `Retry-After` that ends the cycle (what
+    /// the cycle let through bounds the rate), then a lockout: the bound the
+    /// block measured stands; the lockout does not bring back the target
+    /// held before the probe.
+    #[test]
+    fn a_block_after_a_probe_stands_against_the_lockout_after_it() {
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        let mut c = steady_after(start, (38.0, 40.0), 342, 26);
+        c.rate = 51.5;
+        c.cut(at(9_000), 342, (51.5, None), &T);
+        c.blocked_for(at(9_000), Duration::from_secs(5), &T);
+        let bounded = c.target();
+        assert!(bounded < 38.0 * T.recover_to, "{bounded}");
+        c.cut(at(14_020), 343, (20.0, None), &T);
+        assert!(c.lockout_wait(at(14_020), &T).is_some(), "locked out");
+        assert!(c.target() <= bounded, "{} > {bounded}", c.target());
     }
 
     /// A window of 10 s the lockouts have shown, and a cycle held past it
