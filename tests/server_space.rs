@@ -148,17 +148,19 @@ async fn server_space() {
 /// cost, a window's lockouts, a slow server's refusals spread over many
 /// more requests than slow start's. About 45 s on two threads.
 #[tokio::test(start_paused = true)]
-#[ignore = "known gap: on seeds 0..500, 39 servers miss the goal over ten minutes (goodput \
-            min 0.62, p10 0.967, median 0.981; refused p90 0.6 %, max 9.4 %; 3 failed logical \
+#[ignore = "known gap: on seeds 0..500, 40 servers miss the goal over ten minutes (goodput \
+            min 0.62, p10 0.966, median 0.981; refused p90 0.6 %, max 9.4 %; 3 failed logical \
             requests, all on a counter of 131 per 58 s that slow start spends in its first \
             second: the calls refused then wait out most of a minute, and the queue behind \
             them passes the 60 s time limit): slow servers (2 to 5 a second) refused a little \
             over 1 %, most of it slow start's first seconds and the refusals that bring the \
             target down to the limit 3 % at a time, buckets of one above 60 a second (a \
-            millisecond timer), a log whose echo of slow start's burst reads as its limit, \
-            and logs with millisecond resets read as refilling buckets (after a block, the echo of the \
-            key's own past sends reads as a refill of twice the limit, and a quarter of the \
-            sends are refused for seconds: seeds 104 and 111)"]
+            millisecond timer), header-less windows whose length the lockouts read late (a \
+            fixed window of 1,259 per 56 s, 0.906), a log whose echo of slow start's burst \
+            reads as its limit, and logs with millisecond resets read as refilling buckets \
+            (after a block, the echo of the key's own past sends reads as a refill of twice \
+            the limit, and a quarter of the sends are refused for seconds: seeds 104 and \
+            111)"]
 async fn server_space_over_ten_minutes() {
     let first = env_u64("SPACE_SEED", 0);
     let count = env_u64("SPACE_COUNT", 500);

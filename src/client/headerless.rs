@@ -46,11 +46,8 @@
 //!   window's end (the windows following one another from the cycle's
 //!   start; up to [`Tuning::max_window_wait`] at a time) instead of
 //!   probing it with refusals, and its end measures the window's count
-//!   over its length; a cycle that disagrees forgets it. The first end
-//!   is sought halfway between the longest a cycle was still refused and
-//!   the window's length: a window that begins with the first request
-//!   after the last one ended is read as long as the wait that found its
-//!   end, and a wait of that length confirms it. For
+//!   over its length; a cycle that disagrees forgets it (one too short
+//!   to measure a rate still bounds the window's length). For
 //!   as long as the cycle admitted before its lockout, a refusal after its
 //!   end cuts the rate but keeps the target: a log the cycle overran
 //!   refuses until those admissions age out.
@@ -311,15 +308,6 @@ fn next_end(since: Instant, window: Duration, now: Instant) -> Option<Instant> {
     since.checked_add(window.mul_f64(ends))
 }
 
-/// The longer of two spans a window was seen still spent for (see
-/// `Congestion::window_open`), of those shorter than the window of length
-/// `window`: a span from the start of a cycle held past one window is no
-/// bound on it.
-fn shorter_than(window: Duration, a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
-    let within = |o: &Duration| *o < window;
-    a.filter(within).max(b.filter(within))
-}
-
 /// What the server was seen to admit over the last second, per second.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Admitted {
@@ -446,17 +434,6 @@ pub(crate) struct Congestion {
     /// target, or a probe's refusal followed by an admission instead of a
     /// lockout, forgets it.
     window: Option<Duration>,
-    /// The longest a cycle that showed the window (or the last cycle
-    /// measured, before one is shown) was still refused after its start:
-    /// the window had not ended then, so it is at least this long. A
-    /// lockout waits for the window's end halfway between this and the
-    /// window's length (see [`lockout_wait`](Self::lockout_wait)): a
-    /// window's length read from its cycles is the longest it can be (a
-    /// window that begins at the first request after the last one ended,
-    /// as a counter with an expiry does, lasts from the first admission a
-    /// lockout's wait let through, and a wait of the window's length read
-    /// one that late confirms itself, cycle after cycle).
-    window_open: Option<Duration>,
     /// What the last cut, a refused probe, read over: see [`ProbeRead`].
     probe_read: Option<ProbeRead>,
     /// Whether the last refusal was a probe's within the window: a
@@ -514,7 +491,6 @@ impl Congestion {
             measured_until: None,
             measured: None,
             window: None,
-            window_open: None,
             probe_read: None,
             window_probe: false,
         }
@@ -592,18 +568,12 @@ impl Congestion {
             .locked_since
             .map_or(0.0, |l| now.saturating_duration_since(l).as_secs_f64());
         let spent = locked_for >= span * t.spent_share;
-        // The window had not ended when the lockout's last refusal came.
-        let open = self
-            .last_refused
-            .filter(|&r| r > since)
-            .map(|r| r.saturating_duration_since(since));
         if span < 1.0 || (admitted as f64) < t.min_sample || !spent {
             // No rate measured; a cycle that agrees with the window shown
-            // still bounds its length from both sides.
+            // still bounds its length.
             if let (Some(_), Some((n, window))) = (self.window, windows) {
                 self.window = Some(window);
                 self.measured = Some((n, window));
-                self.window_open = shorter_than(window, self.window_open, open);
             }
             return;
         }
@@ -618,10 +588,6 @@ impl Congestion {
         self.probe_refused = None;
         self.window = windows.map(|(_, window)| window);
         self.measured = Some(windows.unwrap_or((admitted, ran)));
-        self.window_open = match self.window {
-            Some(window) => shorter_than(window, self.window_open, open),
-            None => open.filter(|&o| o < ran),
-        };
         // A window shows within one cycle whether a rate holds: holding
         // longer than the cycle measured only wastes it.
         let cycle = Duration::from_secs_f64(span).min(t.first_hold);
@@ -904,7 +870,6 @@ impl Congestion {
     /// with it, so that two cycles in a row must show it again.
     fn forget_window(&mut self) {
         self.window = None;
-        self.window_open = None;
         self.measured = None;
         self.window_probe = false;
     }
@@ -1021,7 +986,7 @@ impl Congestion {
         let window_end = self
             .window
             .zip(self.cycle)
-            .and_then(|(window, (since, _))| self.window_end(since, window, now, t));
+            .and_then(|(window, (since, _))| next_end(since, window, now));
         if let Some(end) = window_end {
             return Some(doubling.max((end - now).min(t.max_window_wait)));
         }
@@ -1032,40 +997,6 @@ impl Congestion {
                 .find(|&end| end > now)
         });
         Some(round_end.map_or(doubling, |end| doubling.min(end - now)))
-    }
-
-    /// The next end after `now` of the window of length `window` the
-    /// lockouts have shown, in a cycle that began at `since`. The first
-    /// is sought halfway between the longest the window was seen spent
-    /// ([`window_open`](Self::window_open)) and its length, no sooner than
-    /// half of [`Tuning::same_ceiling`] short of it (a cycle shorter by
-    /// more reads another window): admitted there, the cycle is shorter
-    /// and the window's length with it; refused, the window lasts longer
-    /// than that, and the wait goes on to its length. Once the two are
-    /// within the share [`Tuning::recover_to`] leaves below the limit, the
-    /// wait is the window's length.
-    fn window_end(
-        &self,
-        since: Instant,
-        window: Duration,
-        now: Instant,
-        t: &Tuning,
-    ) -> Option<Instant> {
-        let soonest = window.mul_f64(1.0 - t.same_ceiling / 2.0);
-        // Within the share of the window the target leaves below the
-        // limit, the end is near enough: each refusal halfway would cost
-        // a refusal a window for ever.
-        let near = window.mul_f64(1.0 - t.recover_to);
-        let halfway = self
-            .window_open
-            .filter(|&open| window.saturating_sub(open) > near)
-            .map_or(window, |open| {
-                (open + window.saturating_sub(open) / 2).max(soonest)
-            });
-        match since.checked_add(halfway) {
-            Some(first) if first > now => Some(first),
-            _ => next_end(since, window, now),
-        }
     }
 
     /// The wait of [`lockout_wait`](Self::lockout_wait) from the doubling
@@ -1770,13 +1701,9 @@ mod tests {
         c.cut(at(23_000), 30_000, (30.0, None), &T);
         assert_eq!(c.target(), target, "a probe's refusal within a window");
         c.cut(at(23_100), 30_001, (30.0, None), &T);
-        // Both cycles were refused 5.2 s after they began: the window's
-        // end is sought halfway to its length, but no sooner than 5 %
-        // short of it.
-        assert_eq!(c.window_open, Some(Duration::from_millis(5_201)));
         assert_eq!(
             c.lockout_wait(at(23_100), &T),
-            Some(Duration::from_millis(6_400))
+            Some(Duration::from_millis(6_900))
         );
         c.admitted(at(30_000), &T);
         assert_eq!(c.window, Some(Duration::from_secs(10)));
@@ -1787,59 +1714,13 @@ mod tests {
         assert_eq!(c.window, None);
     }
 
-    /// A window of 850 in 17 s that begins with the first request after
-    /// the last one ended (a counter with an expiry), spent by its tenth
-    /// second each time. The first cycles' lockouts find its end late and
-    /// read it as 19 s long; seeking each end halfway between the longest
-    /// a cycle was refused and the length read, the key reads it within
-    /// 3 % in a few windows, and its rate with it.
-    #[test]
-    fn a_window_read_too_long_is_read_shorter_halfway_to_its_refusals() {
-        let start = Instant::now();
-        let at = |ms: u64| start + Duration::from_millis(ms);
-        let window = 17_000;
-        let mut c = Congestion::resumed(Phase::Steady, 80.0, 100.0);
-        c.admitted(at(0), &T);
-        let (mut begun, mut sent) = (0, 0);
-        let mut lengths = Vec::new();
-        for k in 0..8 {
-            for i in 1..850 {
-                c.admitted(at(begun + i * 10), &T);
-            }
-            // Refused from the tenth second until the window ends (a
-            // probe at twice the target spent it); the first two cycles
-            // find the end 3 s late.
-            c.rate = 2.0 * c.target();
-            let mut now = begun + 10_000;
-            loop {
-                sent += 1;
-                c.cut(at(now), sent, (80.0, None), &T);
-                let wait = match c.lockout_wait(at(now), &T) {
-                    Some(wait) if k >= 2 => wait.as_micros().div_ceil(1_000) as u64,
-                    _ => 3_000,
-                };
-                now += wait;
-                if now >= begun + window {
-                    break;
-                }
-            }
-            c.admitted(at(now), &T);
-            lengths.push(now - begun);
-            begun = now;
-        }
-        let read = c.window.expect("a window shown").as_millis() as u64;
-        assert!(
-            read >= window && read <= window * 103 / 100,
-            "{read} {lengths:?}"
-        );
-        let rate = 850.0 / window as f64 * 1_000.0;
-        assert!(c.target() >= rate * 0.97 * 0.97, "{}", c.target());
-    }
-
     /// A window of 10 s the lockouts have shown, and cycles whose lockouts
     /// are too short to measure a rate: each still bounds the window's
     /// length, and a shorter reading stands against a longer one after it
     /// (each cycle is compared with the last length read, not the first).
+    /// A window that begins with the first request after the last one
+    /// ended lasts from the admission a lockout's wait let through, and is
+    /// read from its cycles as long as they ran.
     #[test]
     fn a_window_read_shorter_by_a_short_cycle_stays_shorter() {
         let start = Instant::now();
@@ -1861,7 +1742,6 @@ mod tests {
         };
         cycle(&mut c, 0, 9_300, 200);
         assert_eq!(c.window, Some(Duration::from_millis(9_300)));
-        assert_eq!(c.window_open, Some(Duration::from_millis(9_200)));
         cycle(&mut c, 9_300, 19_100, 400);
         assert_eq!(c.window, Some(Duration::from_millis(9_300)));
         assert_eq!(c.measured, Some((200, Duration::from_millis(9_300))));

@@ -164,6 +164,19 @@ impl Algorithm {
         }
     }
 
+    /// A new key's meter, its fixed windows `aligned` to whole multiples
+    /// of their length (see [`Meter::Window`]).
+    pub(crate) fn meter_aligned(&self, aligned: bool) -> Meter {
+        match self.meter() {
+            Meter::Window { start, count, .. } => Meter::Window {
+                start,
+                count,
+                aligned,
+            },
+            other => other,
+        }
+    }
+
     pub(crate) fn meter(&self) -> Meter {
         match *self {
             Algorithm::TokenBucket { rate, burst } => {
@@ -177,6 +190,7 @@ impl Algorithm {
             Algorithm::FixedWindow { .. } => Meter::Window {
                 start: None,
                 count: 0,
+                aligned: false,
             },
             Algorithm::SlidingLog { .. } => Meter::Log(VecDeque::new()),
             Algorithm::SlidingCounter { .. } => Meter::Counter {
@@ -234,9 +248,14 @@ impl fmt::Display for Algorithm {
 #[derive(Clone, Debug)]
 pub(crate) enum Meter {
     Bucket(Gcra),
+    /// A fixed window: when the current one began and its count. A window
+    /// that is not `aligned` begins with the first request after the last
+    /// one ended (a counter with an expiry); an aligned one at a whole
+    /// multiple of its length on the server's clock.
     Window {
         start: Option<Nanos>,
         count: u64,
+        aligned: bool,
     },
     Log(VecDeque<Nanos>),
     /// The sliding window counter: the aligned window `index` and the
@@ -297,7 +316,11 @@ impl Meter {
                     until_one: admitted.err().map(|_| span(now, bucket.earliest(now, 1))),
                 }
             }
-            Meter::Window { start, count } => {
+            Meter::Window {
+                start,
+                count,
+                aligned,
+            } => {
                 let (limit, window) = match *algorithm {
                     Algorithm::FixedWindow { limit, window } => (limit, nanos(window)),
                     _ => (0, 0),
@@ -306,7 +329,10 @@ impl Meter {
                     Some(s) if now < s.saturating_add(window) => s,
                     _ => {
                         *count = 0;
-                        now
+                        match window {
+                            w if *aligned && w > 0 => now - now % w,
+                            _ => now,
+                        }
                     }
                 };
                 *start = Some(begun);
@@ -490,6 +516,26 @@ mod tests {
     use super::*;
 
     const MS: Nanos = 1_000_000;
+
+    /// Aligned, a window of 2 s begins at a whole multiple of 2 s whenever
+    /// its first request comes, and ends there for every key.
+    #[test]
+    fn an_aligned_fixed_window_begins_at_a_multiple_of_its_length() {
+        let alg = Algorithm::FixedWindow {
+            limit: 2,
+            window: Duration::from_secs(2),
+        };
+        let mut m = alg.meter_aligned(true);
+        let d = m.decide(&alg, 1_500 * MS, false);
+        assert_eq!((d.remaining, d.reset), (1, Duration::from_millis(500)));
+        assert_eq!(m.decide(&alg, 1_900 * MS, false).remaining, 0);
+        let refused = m.decide(&alg, 1_950 * MS, false);
+        assert_eq!(refused.until_one, Some(Duration::from_millis(50)));
+        // The next window began at 2 s, not at this request.
+        let d = m.decide(&alg, 3_100 * MS, false);
+        assert_eq!((d.remaining, d.reset), (1, Duration::from_millis(900)));
+        assert!(matches!(alg.meter(), Meter::Window { aligned: false, .. }));
+    }
 
     #[test]
     fn a_fixed_window_starts_at_the_first_request_and_again_after_it_ends() {

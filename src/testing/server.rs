@@ -260,6 +260,7 @@ impl RateLimitedServer {
             retry_after: None,
             precision: RetryAfterPrecision::Ceil,
             counts_refusals: false,
+            aligned_windows: false,
             front: None,
             wall_clock: None,
             routes: Vec::new(),
@@ -403,6 +404,7 @@ pub struct ServerBuilder {
     retry_after: Option<bool>,
     precision: RetryAfterPrecision,
     counts_refusals: bool,
+    aligned_windows: bool,
     front: Option<(Algorithm, StatusCode)>,
     wall_clock: Option<SystemTime>,
     routes: Vec<(String, String, Algorithm)>,
@@ -506,6 +508,20 @@ impl ServerBuilder {
     /// changes nothing but the count.
     pub fn counts_refusals(mut self, yes: bool) -> Self {
         self.counts_refusals = yes;
+        self
+    }
+
+    /// Whether the main limiter's fixed windows
+    /// ([`Algorithm::FixedWindow`]) begin at whole multiples of their
+    /// length on the server's clock, counted from its start (default: no).
+    /// Kong's rate-limiting plugin, django-ratelimit, and a Redis key
+    /// named after `now / window` count so: every key's windows end
+    /// together, whenever its first request came. By default a window
+    /// begins with the first request after the last one ended, as a
+    /// counter that expires a window after it was created
+    /// (express-rate-limit, `INCR` and `EXPIRE`).
+    pub fn aligned_windows(mut self, yes: bool) -> Self {
+        self.aligned_windows = yes;
         self
     }
 
@@ -645,6 +661,7 @@ impl ServerBuilder {
             limit_is_burst: self.limit_is_burst,
             refusal: self.refusal_status,
             counts_refusals: self.counts_refusals,
+            aligned_windows: self.aligned_windows,
         };
         let mut state = State::new(algorithm, rate, policy, front);
         for (prefix, name, algorithm) in self.routes {

@@ -149,6 +149,8 @@ pub(crate) struct Policy {
     pub(crate) refusal: StatusCode,
     /// Whether refused requests are counted as admitted ones would be.
     pub(crate) counts_refusals: bool,
+    /// Whether fixed windows begin at whole multiples of their length.
+    pub(crate) aligned_windows: bool,
 }
 
 /// A header-less limiter in front of the main one, per client key.
@@ -377,7 +379,7 @@ impl State {
         let meter = self
             .buckets
             .entry(slot)
-            .or_insert_with(|| algorithm.meter());
+            .or_insert_with(|| algorithm.meter_aligned(self.policy.aligned_windows));
         let decision = meter.decide(&algorithm, now, self.policy.counts_refusals);
         let figures = Figures {
             limit: stated_limit(&algorithm, self.policy.limit_is_burst),
@@ -412,6 +414,7 @@ mod tests {
         limit_is_burst: false,
         refusal: StatusCode::TOO_MANY_REQUESTS,
         counts_refusals: false,
+        aligned_windows: false,
     };
 
     fn bucket(per_second: u64, burst: u64) -> Algorithm {
