@@ -1714,6 +1714,16 @@ mod tests {
         assert_eq!(c.window, None);
     }
 
+    /// Steady at 19.4 a second under a window of 200 in 10 s the lockouts
+    /// have shown, its cycle begun with an admission at `start`.
+    fn window_of_200_in_10_s(start: Instant) -> Congestion {
+        let mut c = Congestion::resumed(Phase::Steady, 19.4, 20.0);
+        c.window = Some(Duration::from_secs(10));
+        c.measured = Some((200, Duration::from_secs(10)));
+        c.admitted(start, &T);
+        c
+    }
+
     /// A window of 10 s the lockouts have shown, and cycles whose lockouts
     /// are too short to measure a rate: each still bounds the window's
     /// length, and a shorter reading stands against a longer one after it
@@ -1725,10 +1735,7 @@ mod tests {
     fn a_window_read_shorter_by_a_short_cycle_stays_shorter() {
         let start = Instant::now();
         let at = |ms: u64| start + Duration::from_millis(ms);
-        let mut c = Congestion::resumed(Phase::Steady, 19.4, 20.0);
-        c.window = Some(Duration::from_secs(10));
-        c.measured = Some((200, Duration::from_secs(10)));
-        c.admitted(at(0), &T);
+        let mut c = window_of_200_in_10_s(at(0));
         // 200 admitted, a probe's refusal and a lockout's at the end,
         // admitted again at `end`.
         let cycle = |c: &mut Congestion, from: u64, end: u64, sent: u64| {
@@ -1776,10 +1783,7 @@ mod tests {
     fn a_cycle_held_past_its_window_waits_for_the_next_end_and_measures_one_window() {
         let start = Instant::now();
         let at = |ms: u64| start + Duration::from_millis(ms);
-        let mut c = Congestion::resumed(Phase::Steady, 19.4, 20.0);
-        c.window = Some(Duration::from_secs(10));
-        c.measured = Some((200, Duration::from_secs(10)));
-        c.admitted(at(0), &T);
+        let mut c = window_of_200_in_10_s(at(0));
         for k in 1..398 {
             c.admitted(at(k * 30), &T);
         }
