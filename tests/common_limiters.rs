@@ -18,8 +18,8 @@
 
 mod zoo_support;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use zoo_support::space::{self, meets_goal};
+
 use std::time::Duration;
 
 use reqwest_pace::testing::space::RunFigures;
@@ -73,12 +73,7 @@ fn limiters() -> Vec<Limiter> {
 /// header-less `limiter`, with `Retry-After` on a refusal or not, over
 /// ten virtual minutes on a paused clock of its own.
 fn run((algorithm, aligned): Limiter, retry_after: bool) -> RunFigures {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .expect("a paused runtime");
-    runtime.block_on(zoo_support::space::default_client_in_process(
+    space::paused().block_on(space::default_client_in_process(
         RateLimitedServer::builder()
             .algorithm(algorithm)
             .dialect(Dialect::None)
@@ -87,12 +82,6 @@ fn run((algorithm, aligned): Limiter, retry_after: bool) -> RunFigures {
         16,
         Duration::from_secs(600),
     ))
-}
-
-/// The goal of the generated space: at least 0.95 of the limit, at most
-/// 1 % refused, no failed call.
-fn meets_goal(f: &RunFigures) -> bool {
-    f.goodput >= 0.95 && f.refused <= 0.01 && f.failed == 0
 }
 
 #[test]
@@ -109,27 +98,11 @@ fn common_limiters_meet_the_goal_over_ten_minutes() {
         .into_iter()
         .flat_map(|a| [(a, false), (a, true)])
         .collect();
-    let next = AtomicUsize::new(0);
-    let runs = Mutex::new(Vec::new());
-    let threads = zoo_support::space::threads();
-    std::thread::scope(|scope| {
-        for _ in 0..threads.max(1) {
-            scope.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(&(limiter, retry_after)) = cases.get(i) else {
-                    break;
-                };
-                let figures = run(limiter, retry_after);
-                runs.lock()
-                    .expect("no run panicked")
-                    .push((i, limiter, retry_after, figures));
-            });
-        }
+    let runs = space::on_threads(&cases, space::threads(), |&(limiter, retry_after)| {
+        run(limiter, retry_after)
     });
-    let mut runs = runs.into_inner().expect("no run panicked");
-    runs.sort_by_key(|(i, ..)| *i);
     let mut misses = Vec::new();
-    for (_, (algorithm, aligned), retry_after, f) in &runs {
+    for (((algorithm, aligned), retry_after), f) in cases.iter().zip(&runs) {
         let line = format!(
             "{} goodput {:.3} refused {:.2} % failed {} | {algorithm:?}{}{}",
             if meets_goal(f) { "  " } else { "XX" },

@@ -19,7 +19,7 @@
 
 mod zoo_support;
 
-use zoo_support::space;
+use zoo_support::space::{self, meets_goal};
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -70,11 +70,6 @@ fn distribution(name: &str, mut xs: Vec<f64>) -> Vec<f64> {
         quantile(&xs, 1.0),
     );
     xs
-}
-
-/// Whether a run meets the goal on its server.
-fn meets_goal(f: &RunFigures) -> bool {
-    f.goodput >= 0.95 && f.refused <= 0.01 && f.failed == 0
 }
 
 /// Misses per kind of server: by algorithm, headers, `Retry-After`,

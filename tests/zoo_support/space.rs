@@ -4,7 +4,7 @@
 //! wants the same figures for a seed and a count.
 
 use std::ops::Range;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use reqwest_pace::testing::space::{RunFigures, ServerSpec, Workload};
@@ -27,31 +27,57 @@ where
     S::Future: Send,
     S::Error: Send + 'static,
 {
-    let next = AtomicU64::new(seeds.start);
-    let runs = Mutex::new(Vec::new());
+    let seeds: Vec<u64> = seeds.collect();
+    on_threads(&seeds, threads, |&seed| {
+        let spec = ServerSpec::generate(seed);
+        let figures = paused()
+            .block_on(spec.run(&workload, &client))
+            .unwrap_or_else(|e| panic!("seed {seed} ({spec}) runs: {e}"));
+        (spec, figures)
+    })
+}
+
+/// `run` on every one of `items`, shared out over `threads`; the results in
+/// the items' order.
+pub fn on_threads<T: Sync, R: Send>(
+    items: &[T],
+    threads: usize,
+    run: impl Fn(&T) -> R + Sync,
+) -> Vec<R> {
+    let next = AtomicUsize::new(0);
+    let done = Mutex::new(Vec::with_capacity(items.len()));
     std::thread::scope(|scope| {
         for _ in 0..threads.max(1) {
             scope.spawn(|| loop {
-                let seed = next.fetch_add(1, Ordering::Relaxed);
-                if seed >= seeds.end {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(item) = items.get(i) else {
                     break;
-                }
-                let spec = ServerSpec::generate(seed);
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .start_paused(true)
-                    .build()
-                    .expect("a paused runtime");
-                let figures = runtime
-                    .block_on(spec.run(&workload, &client))
-                    .unwrap_or_else(|e| panic!("seed {seed} ({spec}) runs: {e}"));
-                runs.lock().expect("no run panicked").push((spec, figures));
+                };
+                let result = run(item);
+                done.lock().expect("no run panicked").push((i, result));
             });
         }
     });
-    let mut runs = runs.into_inner().expect("no run panicked");
-    runs.sort_by_key(|(spec, _)| spec.seed);
-    runs
+    let mut done = done.into_inner().expect("no run panicked");
+    done.sort_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, result)| result).collect()
+}
+
+/// A current-thread runtime of its own with a paused clock, so that a
+/// run's figures depend neither on the runs before it nor on how many
+/// threads share the work.
+pub fn paused() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .expect("a paused runtime")
+}
+
+/// The goal of the generated space on one run: at least 0.95 of the
+/// limit, at most 1 % refused, no failed logical request.
+pub fn meets_goal(f: &RunFigures) -> bool {
+    f.goodput >= 0.95 && f.refused <= 0.01 && f.failed == 0
 }
 
 /// `SPACE_THREADS`, else the machine's parallelism.
