@@ -84,7 +84,7 @@
 //!   [`Tuning::probe_sends`] sends at the target: a slow server's probes
 //!   cost the same share of its requests as a fast one's. Against a
 //!   steady server the key settles into one refusal per `max_hold` (per
-//!   `probe_sends` sends, up to four `max_hold`, below
+//!   `probe_sends` sends, up to [`Tuning::max_sends_hold`], below
 //!   `probe_sends / max_hold` a second). A
 //!   refusal elsewhere (the server changed)
 //!   starts the holds over, as does a refusal at or below the target that
@@ -187,17 +187,20 @@ pub(crate) struct Tuning {
     /// The longest hold the doubling reaches: one refusal per this long
     /// against a steady server, and the longest a grown capacity goes
     /// unnoticed (a key slower than `probe_sends / max_hold` a second holds
-    /// for its [`probe_sends`](Self::probe_sends) sends instead, up to four
-    /// times this).
+    /// for its [`probe_sends`](Self::probe_sends) sends instead, up to
+    /// [`max_sends_hold`](Self::max_sends_hold)).
     pub(crate) max_hold: Duration,
     /// Once a probe has found the ceiling again, a hold lasts at least
-    /// this many sends at the target (up to four times
-    /// [`max_hold`](Self::max_hold), as a spacer's holds: at 2 a second a
-    /// probe every `max_hold` cost 0.7 % of the requests over ten
-    /// minutes): a refused probe costs a refusal or two, and a slow key
+    /// this many sends at the target (up to
+    /// [`max_sends_hold`](Self::max_sends_hold): at 2 a second a probe
+    /// every `max_hold` cost 0.7 % of the requests over ten minutes): a refused probe costs a refusal or two, and a slow key
     /// spends a second's hold on a few sends. More costs a slow server fewer
     /// refusals; fewer finds its grown capacity sooner.
     pub(crate) probe_sends: f64,
+    /// The longest a hold lasts for [`probe_sends`](Self::probe_sends)
+    /// sends (four times [`max_hold`](Self::max_hold), as a spacer's):
+    /// the longest a slow key's grown capacity goes unnoticed.
+    pub(crate) max_sends_hold: Duration,
     /// A refusal that holds the key for a while (its `Retry-After`) costs
     /// that while: the next probe waits at least this many times as long
     /// (doubled as often as the hold was by probes refused at one ceiling),
@@ -280,6 +283,7 @@ impl Tuning {
         holds_over_below: 0.5,
         max_hold: Duration::from_secs(64),
         probe_sends: 200.0,
+        max_sends_hold: Duration::from_secs(256),
         same_ceiling: 0.1,
         probe_overrun: 0.25,
         probe_reach: 2.0,
@@ -1018,8 +1022,8 @@ impl Congestion {
 
     /// How long the target `target` is held before a probe: the hold, and
     /// once a probe has found the ceiling the target was read from, no
-    /// fewer than [`Tuning::probe_sends`] sends at the target (up to four
-    /// times [`Tuning::max_hold`]). Before, the target may lie well below the
+    /// fewer than [`Tuning::probe_sends`] sends at the target (up to
+    /// [`Tuning::max_sends_hold`]). Before, the target may lie well below the
     /// ceiling (a cut from a burst, a fleet's first cuts), and the first
     /// hold is all a probe waits.
     fn hold_at(&self, target: f64, t: &Tuning) -> Duration {
@@ -1028,7 +1032,7 @@ impl Congestion {
         }
         let sends = Duration::try_from_secs_f64(t.probe_sends / target.max(t.min_rate))
             .unwrap_or(t.max_hold)
-            .min(t.max_hold * 4);
+            .min(t.max_sends_hold);
         self.hold.max(sends)
     }
 
@@ -1754,6 +1758,15 @@ mod tests {
         assert_eq!(c.measured, Some((200, Duration::from_millis(9_300))));
     }
 
+    /// Nine seconds held at 38 a second from `start` (the rate refused
+    /// before, 40), then a probe refused at 51.5 a second at 9 s.
+    fn probed_past_38(start: Instant) -> Congestion {
+        let mut c = steady_after(start, (38.0, 40.0), 342, 26);
+        c.rate = 51.5;
+        c.cut(start + Duration::from_secs(9), 342, (51.5, None), &T);
+        c
+    }
+
     /// A probe refused with a long `Retry-After` that ends the cycle (what
     /// the cycle let through bounds the rate), then a lockout: the bound the
     /// block measured stands; the lockout does not bring back the target
@@ -1762,9 +1775,7 @@ mod tests {
     fn a_block_after_a_probe_stands_against_the_lockout_after_it() {
         let start = Instant::now();
         let at = |ms| start + Duration::from_millis(ms);
-        let mut c = steady_after(start, (38.0, 40.0), 342, 26);
-        c.rate = 51.5;
-        c.cut(at(9_000), 342, (51.5, None), &T);
+        let mut c = probed_past_38(start);
         c.blocked_for(at(9_000), Duration::from_secs(5), &T);
         let bounded = c.target();
         assert!(bounded < 38.0 * T.recover_to, "{bounded}");
@@ -1923,10 +1934,9 @@ mod tests {
     fn a_short_lockout_at_the_end_of_a_long_cycle_measures_nothing() {
         let start = Instant::now();
         let at = |ms| start + Duration::from_millis(ms);
-        let mut c = steady_after(start, (38.0, 40.0), 342, 26);
-        let (held, hold) = (c.target(), c.hold);
-        c.rate = 51.5;
-        c.cut(at(9_000), 342, (51.5, None), &T);
+        let before = steady_after(start, (38.0, 40.0), 342, 26);
+        let (held, hold) = (before.target(), before.hold);
+        let mut c = probed_past_38(start);
         assert!(c.target() > held * (1.0 + T.max_rise), "{}", c.target());
         c.cut(at(9_020), 343, (45.0, None), &T);
         assert!(c.lockout_wait(at(9_020), &T).is_some(), "locked out");

@@ -167,14 +167,11 @@ impl Algorithm {
     /// A new key's meter, its fixed windows `aligned` to whole multiples
     /// of their length (see [`Meter::Window`]).
     pub(crate) fn meter_aligned(&self, aligned: bool) -> Meter {
-        match self.meter() {
-            Meter::Window { start, count, .. } => Meter::Window {
-                start,
-                count,
-                aligned,
-            },
-            other => other,
+        let mut meter = self.meter();
+        if let Meter::Window { aligned: a, .. } = &mut meter {
+            *a = aligned;
         }
+        meter
     }
 
     pub(crate) fn meter(&self) -> Meter {
