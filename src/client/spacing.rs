@@ -83,12 +83,16 @@ pub(crate) struct Tuning {
     /// How much shorter than the bracket's top a probe's gap is.
     pub(crate) probe: f64,
     /// Once a probe has been refused, a hold lasts at least this many
-    /// sends at the bracket's top (up to four times
-    /// [`max_hold`](Self::max_hold)): a spacer of 2 a second probed once a
+    /// sends at the bracket's top (up to
+    /// [`max_sends_hold`](Self::max_sends_hold)): a spacer of 2 a second probed once a
     /// minute is refused 1 % of its requests by its probes alone. More
     /// costs a slow spacer fewer refusals; fewer finds its grown capacity
     /// sooner.
     pub(crate) probe_sends: f64,
+    /// The longest a hold lasts for [`probe_sends`](Self::probe_sends)
+    /// gaps (four times [`max_hold`](Self::max_hold)): the longest a slow
+    /// spacer's grown capacity goes unnoticed.
+    pub(crate) max_sends_hold: Duration,
 }
 
 impl Tuning {
@@ -105,6 +109,7 @@ impl Tuning {
         max_hold: Duration::from_secs(64),
         probe: 0.05,
         probe_sends: 200.0,
+        max_sends_hold: Duration::from_secs(256),
     };
 
     /// How much two gaps must differ by to tell them apart: a refusal
@@ -205,7 +210,7 @@ impl Spacing {
         let sends = self
             .admitted
             .map_or(Duration::ZERO, |top| top.mul_f64(t.probe_sends))
-            .min(t.max_hold * 4);
+            .min(t.max_sends_hold);
         self.hold.max(sends)
     }
 
