@@ -85,9 +85,8 @@
 //!   cost the same share of its requests as a fast one's. Against a
 //!   steady server the key settles into one refusal per `max_hold` (per
 //!   `probe_sends` sends, up to [`Tuning::max_sends_hold`], below
-//!   `probe_sends / max_hold` a second). A
-//!   refusal elsewhere (the server changed)
-//!   starts the holds over, as does a refusal at or below the target that
+//!   `probe_sends / max_hold` a second). A refusal elsewhere (the server
+//!   changed) starts the holds over, as does a refusal at or below the target that
 //!   finds it far too high ([`Tuning::holds_over_below`]). A refusal that
 //!   holds the key (`Retry-After`)
 //!   puts the next probe at least [`Tuning::blocked_hold`] times as far off,
@@ -193,8 +192,9 @@ pub(crate) struct Tuning {
     /// Once a probe has found the ceiling again, a hold lasts at least
     /// this many sends at the target (up to
     /// [`max_sends_hold`](Self::max_sends_hold): at 2 a second a probe
-    /// every `max_hold` cost 0.7 % of the requests over ten minutes): a refused probe costs a refusal or two, and a slow key
-    /// spends a second's hold on a few sends. More costs a slow server fewer
+    /// every `max_hold` cost 0.7 % of the requests over ten minutes): a
+    /// refused probe costs a refusal or two, and a slow key spends a
+    /// second's hold on a few sends. More costs a slow server fewer
     /// refusals; fewer finds its grown capacity sooner.
     pub(crate) probe_sends: f64,
     /// The longest a hold lasts for [`probe_sends`](Self::probe_sends)

@@ -918,13 +918,14 @@ impl Series {
             // that end, but no longer than a wait that doubles with each
             // refusal in a row (see `Tuning::first_wait_past_end`).
             let until = if until_end.is_zero() {
-                let in_a_row = w.refused_past_end.saturating_sub(1).min(16);
-                let doubling = T.first_wait_past_end.saturating_mul(1 << in_a_row);
-                reset
-                    .map(|r| if refused_past_end { r.min(doubling) } else { r })
-                    .filter(|r| *r <= T.reset_resolution || refused_past_end)
-                    .map(|r| now + r)
-                    .filter(|&at| at > now)
+                let wait = if refused_past_end {
+                    let in_a_row = w.refused_past_end.saturating_sub(1).min(16);
+                    let doubling = T.first_wait_past_end.saturating_mul(1 << in_a_row);
+                    reset.map(|r| r.min(doubling))
+                } else {
+                    reset.filter(|r| *r <= T.reset_resolution)
+                };
+                wait.map(|r| now + r).filter(|&at| at > now)
             } else {
                 Some(boundary)
             };
@@ -1682,7 +1683,7 @@ mod tests {
 
     /// The fastest even pace, in tenths of a request a second up to 20,
     /// that a model `fresh` makes admits throughout a minute.
-    fn sustained_evenly(fresh: &dyn Fn() -> Box<dyn Model>) -> f64 {
+    fn sustained_evenly<M: Model>(fresh: impl Fn() -> M) -> f64 {
         let admits_all = |per_second: f64| {
             let mut model = fresh();
             (0..(60.0 * per_second) as u32).all(|k| model.decide(f64::from(k) / per_second).1)
@@ -1710,7 +1711,7 @@ mod tests {
             current: 0,
             admitted: 0,
         };
-        let sustained = sustained_evenly(&|| Box::new(counter()));
+        let sustained = sustained_evenly(counter);
         assert!(sustained >= 10.0, "{sustained}");
         let mut model = counter();
         let driven = drive_with(&mut model, 600.0, 0.0);
