@@ -256,6 +256,50 @@ async fn a_counter_refusing_past_the_end_read_meets_the_goal() {
     }
 }
 
+/// Buckets with no burst that state their rate as a quota per window in
+/// IETF headers (a leaky bucket of 50 a second, a GCRA of 4,187 a minute
+/// with a burst of one) say nothing is left after every admission, with a
+/// reset in whole seconds: the key is paced at the stated rate, not held
+/// until that reset. (Held, the first second of the minute was lost, and
+/// the two reached 0.936 and 0.939 of their limits.)
+#[tokio::test(start_paused = true)]
+async fn a_stated_bucket_of_one_is_paced_not_held_until_its_reset() {
+    let bucket_of_one = |algorithm: Algorithm, headers: HeaderConvention| {
+        let mut spec = ServerSpec::generate(0);
+        spec.algorithm = algorithm;
+        spec.headers = headers;
+        spec.retry_after = None;
+        spec.counts_refusals = false;
+        spec.refusal_status = StatusCode::TOO_MANY_REQUESTS;
+        spec.front = None;
+        spec
+    };
+    for spec in [
+        bucket_of_one(
+            Algorithm::LeakyBucket {
+                rate: Rate::per_second(50).unwrap(),
+                burst: 0,
+            },
+            HeaderConvention::Ietf,
+        ),
+        bucket_of_one(
+            Algorithm::Gcra {
+                rate: Rate::new(4187, Duration::from_secs(60)).unwrap(),
+                burst: 1,
+            },
+            HeaderConvention::IetfDraft7,
+        ),
+    ] {
+        let figures = spec
+            .run(&Workload::new(16, Duration::from_secs(60)), |server| {
+                Ok(PaceLayer::new(client()?).layer(server))
+            })
+            .await
+            .unwrap();
+        assert!(meets_goal(&figures), "{spec}: {figures:?}");
+    }
+}
+
 /// The first `SPACE_COUNT` (default 20) servers over real HTTP on
 /// loopback, to compare the time it takes with the in-process run (the
 /// figures agree: see `in_process_and_http_agree_on_the_zoo`).

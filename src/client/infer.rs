@@ -823,7 +823,16 @@ impl Series {
             // refused at would be halved for good.
             let short = u64::from(self.refused_while_stated > 0 && self.quota > 2);
             let per_second = (self.quota - short) as f64 / w.as_secs_f64();
-            let exhausted_until = (left == 0)
+            // A stated quota of more than one that never showed more than
+            // nothing left, from the first request on, is a bucket of one
+            // stating its rate as a quota per window (a GCRA or a leaky
+            // bucket with no burst): nothing is spent that waiting for
+            // the reset gives back, only the unit the pace waits for. (A
+            // reset in whole seconds, waited for, held the first second
+            // of a 59 a second leaky bucket.) A window others did spend
+            // refuses the next send, whose refusal says how long to wait.
+            let bucket_of_one = self.never_left_any() && self.quota > 1;
+            let exhausted_until = (left == 0 && !bucket_of_one)
                 .then(|| self.window.boundary.or(reading.reset.map(|r| now + r)))
                 .flatten();
             return Some(Pace {
