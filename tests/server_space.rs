@@ -300,6 +300,78 @@ async fn a_stated_bucket_of_one_is_paced_not_held_until_its_reset() {
     }
 }
 
+/// A header-less limiter in front of a server that speaks binds until the
+/// key has sent past the rate it refused: the key is paced at the lower of
+/// the two, and a header pace below the front's (a window's spread near its
+/// end) says nothing of the front. (Forgotten as soon as the header-less
+/// rate grew past such a pace, the front was run into again at the next
+/// window's spread: a log of 84 per 12 s behind a leaky bucket of 10 a
+/// second was refused 9.4 % of the time over ten minutes, at 0.837 of its
+/// limit; a leaky bucket of 2 a second behind another 6.5 % over one.)
+#[tokio::test(start_paused = true)]
+async fn a_front_limiter_binds_until_the_key_sends_past_it() {
+    // The servers of seeds 68 and 105 of the space, written out; the seed
+    // gives the wall clock (the phase of a reset in epoch seconds).
+    let behind = |seed: u64, algorithm: Algorithm, headers: HeaderConvention, front: Algorithm| {
+        let mut spec = ServerSpec::generate(seed);
+        spec.algorithm = algorithm;
+        spec.headers = headers;
+        // A front as the space draws one (its type is non-exhaustive),
+        // then set to this one.
+        let mut drawn = (0..).find_map(|seed| ServerSpec::generate(seed).front);
+        if let Some(f) = drawn.as_mut() {
+            f.algorithm = front;
+            f.status = StatusCode::TOO_MANY_REQUESTS;
+        }
+        spec.front = drawn;
+        spec
+    };
+    let x_ratelimit = |reset: ResetFormat| HeaderConvention::XRateLimit {
+        reset,
+        limit: StatedLimit::Quota,
+    };
+    let mut log = behind(
+        68,
+        Algorithm::SlidingLog {
+            limit: 84,
+            window: Duration::from_secs(12),
+        },
+        x_ratelimit(ResetFormat::EpochSeconds),
+        Algorithm::LeakyBucket {
+            rate: Rate::per_second(10).unwrap(),
+            burst: 8,
+        },
+    );
+    log.retry_after = None;
+    log.counts_refusals = true;
+    log.refusal_status = StatusCode::TOO_MANY_REQUESTS;
+    let mut leaky = behind(
+        105,
+        Algorithm::LeakyBucket {
+            rate: Rate::per_second(2).unwrap(),
+            burst: 0,
+        },
+        x_ratelimit(ResetFormat::DeltaSeconds),
+        Algorithm::LeakyBucket {
+            rate: Rate::per_second(2).unwrap(),
+            burst: 0,
+        },
+    );
+    leaky.retry_after = Some(RetryAfterPrecision::Floor);
+    leaky.counts_refusals = false;
+    leaky.refusal_status = StatusCode::SERVICE_UNAVAILABLE;
+    for (spec, minutes) in [(log, 10), (leaky, 1)] {
+        let figures = spec
+            .run(
+                &Workload::new(16, Duration::from_secs(60 * minutes)),
+                |server| Ok(PaceLayer::new(client()?).layer(server)),
+            )
+            .await
+            .unwrap();
+        assert!(meets_goal(&figures), "{spec}: {figures:?}");
+    }
+}
+
 /// The first `SPACE_COUNT` (default 20) servers over real HTTP on
 /// loopback, to compare the time it takes with the in-process run (the
 /// figures agree: see `in_process_and_http_agree_on_the_zoo`).

@@ -860,12 +860,22 @@ impl Adaptive {
             // pace, not a cold start.
         } else if success {
             self.grow(now, out);
-            let outgrown = self.header_rate.is_some_and(|h| {
-                self.congestion.rate > h * (1.0 + TUNING.header_less.same_ceiling)
-            });
-            if self.front && outgrown {
-                // The front limiter let the probe past the headers' rate:
-                // it no longer binds.
+            let same = 1.0 + TUNING.header_less.same_ceiling;
+            let outgrown = self
+                .header_rate
+                .is_some_and(|h| self.congestion.rate > h * same);
+            // Sent past the rate the front refused: the key is paced at the
+            // lower of the two, so a header pace below the front's (a
+            // window's spread near its end) lets the regime's rate grow
+            // past the headers' while the key sends at neither. Left on
+            // that, the front was forgotten within a second of its
+            // refusal, and the next window's spread ran into it again (a
+            // log of 84 per 12 s behind a leaky bucket of 10 a second:
+            // 9.4 % refused over ten minutes; now 0.86 %).
+            let sent_past_front = self.sending_now(now) > self.congestion.too_fast * same;
+            if self.front && outgrown && sent_past_front {
+                // The front limiter let the probe past the headers' rate
+                // and its own: it no longer binds.
                 self.front = false;
                 self.congestion = Congestion::open();
                 out.extend(self.header_rate.and_then(|h| self.rate_adjustment(h)));
