@@ -266,15 +266,16 @@ async fn assert_goal_on(runs: impl IntoIterator<Item = (ServerSpec, Duration)>) 
     }
 }
 
-/// Buckets with no burst that state their rate as a quota per window in
-/// IETF headers (a leaky bucket of 50 a second, a GCRA of 4,187 a minute
-/// with a burst of one) say nothing is left after every admission, with a
-/// reset in whole seconds: the key is paced at the stated rate, not held
-/// until that reset. (Held, the first second of the minute was lost, and
-/// the two reached 0.936 and 0.939 of their limits.)
+/// Buckets with no burst to speak of that state their rate as a quota per
+/// window in IETF headers (a leaky bucket of 50 a second, a GCRA of 4,187
+/// a minute with a burst of one, one of 181 a second with a burst of 2)
+/// say nothing is left after an admission or two, with a reset in whole
+/// seconds: the key is paced at the stated rate, not held until that
+/// reset. (Held, the first second of the minute was lost, and the three
+/// reached 0.936, 0.939 and 0.936 of their limits.)
 #[tokio::test(start_paused = true)]
-async fn a_stated_bucket_of_one_is_paced_not_held_until_its_reset() {
-    let bucket_of_one = |algorithm: Algorithm, headers: HeaderConvention| {
+async fn a_stated_small_bucket_is_paced_not_held_until_its_reset() {
+    let small_bucket = |algorithm: Algorithm, headers: HeaderConvention| {
         let mut spec = ServerSpec::generate(0);
         spec.algorithm = algorithm;
         spec.headers = headers;
@@ -287,7 +288,7 @@ async fn a_stated_bucket_of_one_is_paced_not_held_until_its_reset() {
     let minute = Duration::from_secs(60);
     assert_goal_on([
         (
-            bucket_of_one(
+            small_bucket(
                 Algorithm::LeakyBucket {
                     rate: Rate::per_second(50).unwrap(),
                     burst: 0,
@@ -297,12 +298,22 @@ async fn a_stated_bucket_of_one_is_paced_not_held_until_its_reset() {
             minute,
         ),
         (
-            bucket_of_one(
+            small_bucket(
                 Algorithm::Gcra {
                     rate: Rate::new(4187, Duration::from_secs(60)).unwrap(),
                     burst: 1,
                 },
                 HeaderConvention::IetfDraft7,
+            ),
+            minute,
+        ),
+        (
+            small_bucket(
+                Algorithm::Gcra {
+                    rate: Rate::per_second(181).unwrap(),
+                    burst: 2,
+                },
+                HeaderConvention::Ietf,
             ),
             minute,
         ),

@@ -824,15 +824,19 @@ impl Series {
             let short = u64::from(self.refused_while_stated > 0 && self.quota > 2);
             let per_second = (self.quota - short) as f64 / w.as_secs_f64();
             // A stated quota of more than one that never showed more than
-            // nothing left, from the first request on, is a bucket of one
-            // stating its rate as a quota per window (a GCRA or a leaky
-            // bucket with no burst): nothing is spent that waiting for
-            // the reset gives back, only the unit the pace waits for. (A
-            // reset in whole seconds, waited for, held the first second
-            // of a 59 a second leaky bucket.) A window others did spend
-            // refuses the next send, whose refusal says how long to wait.
-            let bucket_of_one = self.never_left_any() && self.quota > 1;
-            let exhausted_until = (left == 0 && !bucket_of_one)
+            // nothing left, or never a tenth of itself, from the first
+            // request on, is a bucket with no burst to speak of stating
+            // its rate as a quota per window (a GCRA or a leaky bucket):
+            // nothing is spent that waiting for the reset gives back, only
+            // the unit the pace waits for. (A reset in whole seconds,
+            // waited for, held the first second of a 59 a second leaky
+            // bucket, and of a GCRA of 181 a second with a burst of 2.) A
+            // window others did spend refuses the next send, whose
+            // refusal says how long to wait; a second refusal disproves
+            // the stated window (see `Tuning::stated_refusals`).
+            let small_bucket = (self.never_left_any() && self.quota > 1)
+                || self.top.saturating_mul(10) <= self.quota;
+            let exhausted_until = (left == 0 && !small_bucket)
                 .then(|| self.window.boundary.or(reading.reset.map(|r| now + r)))
                 .flatten();
             return Some(Pace {
@@ -1608,6 +1612,37 @@ mod tests {
         assert_eq!((pace.shape, pace.per_second), (Shape::Stated, 8.0));
         let pace = series.observe(stated(1_400, 0, false));
         assert_ne!(pace.map(|p| p.shape), Some(Shape::Stated), "{pace:?}");
+    }
+
+    /// A stated window of 100 a minute that other clients spent but two:
+    /// the key's first readings look like a bucket with no burst (never a
+    /// tenth of the quota left), so nothing left is not waited out at
+    /// once; the window's refusals disprove that, and after the second
+    /// the key waits for the window's end.
+    #[test]
+    fn a_stated_window_others_spent_is_waited_out_after_two_refusals() {
+        let start = Instant::now();
+        let stated = |ms: u64, remaining: u64, admitted: bool| Reading {
+            at: start + Duration::from_millis(ms),
+            limit: Some(100),
+            remaining,
+            ahead: 0,
+            reset: Some(Duration::from_secs(50).saturating_sub(Duration::from_millis(ms))),
+            window: Some(Duration::from_secs(60)),
+            admitted,
+            counted: None,
+            weight: 1,
+        };
+        let mut series = Series::default();
+        series.observe(stated(0, 1, true)).expect("paced");
+        let pace = series.observe(stated(600, 0, true)).expect("paced");
+        assert_eq!((pace.shape, pace.exhausted_until), (Shape::Stated, None));
+        let pace = series.observe(stated(1_200, 0, false)).expect("paced");
+        assert_eq!(pace.exhausted_until, None);
+        let pace = series.observe(stated(1_800, 0, false)).expect("paced");
+        let end = start + Duration::from_secs(50);
+        assert_ne!(pace.shape, Shape::Stated, "{pace:?}");
+        assert_eq!(pace.exhausted_until, Some(end), "{pace:?}");
     }
 
     /// A bucket of 2 refilling 3 a second, stating its burst: read as a
