@@ -872,8 +872,8 @@ impl Adaptive {
             // refusal, and the next window's spread ran into it again (a
             // log of 84 per 12 s behind a leaky bucket of 10 a second:
             // 9.4 % refused over ten minutes; now 0.86 %).
-            let sent_past_front = self.sending_now(now) > self.congestion.too_fast * same;
-            if self.front && outgrown && sent_past_front {
+            let sent_past_front = || self.sending_now(now) > self.congestion.too_fast * same;
+            if self.front && outgrown && sent_past_front() {
                 // The front limiter let the probe past the headers' rate
                 // and its own: it no longer binds.
                 self.front = false;
