@@ -100,7 +100,7 @@ const DEFAULT_REMEMBER_FOR: Duration = Duration::from_secs(3_600);
 const BOOKINGS_PER_PROCESS: usize = 1;
 /// Share of a learned rate that is used, to stay clear of the server's
 /// edge (clock rounding, requests in flight).
-const DEFAULT_HEADROOM: f64 = 0.97;
+pub(crate) const DEFAULT_HEADROOM: f64 = 0.97;
 
 /// One family of buckets: a key function that says which bucket of the
 /// family a request belongs to (or none), and how a bucket is made.
@@ -370,6 +370,12 @@ impl Scope {
     }
 
     /// The share (0 to 1] of a learned rate that is used (default 0.97).
+    ///
+    /// A moving window (a sliding log or counter whose readings show its
+    /// length) that one process spends is paced from an upper bound on
+    /// that length, clear of its edge already: at its whole rate by
+    /// default, and at `headroom / 0.97` of it where a lower headroom is
+    /// set. Shared with other processes, it is paced at `headroom`.
     pub fn headroom(mut self, headroom: f64) -> Self {
         self.headroom = headroom;
         self
