@@ -421,6 +421,59 @@ async fn a_moving_window_is_paced_at_its_whole_rate() {
     assert_goal_on([(unreset, minute), (long, minute), (epoch, minute)]).await;
 }
 
+/// Buckets of one that charge the requests they refuse (a token bucket of
+/// 15 a second and leaky buckets of 24 and 23 a second, the first two
+/// without headers, the last stating its burst in `X-RateLimit-*` and
+/// refusing with 503): once the gaps pace the key, a refused probe puts the
+/// server a whole interval behind, and the key backs off instead of sending
+/// at the interval into refusal after refusal. (It did not: 0.873, 0.875 and
+/// 0.787 of their limits over a minute, the gaps' pacing let go.)
+#[tokio::test(start_paused = true)]
+async fn a_bucket_of_one_that_counts_refusals_is_backed_off_from() {
+    // The servers of seeds 689, 752 and 480 of the space, written out.
+    let counting = |seed: u64, algorithm: Algorithm, headers: HeaderConvention| {
+        let mut spec = ServerSpec::generate(seed);
+        spec.algorithm = algorithm;
+        spec.headers = headers;
+        spec.retry_after = None;
+        spec.counts_refusals = true;
+        spec.refusal_status = StatusCode::TOO_MANY_REQUESTS;
+        spec.front = None;
+        spec
+    };
+    let token = counting(
+        689,
+        Algorithm::TokenBucket {
+            rate: Rate::per_second(15).unwrap(),
+            burst: 1,
+        },
+        HeaderConvention::None,
+    );
+    let leaky = counting(
+        752,
+        Algorithm::LeakyBucket {
+            rate: Rate::per_second(24).unwrap(),
+            burst: 0,
+        },
+        HeaderConvention::None,
+    );
+    let mut stating = counting(
+        480,
+        Algorithm::LeakyBucket {
+            rate: Rate::per_second(23).unwrap(),
+            burst: 0,
+        },
+        HeaderConvention::XRateLimit {
+            reset: ResetFormat::EpochFractional,
+            limit: StatedLimit::Burst,
+        },
+    );
+    stating.retry_after = Some(RetryAfterPrecision::Ceil);
+    stating.refusal_status = StatusCode::SERVICE_UNAVAILABLE;
+    let minute = Duration::from_secs(60);
+    assert_goal_on([(token, minute), (leaky, minute), (stating, minute)]).await;
+}
+
 /// The first `SPACE_COUNT` (default 20) servers over real HTTP on
 /// loopback, to compare the time it takes with the in-process run (the
 /// figures agree: see `in_process_and_http_agree_on_the_zoo`).

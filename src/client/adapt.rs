@@ -574,7 +574,8 @@ impl Adaptive {
     /// key every `interval` rounds the few milliseconds it means to a
     /// second (or to 0), and sitting it out would leave a second's sends
     /// unsent on every probe. A wait no more than a second beyond the
-    /// interval is read as the interval; a fractional one is exact, and a
+    /// gap the spacing asks for next (the interval, doubled after a
+    /// refusal) is read as that gap; a fractional one is exact, and a
     /// longer one is something else (a penalty), both believed.
     pub(crate) fn server_wait(&self, signal: &RateLimitSignal) -> Option<Duration> {
         if !signal.is_throttled() {
@@ -1366,12 +1367,28 @@ mod tests {
 
     #[test]
     fn a_quota_of_one_is_paced_by_its_gaps_from_the_first_refusal() {
-        let (a, taught, _) = spacer_of_one(None);
+        let (mut a, taught, refused_at) = spacer_of_one(None);
+        // Refused, the key backs off a doubled gap (see
+        // `spacing::Tuning::backoff_doublings`) ...
+        let backoff = Duration::from_millis(120);
+        assert_eq!(a.spaced_by, Some(backoff));
+        let every = |gap| Rate::every(gap).expect("a rate");
+        assert!(
+            taught.contains(&Adjustment::SetRate(every(backoff))),
+            "{taught:?}"
+        );
+        // ... and once admitted again is paced at exactly the gap admitted,
+        // not a nanosecond over: a timer rounds a deadline up to its
+        // millisecond.
+        let at = refused_at + backoff;
+        let seq = a.on_send(at, Grant::default(), 1);
+        let admitted = a.on_response(at, seq, &signal(200, vec![requests(1, 0, 1)]), true);
+        let sixty = every(Duration::from_millis(60));
         assert_eq!(a.spaced_by, Some(Duration::from_millis(60)));
-        // Exactly the gap admitted, not a nanosecond over: a timer rounds
-        // a deadline up to its millisecond.
-        let sixty = Rate::every(Duration::from_millis(60)).expect("a rate");
-        assert!(taught.contains(&Adjustment::SetRate(sixty)), "{taught:?}");
+        assert!(
+            admitted.contains(&Adjustment::SetRate(sixty)),
+            "{admitted:?}"
+        );
         // Stating a quota above one, a refusal alone does not pace it.
         let (a, taught, _) = spacer_stating(2, None);
         assert_eq!(a.spaced_by, None);
@@ -1380,11 +1397,13 @@ mod tests {
 
     #[test]
     fn a_whole_second_retry_after_on_a_spacer_is_its_interval() {
-        let sixty = Duration::from_millis(60);
+        // The interval, doubled after the refusal (see
+        // `spacing::Tuning::backoff_doublings`).
+        let backoff = Duration::from_millis(120);
         for (retry_after, read) in [
             // Rounded up or down to whole seconds: a resolution.
-            (Duration::from_secs(1), sixty),
-            (Duration::ZERO, sixty),
+            (Duration::from_secs(1), backoff),
+            (Duration::ZERO, backoff),
             // Exact, or a penalty beyond the resolution: believed.
             (Duration::from_millis(20), Duration::from_millis(20)),
             (Duration::from_secs(2), Duration::from_secs(2)),

@@ -27,7 +27,11 @@
 //! Nothing latches.
 //!
 //! A gap is read only when every request sent before it has been answered:
-//! otherwise an admission not yet seen may lie between.
+//! otherwise an admission not yet seen may lie between. A refusal that
+//! follows a refusal is read from that one's send, not the admission before:
+//! a limiter that counts refusals charged it. And once paced, the key backs
+//! off after a refusal, each one since the last admission doubling the next
+//! gap (see [`Tuning::backoff_doublings`]).
 //!
 //! Pure arithmetic on the instants the caller passes.
 
@@ -93,6 +97,15 @@ pub(crate) struct Tuning {
     /// gaps (four times [`max_hold`](Self::max_hold)): the longest a slow
     /// spacer's grown capacity goes unnoticed.
     pub(crate) max_sends_hold: Duration,
+    /// Once paced, each refusal since the last admission doubles the next
+    /// gap from the bracket's top, up to this many times. A limiter that
+    /// counts refusals (a GCRA that charges a refused request) is a whole
+    /// interval behind after one, and refuses every send at the top, each
+    /// putting it further behind, until the key falls back by more; one
+    /// that does not costs a refused probe an interval's wait. (Sent at the
+    /// top again, a bucket of one of 15 a second that counts refusals was
+    /// refused nine times in a row after each probe.)
+    pub(crate) backoff_doublings: u32,
 }
 
 impl Tuning {
@@ -110,6 +123,7 @@ impl Tuning {
         probe: 0.05,
         probe_sends: 200.0,
         max_sends_hold: Duration::from_secs(256),
+        backoff_doublings: 4,
     };
 
     /// How much two gaps must differ by to tell them apart: a refusal
@@ -125,6 +139,11 @@ impl Tuning {
 pub(crate) struct Spacing {
     /// When the latest admitted request (in send order) was sent.
     last_admitted: Option<Instant>,
+    /// When the latest refused request (in send order) was sent.
+    last_refused: Option<Instant>,
+    /// Refusals since the latest admission: the next gap doubles with each
+    /// (see [`Tuning::backoff_doublings`]).
+    in_a_row: u32,
     /// The shortest gap after an admission that the server admitted.
     admitted: Option<Duration>,
     /// The longest gap after an admission that it refused.
@@ -152,12 +171,23 @@ impl Spacing {
         earlier_unanswered: bool,
         t: &Tuning,
     ) {
-        let gap = self
-            .last_admitted
+        // A refusal after a refusal is read from that one's send: a
+        // limiter that counts refusals charged it, and a gap from the
+        // admission before would say the interval is longer than it is
+        // (from either, the bound holds of one that does not).
+        let refused_last = self
+            .last_refused
+            .filter(|&r| !admitted && self.last_admitted.is_some_and(|a| r > a));
+        let gap = refused_last
+            .or(self.last_admitted)
             .filter(|&last| last < sent && !earlier_unanswered)
             .map(|last| sent - last);
         if admitted {
             self.last_admitted = Some(self.last_admitted.map_or(sent, |l| l.max(sent)));
+            self.in_a_row = 0;
+        } else {
+            self.last_refused = Some(self.last_refused.map_or(sent, |l| l.max(sent)));
+            self.in_a_row = self.in_a_row.saturating_add(1);
         }
         let Some(gap) = gap else {
             return;
@@ -198,6 +228,8 @@ impl Spacing {
     fn started_over(&self) -> Spacing {
         Spacing {
             last_admitted: self.last_admitted,
+            last_refused: self.last_refused,
+            in_a_row: self.in_a_row,
             contradictions: self.contradictions.saturating_add(1),
             ..Spacing::default()
         }
@@ -234,6 +266,9 @@ impl Spacing {
             return None;
         }
         let (top_s, bottom_s) = (top.as_secs_f64(), bottom.as_secs_f64());
+        if self.in_a_row > 0 {
+            return Some(top * (1u32 << self.in_a_row.min(t.backoff_doublings)));
+        }
         if top_s <= bottom_s * (1.0 + t.narrow) || top <= bottom + t.tick {
             if self.probing(now, t) {
                 return Some(top.mul_f64(1.0 - t.probe));
@@ -274,22 +309,34 @@ mod tests {
     }
 
     /// A server that admits a request at least `interval` after the last
-    /// one it admitted, driven by the pace the spacing asks for (by
-    /// `start_pace` before it asks for one). Returns the spacing and the
-    /// refusals once it paced.
-    fn drive(interval: Duration, start_pace: Duration, sends: usize) -> (Spacing, usize) {
+    /// one it admitted (after the last one it refused as well, where it
+    /// `counts_refusals`: a GCRA that charges a refused request), driven by
+    /// the pace the spacing asks for (before it asks for one, by
+    /// `start_pace`, doubled for each refusal in a row, as a lockout's
+    /// waits are). Returns the spacing and the refusals once it paced.
+    fn drive(
+        interval: Duration,
+        start_pace: Duration,
+        sends: usize,
+        counts_refusals: bool,
+    ) -> (Spacing, usize) {
         let mut spacing = Spacing::default();
         let start = Instant::now();
-        let (mut at, mut last_admitted, mut refused) = (start, None::<Instant>, 0);
+        // When the server next admits a request.
+        let (mut at, mut next_admitted, mut refused) = (start, None::<Instant>, 0);
+        let mut in_a_row = 0;
         for _ in 0..sends {
-            let ok = last_admitted.is_none_or(|l| at - l >= interval);
-            if ok {
-                last_admitted = Some(at);
+            let ok = next_admitted.is_none_or(|n| at >= n);
+            if ok || counts_refusals {
+                next_admitted = Some(next_admitted.map_or(at, |n| n.max(at)) + interval);
             }
+            in_a_row = if ok { 0 } else { (in_a_row + 1).min(4) };
             let paced = spacing.interval(at, &T);
             refused += usize::from(!ok && paced.is_some());
             spacing.observe(at, ok, false, &T);
-            at += spacing.interval(at, &T).unwrap_or(start_pace);
+            at += spacing
+                .interval(at, &T)
+                .unwrap_or(start_pace * (1 << in_a_row));
         }
         (spacing, refused)
     }
@@ -301,7 +348,7 @@ mod tests {
     #[test]
     fn a_bucket_of_one_is_paced_at_its_interval_after_a_few_refusals() {
         let interval = Duration::from_micros(333_333);
-        let (spacing, refused) = drive(interval, Duration::from_millis(280), 200);
+        let (spacing, refused) = drive(interval, Duration::from_millis(280), 200, false);
         let paced = spacing.interval(spacing.refused_at.expect("refused"), &T);
         let paced = paced.expect("a spacer");
         assert!(paced >= interval, "{paced:?}");
@@ -310,6 +357,31 @@ mod tests {
             "{paced:?}"
         );
         assert!(refused <= 4, "{refused} refused once paced");
+    }
+
+    /// A bucket of one that charges the requests it refuses (15 a second):
+    /// a refused probe puts it a whole interval behind, and sends at the
+    /// bracket's top would each be refused and put it further behind. The
+    /// key backs off after a refusal and is refused about once per probe,
+    /// still paced at the interval. (Sent at the top after a refused probe,
+    /// and reading the next refusal from the admission before, it was
+    /// refused until the bracket broke, and let go of the key.)
+    #[test]
+    fn a_bucket_of_one_that_counts_refusals_is_refused_once_per_probe() {
+        let interval = Duration::from_micros(66_667);
+        let sends = 3_000;
+        let (spacing, refused) = drive(interval, Duration::from_millis(56), sends, true);
+        let at = spacing.last_admitted.expect("admitted");
+        let paced = spacing.interval(at, &T).expect("a spacer");
+        assert!(paced >= interval, "{paced:?}");
+        assert!(
+            paced.as_secs_f64() <= interval.as_secs_f64() * (1.0 + T.narrow),
+            "{paced:?}"
+        );
+        // 200 s of sends: the first holds of 32 s and 64 s, then probes
+        // 64 s apart, each refused once, and the few refusals that close the
+        // bracket.
+        assert!(refused <= 8, "{refused} refused once paced");
     }
 
     /// A fixed window of 10 a second, sent to every 50 ms: it admits
