@@ -814,10 +814,13 @@ impl Adaptive {
     /// show: the headroom, which by default stays clear of an edge the
     /// readings place only roughly (a bucket's refill measured from the
     /// key's own sends, resets rounded to whole seconds). A moving window
-    /// that only this process spends is paced from an upper bound on its
+    /// that only this process spends, settled (every reading for as long
+    /// as the window has shown it), is paced from an upper bound on its
     /// length, and waits for the oldest admission inside it to leave when
     /// nothing is left: clear of its edge already, it keeps only what a
-    /// headroom set below the default asks beyond it. (The default's 3 %
+    /// headroom set below the default asks beyond it. (Not settled, a
+    /// bucket of 120 a minute read as a window of 57.6 s for a reading or
+    /// two was paced past its refill and refused.) (The default's 3 %
     /// taken off it as well, a sliding log of 8 a second read with a
     /// window of 1.046 s held 0.91 of its limit over a minute, and 0.93
     /// with it not.) Where other processes share the count (`shared`),
@@ -827,7 +830,9 @@ impl Adaptive {
     /// clock).
     fn share_of(&self, shape: Shape, shared: bool) -> f64 {
         match shape {
-            Shape::MovingWindow { .. } if !shared => (self.headroom / DEFAULT_HEADROOM).min(1.0),
+            Shape::MovingWindow { settled: true, .. } if !shared => {
+                (self.headroom / DEFAULT_HEADROOM).min(1.0)
+            }
             Shape::MovingWindow { .. } | Shape::Stated | Shape::FixedWindow | Shape::Bucket => {
                 self.headroom
             }

@@ -249,6 +249,11 @@ pub(crate) enum Shape {
     MovingWindow {
         /// The window's length (an upper bound).
         window: Duration,
+        /// Whether every reading for as long as the window has shown it:
+        /// a window proves itself over its own length, where a bucket
+        /// that a steady pace let agree with one for a few readings shows
+        /// it only between others.
+        settled: bool,
     },
     /// Refills continuously.
     Bucket,
@@ -351,6 +356,9 @@ struct MovingTrack {
     most: u64,
     /// The oldest admission inside the window at the last reading.
     oldest_inside: Option<Instant>,
+    /// Since when every reading has shown the window (see
+    /// `Shape::MovingWindow`).
+    shown_since: Option<Instant>,
 }
 
 /// A bucket's pace and measured rate.
@@ -801,6 +809,7 @@ impl Series {
                 fewest: n,
                 most: n,
                 oldest_inside: None,
+                shown_since: None,
             };
         }
         m.oldest_inside = Some(oldest_inside);
@@ -839,6 +848,7 @@ impl Series {
             let exhausted_until = (left == 0 && !small_bucket)
                 .then(|| self.window.boundary.or(reading.reset.map(|r| now + r)))
                 .flatten();
+            self.moving.shown_since = None;
             return Some(Pace {
                 shape: Shape::Stated,
                 per_second,
@@ -846,20 +856,25 @@ impl Series {
             });
         }
         if !self.refilling {
+            self.moving.shown_since = None;
             return self.fixed_window(now, left, reading);
         }
-        if let Some(window) = self.moving_window() {
-            let exhausted_until = (left == 0)
-                .then(|| self.moving.oldest_inside.map(|a| a + window))
-                .flatten()
-                .filter(|&at| at > now);
-            return Some(Pace {
-                shape: Shape::MovingWindow { window },
-                per_second: self.quota as f64 / window.as_secs_f64(),
-                exhausted_until,
-            });
-        }
-        Some(self.bucket(now, left, reading))
+        let Some(window) = self.moving_window() else {
+            self.moving.shown_since = None;
+            return Some(self.bucket(now, left, reading));
+        };
+        let m = &mut self.moving;
+        let shown_since = *m.shown_since.get_or_insert(now);
+        let settled = now.saturating_duration_since(shown_since) >= window;
+        let exhausted_until = (left == 0)
+            .then(|| m.oldest_inside.map(|a| a + window))
+            .flatten()
+            .filter(|&at| at > now);
+        Some(Pace {
+            shape: Shape::MovingWindow { window, settled },
+            per_second: self.quota as f64 / window.as_secs_f64(),
+            exhausted_until,
+        })
     }
 
     /// The moving window's length (its upper bound), once the readings show
@@ -1561,9 +1576,10 @@ mod tests {
             log: VecDeque::new(),
         };
         let (pace, refused) = drive(&mut model, 20.0);
-        let Shape::MovingWindow { window } = pace.shape else {
+        let Shape::MovingWindow { window, settled } = pace.shape else {
             panic!("{pace:?}");
         };
+        assert!(settled, "shown on every reading since it was read");
         let secs = window.as_secs_f64();
         assert!((5.0..5.2).contains(&secs), "{secs}");
         assert!((pace.per_second - 20.0).abs() < 1.0, "{pace:?}");

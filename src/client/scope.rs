@@ -371,11 +371,12 @@ impl Scope {
 
     /// The share (0 to 1] of a learned rate that is used (default 0.97).
     ///
-    /// A moving window (a sliding log or counter whose readings show its
-    /// length) that one process spends is paced from an upper bound on
-    /// that length, clear of its edge already: at its whole rate by
-    /// default, and at `headroom / 0.97` of it where a lower headroom is
-    /// set. Shared with other processes, it is paced at `headroom`.
+    /// A moving window (a sliding log or counter whose readings have shown
+    /// its length for as long as it is) that one process spends is paced
+    /// from an upper bound on that length, clear of its edge already: at
+    /// its whole rate by default, and at `headroom / 0.97` of it where a
+    /// lower headroom is set. Shared with other processes, it is paced at
+    /// `headroom`.
     pub fn headroom(mut self, headroom: f64) -> Self {
         self.headroom = headroom;
         self
