@@ -226,16 +226,10 @@ fn assert_goal_on_space(first: u64, count: u64, workload: Workload) {
 #[tokio::test(start_paused = true)]
 async fn a_counter_refusing_past_the_end_read_meets_the_goal() {
     let counter = |limit: u64, secs: u64, headers: HeaderConvention| {
-        let mut spec = ServerSpec::generate(0);
-        spec.algorithm = Algorithm::SlidingCounter {
-            limit,
-            window: Duration::from_secs(secs),
-        };
-        spec.headers = headers;
+        let window = Duration::from_secs(secs);
+        let mut spec = written_out(0, Algorithm::SlidingCounter { limit, window }, headers);
         spec.retry_after = Some(RetryAfterPrecision::Floor);
         spec.counts_refusals = true;
-        spec.refusal_status = StatusCode::TOO_MANY_REQUESTS;
-        spec.front = None;
         spec
     };
     let x_ratelimit = HeaderConvention::XRateLimit {
@@ -266,6 +260,21 @@ async fn assert_goal_on(runs: impl IntoIterator<Item = (ServerSpec, Duration)>) 
     }
 }
 
+/// The server of seed `seed` of the space (the seed gives its wall clock,
+/// the phase of a reset in epoch seconds), written out: `algorithm` with
+/// `headers`, refusing with 429, no `Retry-After`, refusals not counted,
+/// no limiter in front. A test changes what its servers do otherwise.
+fn written_out(seed: u64, algorithm: Algorithm, headers: HeaderConvention) -> ServerSpec {
+    let mut spec = ServerSpec::generate(seed);
+    spec.algorithm = algorithm;
+    spec.headers = headers;
+    spec.retry_after = None;
+    spec.counts_refusals = false;
+    spec.refusal_status = StatusCode::TOO_MANY_REQUESTS;
+    spec.front = None;
+    spec
+}
+
 /// Buckets with no burst to speak of that state their rate as a quota per
 /// window in IETF headers (a leaky bucket of 50 a second, a GCRA of 4,187
 /// a minute with a burst of one, one of 181 a second with a burst of 2)
@@ -275,16 +284,7 @@ async fn assert_goal_on(runs: impl IntoIterator<Item = (ServerSpec, Duration)>) 
 /// reached 0.936, 0.939 and 0.936 of their limits.)
 #[tokio::test(start_paused = true)]
 async fn a_stated_small_bucket_is_paced_not_held_until_its_reset() {
-    let small_bucket = |algorithm: Algorithm, headers: HeaderConvention| {
-        let mut spec = ServerSpec::generate(0);
-        spec.algorithm = algorithm;
-        spec.headers = headers;
-        spec.retry_after = None;
-        spec.counts_refusals = false;
-        spec.refusal_status = StatusCode::TOO_MANY_REQUESTS;
-        spec.front = None;
-        spec
-    };
+    let small_bucket = |algorithm, headers| written_out(0, algorithm, headers);
     let minute = Duration::from_secs(60);
     assert_goal_on([
         (
@@ -397,18 +397,13 @@ async fn a_moving_window_is_paced_at_its_whole_rate() {
     // The servers of seeds 777, 834 and 397 of the space, written out; the
     // seed gives the wall clock (the phase of a reset in epoch seconds).
     let log = |seed: u64, (limit, secs): (u64, u64), reset: ResetFormat, counts_refusals: bool| {
-        let mut spec = ServerSpec::generate(seed);
-        spec.algorithm = Algorithm::SlidingLog {
-            limit,
-            window: Duration::from_secs(secs),
-        };
-        spec.headers = HeaderConvention::XRateLimit {
+        let window = Duration::from_secs(secs);
+        let headers = HeaderConvention::XRateLimit {
             reset,
             limit: StatedLimit::Quota,
         };
+        let mut spec = written_out(seed, Algorithm::SlidingLog { limit, window }, headers);
         spec.counts_refusals = counts_refusals;
-        spec.refusal_status = StatusCode::TOO_MANY_REQUESTS;
-        spec.front = None;
         spec
     };
     let mut unreset = log(777, (482, 5), ResetFormat::Omitted, false);
@@ -432,13 +427,8 @@ async fn a_moving_window_is_paced_at_its_whole_rate() {
 async fn a_bucket_of_one_that_counts_refusals_is_backed_off_from() {
     // The servers of seeds 689, 752 and 480 of the space, written out.
     let counting = |seed: u64, algorithm: Algorithm, headers: HeaderConvention| {
-        let mut spec = ServerSpec::generate(seed);
-        spec.algorithm = algorithm;
-        spec.headers = headers;
-        spec.retry_after = None;
+        let mut spec = written_out(seed, algorithm, headers);
         spec.counts_refusals = true;
-        spec.refusal_status = StatusCode::TOO_MANY_REQUESTS;
-        spec.front = None;
         spec
     };
     let token = counting(
