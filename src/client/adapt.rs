@@ -818,12 +818,12 @@ impl Adaptive {
     /// as the window has shown it), is paced from an upper bound on its
     /// length, and waits for the oldest admission inside it to leave when
     /// nothing is left: clear of its edge already, it keeps only what a
-    /// headroom set below the default asks beyond it. (Not settled, a
-    /// bucket of 120 a minute read as a window of 57.6 s for a reading or
-    /// two was paced past its refill and refused.) (The default's 3 %
-    /// taken off it as well, a sliding log of 8 a second read with a
+    /// headroom set below the default asks beyond it. (With the default's
+    /// 3 % taken off it as well, a sliding log of 8 a second read with a
     /// window of 1.046 s held 0.91 of its limit over a minute, and 0.93
-    /// with it not.) Where other processes share the count (`shared`),
+    /// without. Exempt before it settled, a bucket of 120 a minute read as
+    /// a window of 57.6 s for a reading or two was paced past its refill
+    /// and refused.) Where other processes share the count (`shared`),
     /// their admissions fall between this one's and bracket the window
     /// less tightly: the headroom stays (without it, a fleet of four on a
     /// window of 100 per 5 s held 0.92 of it at one phase of the server's

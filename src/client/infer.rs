@@ -815,7 +815,24 @@ impl Series {
         m.oldest_inside = Some(oldest_inside);
     }
 
+    /// How to pace now, with whether a moving window is settled: every
+    /// reading for as long as the window has shown it.
     fn pace(&mut self, now: Instant, reading: &Reading) -> Option<Pace> {
+        let mut pace = self.shaped_pace(now, reading);
+        let m = &mut self.moving;
+        match pace.as_mut().map(|p| &mut p.shape) {
+            Some(Shape::MovingWindow { window, settled }) => {
+                let shown_since = *m.shown_since.get_or_insert(now);
+                *settled = now.saturating_duration_since(shown_since) >= *window;
+            }
+            _ => m.shown_since = None,
+        }
+        pace
+    }
+
+    /// How to pace now, by the shape the readings show (a moving window
+    /// not yet settled: see [`pace`](Self::pace)).
+    fn shaped_pace(&mut self, now: Instant, reading: &Reading) -> Option<Pace> {
         let left = reading.remaining.saturating_sub(reading.ahead);
         if !reading.admitted && self.stated.is_some() {
             self.refused_while_stated = self.refused_while_stated.saturating_add(1);
@@ -848,7 +865,6 @@ impl Series {
             let exhausted_until = (left == 0 && !small_bucket)
                 .then(|| self.window.boundary.or(reading.reset.map(|r| now + r)))
                 .flatten();
-            self.moving.shown_since = None;
             return Some(Pace {
                 shape: Shape::Stated,
                 per_second,
@@ -856,22 +872,20 @@ impl Series {
             });
         }
         if !self.refilling {
-            self.moving.shown_since = None;
             return self.fixed_window(now, left, reading);
         }
         let Some(window) = self.moving_window() else {
-            self.moving.shown_since = None;
             return Some(self.bucket(now, left, reading));
         };
-        let m = &mut self.moving;
-        let shown_since = *m.shown_since.get_or_insert(now);
-        let settled = now.saturating_duration_since(shown_since) >= window;
         let exhausted_until = (left == 0)
-            .then(|| m.oldest_inside.map(|a| a + window))
+            .then(|| self.moving.oldest_inside.map(|a| a + window))
             .flatten()
             .filter(|&at| at > now);
         Some(Pace {
-            shape: Shape::MovingWindow { window, settled },
+            shape: Shape::MovingWindow {
+                window,
+                settled: false,
+            },
             per_second: self.quota as f64 / window.as_secs_f64(),
             exhausted_until,
         })
