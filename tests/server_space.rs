@@ -334,14 +334,15 @@ async fn a_front_limiter_binds_until_the_key_sends_past_it() {
     // The servers of seeds 68 and 105 of the space, written out; the seed
     // gives the wall clock (the phase of a reset in epoch seconds).
     let behind = |seed: u64, algorithm: Algorithm, headers: HeaderConvention, front: Algorithm| {
-        let mut spec = ServerSpec::generate(seed);
-        spec.algorithm = algorithm;
-        spec.headers = headers;
+        let mut spec = written_out(seed, algorithm, headers);
         // The seed's own front (its type is non-exhaustive), set to this
         // one.
-        let drawn = spec.front.as_mut().expect("the seed draws a front");
+        let mut drawn = ServerSpec::generate(seed)
+            .front
+            .expect("the seed draws a front");
         drawn.algorithm = front;
         drawn.status = StatusCode::TOO_MANY_REQUESTS;
+        spec.front = Some(drawn);
         spec
     };
     let x_ratelimit = |reset: ResetFormat| HeaderConvention::XRateLimit {
@@ -360,9 +361,7 @@ async fn a_front_limiter_binds_until_the_key_sends_past_it() {
             burst: 8,
         },
     );
-    log.retry_after = None;
     log.counts_refusals = true;
-    log.refusal_status = StatusCode::TOO_MANY_REQUESTS;
     let mut leaky = behind(
         105,
         Algorithm::LeakyBucket {
@@ -376,7 +375,6 @@ async fn a_front_limiter_binds_until_the_key_sends_past_it() {
         },
     );
     leaky.retry_after = Some(RetryAfterPrecision::Floor);
-    leaky.counts_refusals = false;
     leaky.refusal_status = StatusCode::SERVICE_UNAVAILABLE;
     assert_goal_on([
         (log, Duration::from_secs(600)),
@@ -406,8 +404,7 @@ async fn a_moving_window_is_paced_at_its_whole_rate() {
         spec.counts_refusals = counts_refusals;
         spec
     };
-    let mut unreset = log(777, (482, 5), ResetFormat::Omitted, false);
-    unreset.retry_after = None;
+    let unreset = log(777, (482, 5), ResetFormat::Omitted, false);
     let mut long = log(834, (1_355, 15), ResetFormat::Omitted, true);
     long.retry_after = Some(RetryAfterPrecision::Ceil);
     let mut epoch = log(397, (11, 1), ResetFormat::EpochSeconds, true);
