@@ -393,9 +393,13 @@ async fn nothing_configured_but_the_reconciler_meets_the_goal_when_tokens_bind()
     goal(3_000, 150_000).await;
 }
 
-/// The same goal where requests bind: 120 a minute, tokens to spare.
+/// The same goal where requests bind: 120 a minute, tokens to spare. The
+/// server writes `remaining` with its answer, two seconds after it
+/// decided, when it has counted the calls decided meanwhile. (Read as if
+/// written when decided, the refill measured ran up to six a second while
+/// the calls in flight fell: 1.53-2.77 % refused over seeds 1-4 in both
+/// dialects; read either way, 0.45-0.99 %.)
 #[tokio::test(start_paused = true)]
-#[ignore = "known gap: 0.994-0.995 of the requests limit and no failed call, but 1.53-2.77 % refused over seeds 1-4 in both dialects (OpenAI 1.53, 2.15, 1.72 and 2.25 %, Anthropic 2.77, 2.72, 2.34 and 2.49 %; 0.45-2.20 % as last recorded, earlier): draining the request bucket's burst, the pace read from the headers flips between two readings every response (111 and 235 a second, OpenAI seed 1), and once refused it is cut towards the refill's 2; later probes cost a few more"]
 async fn nothing_configured_but_the_reconciler_meets_the_goal_when_requests_bind() {
     goal(120, 10_000_000).await;
 }
