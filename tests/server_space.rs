@@ -135,7 +135,7 @@ fn summary(runs: &[(ServerSpec, RunFigures)]) {
 async fn server_space() {
     let first = env_u64("SPACE_SEED", 0);
     let count = env_u64("SPACE_COUNT", 500);
-    assert_goal_on_space(first, count, Workload::default());
+    assert_goal_on_space(first, count, Duration::ZERO, Workload::default());
 }
 
 /// The same goal over ten virtual minutes a server (seeds 0..500 by
@@ -159,16 +159,41 @@ async fn server_space() {
 async fn server_space_over_ten_minutes() {
     let first = env_u64("SPACE_SEED", 0);
     let count = env_u64("SPACE_COUNT", 500);
-    assert_goal_on_space(first, count, Workload::new(16, Duration::from_secs(600)));
+    assert_goal_on_space(
+        first,
+        count,
+        Duration::ZERO,
+        Workload::new(16, Duration::from_secs(600)),
+    );
 }
 
-/// Runs the default client on `count` servers from seed `first` with
-/// `workload`, prints the distribution, the ten worst and the misses by
-/// kind, and asserts the goal on every one and on the median.
-fn assert_goal_on_space(first: u64, count: u64, workload: Workload) {
+/// The same goal on the same servers over 60 s, each answering 20 ms
+/// after it is sent: the server decides a request 20 ms after the key
+/// sent it, and what it says remains is that old (`SPACE_LATENCY_MS`
+/// sets another round trip).
+#[tokio::test(start_paused = true)]
+#[ignore = "known gap: with a round trip of 20 ms, 146 of seeds 0..500 miss the goal (178 \
+            before what is left was placed at the send; 112 with no round trip), goodput p10 \
+            0.91-0.92, median 0.97, 15 failed calls; 157 of seeds 500..1000 (p10 0.91-0.93, \
+            20 failed calls): what the space misses without a round trip, and buckets with a \
+            burst of one or two that say nothing is left after each admission, whose pace runs \
+            past the refill while those answers are on their way (a bucket of 124 a second with \
+            a burst of one, 0.19 of its limit)"]
+async fn server_space_answering_a_round_trip_later() {
+    let first = env_u64("SPACE_SEED", 0);
+    let count = env_u64("SPACE_COUNT", 500);
+    let latency = Duration::from_millis(env_u64("SPACE_LATENCY_MS", 20));
+    assert_goal_on_space(first, count, latency, Workload::default());
+}
+
+/// Runs the default client on `count` servers from seed `first`, each
+/// answering `latency` after a request, with `workload`; prints the
+/// distribution, the ten worst and the misses by kind, and asserts the
+/// goal on every one and on the median.
+fn assert_goal_on_space(first: u64, count: u64, latency: Duration, workload: Workload) {
     let real = std::time::Instant::now();
     let threads = space::threads();
-    let runs = space::run_seeds(first..first + count, workload, threads, |server| {
+    let runs = space::run_seeds(first..first + count, latency, workload, threads, |server| {
         Ok(PaceLayer::new(client()?).layer(server))
     });
     println!(
@@ -243,6 +268,28 @@ async fn a_counter_refusing_past_the_end_read_meets_the_goal() {
             Duration::from_secs(60),
         ),
     ])
+    .await;
+}
+
+/// Servers of the space that decide each request 20 ms after it is sent
+/// and answer at once: what they say remains is a round trip old when it
+/// arrives. Placed at the send, less the requests sent after it, it is
+/// read as the server counted it, and the refill since is the key's: a
+/// GCRA of 4,187 a minute with a burst of one (IETF draft 7), a leaky
+/// bucket of 36 a second without a burst that counts refusals (IETF), a
+/// bucket of 185 a second with a burst of 3 (IETF draft 6), and sliding
+/// logs of 11 and 13 a second (IETF, `X-RateLimit-*`) meet the goal over
+/// a minute. (Placed as the answer arrived, they read 0.573, 0.567,
+/// 0.623, 0.902 and 0.918 of their limits: a key told nothing is left
+/// waited a round trip longer than the server did.)
+#[tokio::test(start_paused = true)]
+async fn what_is_left_is_placed_at_the_send_a_round_trip_before_the_answer() {
+    let minute = Duration::from_secs(60);
+    assert_goal_on([279, 492, 487, 29, 229].map(|seed| {
+        let mut spec = ServerSpec::generate(seed);
+        spec.latency = Duration::from_millis(20);
+        (spec, minute)
+    }))
     .await;
 }
 

@@ -513,7 +513,13 @@ impl Adaptive {
         }
         let weight = this.map_or(1, |r| r.weight);
         let header_paced = has_headers
-            && self.learn_from_headers(now, (ahead, counted, weight), &limits, signal, &mut out);
+            && self.learn_from_headers(
+                now,
+                (ahead, counted, weight, this.map(|r| r.at)),
+                &limits,
+                signal,
+                &mut out,
+            );
         // The header-less regime paces a key without headers, one whose
         // headers do not say how fast (no reset, no window, a bucket of
         // one: their `remaining` still bounds it), and a limiter in front.
@@ -535,7 +541,12 @@ impl Adaptive {
             // sent; a `remaining` of 0 applied now, as the response
             // arrives, would start the next interval a response's latency
             // late (a bucket of one says 0 after every admission).
-            out.retain(|a| !matches!(a, Adjustment::LimitRemaining(0)));
+            out.retain(|a| {
+                !matches!(
+                    a,
+                    Adjustment::LimitRemaining(0) | Adjustment::LimitRemainingAt(0, _)
+                )
+            });
             self.pace_every(interval, &mut out);
         }
         if let Some(wait) = self.server_wait(signal) {
@@ -710,7 +721,7 @@ impl Adaptive {
     fn learn_from_headers(
         &mut self,
         now: Instant,
-        (ahead, counted, weight): (u64, Option<u64>, u64),
+        (ahead, counted, weight, sent): (u64, Option<u64>, u64, Option<Instant>),
         limits: &[&Limit],
         signal: &RateLimitSignal,
         out: &mut Vec<Adjustment>,
@@ -778,7 +789,8 @@ impl Adaptive {
         if let Some((rate, used)) = per_second {
             self.header_driven = true;
             // Nothing left, ever, the next send waits a whole interval
-            // from now (`LimitRemaining(0)` below), on the timer's tick.
+            // from the one before (`LimitRemainingAt(0, ..)` below), on
+            // the timer's tick.
             let paced = if spacer && left == Some(0) {
                 on_the_tick(used, rate, TUNING.spacing.tick)
             } else {
@@ -788,8 +800,25 @@ impl Adaptive {
             out.extend(self.rate_adjustment(paced));
             out.extend(self.capacity_adjustment(1));
         }
+        // What is left is placed at the request's send, less the requests
+        // sent after it (`ahead`), and the refill since is the key's. A
+        // server that decides a request some fixed time after it is sent
+        // is read exactly: its clock runs that far behind the key's, and
+        // a request sent now is decided as far after as this one was.
+        // Placed as the answer arrives instead, a bucket that says nothing
+        // is left after each admission was sent once a round trip plus an
+        // interval rather than once an interval (a GCRA of 17.6 a second
+        // with a burst of 2, answered 100 ms after each request, held at
+        // 0.71 of its limit). A server that writes what is left with its
+        // answer, after serving the call (an LLM API), has counted the
+        // requests ahead already and refilled meanwhile: at a steady pace
+        // the two offset each other. A shared count is applied now (the
+        // other processes' sends are not this process's to place).
         if let Some(left) = left {
-            out.push(Adjustment::LimitRemaining(left));
+            out.push(match sent.filter(|_| counted.is_none()) {
+                Some(sent) => Adjustment::LimitRemainingAt(left, sent),
+                None => Adjustment::LimitRemaining(left),
+            });
         }
         // Where the key is shared, the window's end as this process reads
         // it, for every process to wait for the tightest (only where one
@@ -1109,7 +1138,7 @@ const LEAST_TICK_HEADROOM: f64 = 0.01;
 /// The pace for `rate`, a share of the `limit` read, as a timer that wakes
 /// on its `tick` sends it, where the server says nothing is left after
 /// each request (a bucket of one): each send then waits a whole interval
-/// from the response before it, on the timer, which rounds every wait up
+/// from the send before it, on the timer, which rounds every wait up
 /// to its next tick. The gaps are whole ticks, and the pace falls to the
 /// next whole tick's (a pace of 11.2 ms sends every 12 ms, 0.93 of the
 /// rate meant, where a limit of 10.8 ms allowed 11). So the pace is
@@ -1571,6 +1600,28 @@ mod tests {
                 "cut to {cut:?} from {sent}, late answer {late_answer}"
             );
         }
+    }
+
+    /// A response 30 ms after its send says 5 remain, with two requests
+    /// sent after it still unanswered: 3 were left when the request was
+    /// sent, and the refill since is the key's. A response to a request
+    /// the key has no record of is placed as it arrives.
+    #[test]
+    fn what_is_left_is_placed_at_the_send() {
+        let mut a = fresh();
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let seq = a.on_send(t0, Grant::default(), 1);
+        a.on_send(t0 + ms(5), Grant::default(), 1);
+        a.on_send(t0 + ms(10), Grant::default(), 1);
+        let five_left = signal(200, vec![requests(100, 5, 60)]);
+        let adj = a.on_response(t0 + ms(30), seq, &five_left, true);
+        assert!(
+            adj.contains(&Adjustment::LimitRemainingAt(3, t0)),
+            "{adj:?}"
+        );
+        let adj = a.on_response(t0 + ms(40), 99, &five_left, true);
+        assert!(adj.contains(&Adjustment::LimitRemaining(5)), "{adj:?}");
     }
 
     #[test]

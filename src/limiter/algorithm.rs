@@ -47,6 +47,17 @@ pub trait Algorithm: Send + 'static {
     /// Lower what is available now to at most `remaining`; never raises it.
     fn limit_remaining(&mut self, now: Nanos, remaining: u64);
 
+    /// Lower what was available at `at` (at or before `now`: when a server
+    /// counted what it says remains) to at most `remaining`, keeping what
+    /// the rate has given back since; never raises what is available now.
+    /// The default keeps nothing back: as
+    /// [`limit_remaining`](Self::limit_remaining) now; the token bucket
+    /// keeps the refill since `at`.
+    fn limit_remaining_at(&mut self, now: Nanos, at: Nanos, remaining: u64) {
+        let _ = at;
+        self.limit_remaining(now, remaining);
+    }
+
     /// Set what is available now to `remaining` (clamped to the capacity),
     /// raising it if need be: for the start of a new server window.
     fn set_remaining(&mut self, now: Nanos, remaining: u64);

@@ -191,6 +191,10 @@ impl Algorithm for Gcra {
         self.full_at = self.full_at.max(wanted);
     }
 
+    fn limit_remaining_at(&mut self, now: Nanos, at: Nanos, remaining: u64) {
+        self.limit_remaining(at.min(now), remaining);
+    }
+
     fn set_remaining(&mut self, now: Nanos, remaining: u64) {
         self.full_at = wide(now) + wide(self.capacity - remaining.min(self.capacity)) * self.t();
     }
@@ -366,6 +370,27 @@ mod tests {
         assert_eq!(g.available(0), 8);
         g.set_remaining(0, 80);
         assert_eq!(g.available(0), 10);
+    }
+
+    /// Nothing left as a server counted it 30 ms ago, at 100 a second:
+    /// the token refilled since is available now, the next comes 10 ms
+    /// after that one, and an instant in the future counts as now.
+    #[test]
+    fn remaining_placed_in_the_past_keeps_the_refill_since() {
+        let mut g = bucket(100, 1);
+        g.limit_remaining_at(35 * MS, 5 * MS, 0);
+        assert_eq!(g.available(35 * MS), 1);
+        assert_eq!(g.try_admit(35 * MS, 1), Ok(()));
+        assert_eq!(g.earliest(35 * MS, 1), 45 * MS);
+        // Never raised: what the bucket holds now stays.
+        let mut g = bucket(100, 5);
+        g.limit_remaining(0, 0);
+        g.limit_remaining_at(20 * MS, 0, 4);
+        assert_eq!(g.available(20 * MS), 2);
+        // An instant after now is read as now.
+        let mut g = bucket(100, 1);
+        g.limit_remaining_at(10 * MS, 50 * MS, 0);
+        assert_eq!(g.earliest(10 * MS, 1), 20 * MS);
     }
 
     #[test]

@@ -58,6 +58,14 @@ pub enum Adjustment {
     SetCapacity(u64),
     /// Lower what is available now to at most this many tokens.
     LimitRemaining(u64),
+    /// Lower what was available at this instant (a past one: when the
+    /// server counted what it says remains) to at most this many tokens,
+    /// keeping what the rate has given back since. A response that says
+    /// nothing remains arrives a round trip after the server counted it;
+    /// applied as it arrives, the next token would come that much late. A
+    /// limiter that cannot place it in the past applies it now, as
+    /// [`LimitRemaining`](Adjustment::LimitRemaining).
+    LimitRemainingAt(u64, Instant),
     /// Set what is available now (start of a new server window).
     SetRemaining(u64),
     /// Admit nothing before this instant, then resume at the rate.
@@ -338,6 +346,7 @@ impl<A: Algorithm> RateLimiter<A> {
             Adjustment::SetRate(rate) | Adjustment::Cut { to: rate, .. } => self.set_rate(rate),
             Adjustment::SetCapacity(capacity) => self.set_capacity(capacity)?,
             Adjustment::LimitRemaining(n) => self.limit_remaining(n),
+            Adjustment::LimitRemainingAt(n, at) => self.limit_remaining_at(n, at),
             Adjustment::SetRemaining(n) => self.set_remaining(n),
             Adjustment::BlockUntil(until) => self.block_until(until),
             Adjustment::Block(block) => self.block_until(block.until),

@@ -412,6 +412,16 @@ impl<A: Algorithm> RateLimiter<A> {
         self.with_state(|algorithm, now| algorithm.limit_remaining(now, remaining));
     }
 
+    /// Lower the tokens available at `at` (a past instant: when a server
+    /// counted what it says is left) to at most `remaining`, keeping what
+    /// the rate has given back since (a token bucket; other algorithms
+    /// apply it now, see [`Algorithm::limit_remaining_at`]). Never raises
+    /// them.
+    pub fn limit_remaining_at(&self, remaining: u64, at: Instant) {
+        let at = self.nanos(at);
+        self.with_state(|algorithm, now| algorithm.limit_remaining_at(now, at, remaining));
+    }
+
     /// Set the tokens available now to `remaining`, raising them if need be.
     /// Meant for the start of a new server window; within a window use
     /// [`limit_remaining`](Self::limit_remaining).

@@ -191,7 +191,11 @@ impl Op {
     /// capacity, which each limiter reads in its own terms.
     pub(crate) fn common(adjustment: Adjustment) -> Option<Op> {
         Some(match adjustment {
-            Adjustment::LimitRemaining(n) => Op::new("limit", n),
+            // The scripts place what remains now: a past instant is read
+            // as now (the safe side).
+            Adjustment::LimitRemaining(n) | Adjustment::LimitRemainingAt(n, _) => {
+                Op::new("limit", n)
+            }
             Adjustment::SetRemaining(n) => Op::new("remaining", n),
             Adjustment::BlockUntil(until) => Op::new("block", nanos_until(until)),
             Adjustment::Block(block) => {
@@ -312,6 +316,7 @@ impl Fallback {
             },
             Adjustment::SetCapacity(c) => Adjustment::SetCapacity(share_of(c, p).max(1)),
             Adjustment::LimitRemaining(n) => Adjustment::LimitRemaining(share_of(n, p)),
+            Adjustment::LimitRemainingAt(n, at) => Adjustment::LimitRemainingAt(share_of(n, p), at),
             Adjustment::SetRemaining(n) => Adjustment::SetRemaining(share_of(n, p)),
             other => other,
         };

@@ -151,6 +151,11 @@ pub struct ServerSpec {
     /// The server's wall clock at its start (pinned, so that a run is
     /// reproduced by its seed).
     pub wall_clock: SystemTime,
+    /// How long after deciding a request the server's answer arrives (its
+    /// [`latency`](super::ServerBuilder::latency)): what it says remains
+    /// is a round trip old by then. None in the generated space; a test of
+    /// round trips sets it.
+    pub latency: Duration,
 }
 
 /// A draw uniform in `[low, high)` on a log scale.
@@ -308,6 +313,7 @@ impl ServerSpec {
             refusal_status,
             front,
             wall_clock,
+            latency: Duration::ZERO,
         }
     }
 
@@ -377,7 +383,8 @@ impl ServerSpec {
             .algorithm(self.algorithm)
             .refusal_status(self.refusal_status)
             .counts_refusals(self.counts_refusals)
-            .wall_clock(self.wall_clock);
+            .wall_clock(self.wall_clock)
+            .latency(self.latency);
         builder = match self.headers {
             HeaderConvention::None | HeaderConvention::RetryAfterOnly => {
                 builder.dialect(Dialect::None)
@@ -503,6 +510,9 @@ impl fmt::Display for ServerSpec {
                 Short(front.algorithm),
                 front.status.as_u16()
             )?;
+        }
+        if !self.latency.is_zero() {
+            write!(f, " | latency {:?}", self.latency)?;
         }
         Ok(())
     }

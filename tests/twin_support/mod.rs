@@ -685,7 +685,7 @@ impl TwinBucket {
                 ))
             }
             Adjustment::SetCapacity(c) => Op::Capacity(c),
-            Adjustment::LimitRemaining(n) => Op::Limit(n),
+            Adjustment::LimitRemaining(n) | Adjustment::LimitRemainingAt(n, _) => Op::Limit(n),
             Adjustment::SetRemaining(n) => Op::Remaining(n),
             Adjustment::BlockUntil(until) => Op::Block {
                 for_ns: nanos_until(until),

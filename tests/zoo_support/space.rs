@@ -12,11 +12,13 @@ use reqwest_pace::testing::ServerService;
 use tower_service::Service;
 
 /// The figures of the client `client` makes, on the server of each seed in
-/// `seeds`, in seed order. Each server runs in a current-thread runtime of
-/// its own with a paused clock, so a run's figures do not depend on the
-/// runs before it nor on how many `threads` share the work.
+/// `seeds`, answering `latency` after each request, in seed order. Each
+/// server runs in a current-thread runtime of its own with a paused clock,
+/// so a run's figures do not depend on the runs before it nor on how many
+/// `threads` share the work.
 pub fn run_seeds<S, F>(
     seeds: Range<u64>,
+    latency: std::time::Duration,
     workload: Workload,
     threads: usize,
     client: F,
@@ -29,7 +31,8 @@ where
 {
     let seeds: Vec<u64> = seeds.collect();
     on_threads(&seeds, threads, |&seed| {
-        let spec = ServerSpec::generate(seed);
+        let mut spec = ServerSpec::generate(seed);
+        spec.latency = latency;
         let figures = paused()
             .block_on(spec.run(&workload, &client))
             .unwrap_or_else(|e| panic!("seed {seed} ({spec}) runs: {e}"));
