@@ -129,6 +129,9 @@ pub(crate) struct Adaptive {
     /// The interval the gaps paced the key at as of the latest response
     /// (see [`spacing`](super::spacing)); `None` while they pace nothing.
     spaced_by: Option<Duration>,
+    /// Where the last response's `Retry-After` put the end of its block
+    /// (see [`asked_until`](Self::asked_until)).
+    asked_until: Option<Instant>,
     /// Whether the latest response stating a limit stated a quota of one:
     /// the server says it spaces the key's requests.
     quota_of_one: bool,
@@ -346,6 +349,7 @@ impl Adaptive {
             sends: SendRate::default(),
             oks: SendRate::default(),
             idle_until: None,
+            asked_until: None,
             latest_sends: VecDeque::with_capacity(TUNING.latest_sends),
             header_driven: false,
             admitted_before: false,
@@ -475,6 +479,7 @@ impl Adaptive {
         let counted = this.and_then(|r| r.shared_count);
         self.in_flight.retain(|r| r.seq != seq);
         let rate_before = self.congestion.rate;
+        self.asked_until = None;
         if counted_by_server(signal) {
             // An answer within a block was sent before it: counted, it
             // would start the count after the block inside it.
@@ -550,7 +555,14 @@ impl Adaptive {
             self.pace_every(interval, &mut out);
         }
         if let Some(wait) = self.server_wait(signal) {
-            out.push(Adjustment::BlockUntil(now + wait));
+            // From the request's send, as what is left (see
+            // `learn_from_headers`): the server's wait runs from when it
+            // decided, and the key's next request is decided as long
+            // after its send as this one was. (From the answer's arrival,
+            // each refusal held the key a round trip longer.)
+            let from = this.filter(|_| counted.is_none()).map_or(now, |r| r.at);
+            self.asked_until = Some(from + wait);
+            out.push(Adjustment::BlockUntil(from + wait));
         }
         if let (Some(this), Some(_)) = (this, counted) {
             if !counted_by_server(signal) {
@@ -601,6 +613,14 @@ impl Adaptive {
             }
             _ => Some(wait),
         }
+    }
+
+    /// The instant the last response's wait (see
+    /// [`server_wait`](Self::server_wait)) blocks the key until, where
+    /// [`on_response`](Self::on_response) read one: counted from the
+    /// request's send.
+    pub(crate) fn asked_until(&self) -> Option<Instant> {
+        self.asked_until
     }
 
     /// Reads the gap before the request `seq`, sent at `sent`, and returns
@@ -1455,6 +1475,30 @@ mod tests {
                 .collect();
             assert_eq!(blocks, [refused_at + read], "{taught:?}");
         }
+    }
+
+    /// A refusal answered 30 ms after its send, asking for 100 ms: the key
+    /// is held until 100 ms after the send (the server's wait runs from
+    /// when it decided, and the next request is decided as long after its
+    /// send), not 100 ms after the answer; and the learn step is told so.
+    #[test]
+    fn a_retry_after_runs_from_the_send() {
+        let mut a = fresh();
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let seq = a.on_send(t0, Grant::default(), 1);
+        let mut refused = signal(429, vec![]);
+        refused.retry_after = Some(ms(100));
+        let taught = a.on_response(t0 + ms(30), seq, &refused, false);
+        assert!(
+            taught.contains(&Adjustment::BlockUntil(t0 + ms(100))),
+            "{taught:?}"
+        );
+        assert_eq!(a.asked_until(), Some(t0 + ms(100)));
+        // An answer that asks nothing forgets it.
+        let seq = a.on_send(t0 + ms(200), Grant::default(), 1);
+        a.on_response(t0 + ms(230), seq, &signal(200, vec![]), true);
+        assert_eq!(a.asked_until(), None);
     }
 
     #[test]

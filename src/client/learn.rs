@@ -280,14 +280,18 @@ impl Pacer {
         }
         // The wait read with the response, under one lock: another
         // response read meanwhile would change what the model says.
-        let (mut adjustments, wait) = {
+        let (mut adjustments, wait, asked) = {
             let mut adapt = m.state.adapt();
             let adjustments = if scope.adaptive() {
                 adapt.on_response(now, seq, signal, success)
             } else {
                 Vec::new()
             };
-            (adjustments, adapt.server_wait(signal))
+            let wait = adapt.server_wait(signal);
+            // Where the block the wait asks for ends: from the request's
+            // send where the key's model placed it, else from now.
+            let asked = adapt.asked_until().or_else(|| wait.map(|w| now + w));
+            (adjustments, wait, asked)
         };
         if !scope.adaptive() {
             // A cap is not lowered, but the server's wait is kept.
@@ -315,7 +319,6 @@ impl Pacer {
                         | Adjustment::SetCapacity(_)
                 )
             });
-        let asked = wait.map(|w| now + w);
         let batch: Vec<Adjustment> = adjustments
             .into_iter()
             .map(|adjustment| self.prepare(m, scope, adjustment, (signal, asked), now))
