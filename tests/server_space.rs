@@ -293,6 +293,35 @@ async fn what_is_left_is_placed_at_the_send_a_round_trip_before_the_answer() {
     .await;
 }
 
+/// A GCRA of 176 per 10 s with a burst of 2, stating the quota as its
+/// limit in GitHub's and in `X-RateLimit-*` headers, answering 20 ms after
+/// each request: the goal over a minute.
+#[tokio::test(start_paused = true)]
+#[ignore = "known gap: 0.810 of the limit with 8.2 % refused in both conventions (GitHub's \
+            answered at once: 0.936, 0.1 % refused): the bucket reads full at 1 of 2 after \
+            each wait for a unit and its pace grows, and the sends after the wait outrun the \
+            refill while their answers are on their way"]
+async fn a_small_bucket_answering_a_round_trip_later_meets_the_goal() {
+    let gcra = Algorithm::Gcra {
+        rate: Rate::new(176, Duration::from_secs(10)).unwrap(),
+        burst: 2,
+    };
+    let quota = StatedLimit::Quota;
+    let headers = [
+        HeaderConvention::GitHub { limit: quota },
+        HeaderConvention::XRateLimit {
+            reset: ResetFormat::EpochSeconds,
+            limit: quota,
+        },
+    ];
+    assert_goal_on(headers.map(|headers| {
+        let mut spec = written_out(0, gcra, headers);
+        spec.latency = Duration::from_millis(20);
+        (spec, Duration::from_secs(60))
+    }))
+    .await;
+}
+
 /// Asserts the goal on each server over its run, 16 tasks against the
 /// default client.
 async fn assert_goal_on(runs: impl IntoIterator<Item = (ServerSpec, Duration)>) {
