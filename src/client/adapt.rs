@@ -477,6 +477,19 @@ impl Adaptive {
     ) -> Vec<Adjustment> {
         let this = self.in_flight.iter().find(|r| r.seq == seq).copied();
         let counted = this.and_then(|r| r.shared_count);
+        // Where what the server says (what is left, the wait it asks for)
+        // runs from: the request's send. A server that decides a request
+        // some fixed time after it is sent is read exactly: its clock runs
+        // that far behind the key's, and a request sent now is decided as
+        // far after as this one was. Placed as the answer arrives instead,
+        // a bucket that says nothing is left after each admission was sent
+        // once a round trip plus an interval rather than once an interval
+        // (a GCRA of 17.6 a second with a burst of 2, answered 100 ms after
+        // each request, held at 0.71 of its limit), and each refusal held
+        // the key a round trip longer than it asked. A shared count is
+        // placed now (the other processes' sends are not this process's to
+        // place).
+        let placed_at = this.filter(|_| counted.is_none()).map(|r| r.at);
         self.in_flight.retain(|r| r.seq != seq);
         let rate_before = self.congestion.rate;
         self.asked_until = None;
@@ -520,7 +533,7 @@ impl Adaptive {
         let header_paced = has_headers
             && self.learn_from_headers(
                 now,
-                (ahead, counted, weight, this.map(|r| r.at)),
+                (ahead, counted, weight, placed_at),
                 &limits,
                 signal,
                 &mut out,
@@ -555,14 +568,9 @@ impl Adaptive {
             self.pace_every(interval, &mut out);
         }
         if let Some(wait) = self.server_wait(signal) {
-            // From the request's send, as what is left (see
-            // `learn_from_headers`): the server's wait runs from when it
-            // decided, and the key's next request is decided as long
-            // after its send as this one was. (From the answer's arrival,
-            // each refusal held the key a round trip longer.)
-            let from = this.filter(|_| counted.is_none()).map_or(now, |r| r.at);
-            self.asked_until = Some(from + wait);
-            out.push(Adjustment::BlockUntil(from + wait));
+            let until = placed_at.unwrap_or(now) + wait;
+            self.asked_until = Some(until);
+            out.push(Adjustment::BlockUntil(until));
         }
         if let (Some(this), Some(_)) = (this, counted) {
             if !counted_by_server(signal) {
@@ -741,7 +749,7 @@ impl Adaptive {
     fn learn_from_headers(
         &mut self,
         now: Instant,
-        (ahead, counted, weight, sent): (u64, Option<u64>, u64, Option<Instant>),
+        (ahead, counted, weight, placed_at): (u64, Option<u64>, u64, Option<Instant>),
         limits: &[&Limit],
         signal: &RateLimitSignal,
         out: &mut Vec<Adjustment>,
@@ -820,23 +828,15 @@ impl Adaptive {
             out.extend(self.rate_adjustment(paced));
             out.extend(self.capacity_adjustment(1));
         }
-        // What is left is placed at the request's send, less the requests
-        // sent after it (`ahead`), and the refill since is the key's. A
-        // server that decides a request some fixed time after it is sent
-        // is read exactly: its clock runs that far behind the key's, and
-        // a request sent now is decided as far after as this one was.
-        // Placed as the answer arrives instead, a bucket that says nothing
-        // is left after each admission was sent once a round trip plus an
-        // interval rather than once an interval (a GCRA of 17.6 a second
-        // with a burst of 2, answered 100 ms after each request, held at
-        // 0.71 of its limit). A server that writes what is left with its
-        // answer, after serving the call (an LLM API), has counted the
-        // requests ahead already and refilled meanwhile: at a steady pace
-        // the two offset each other. A shared count is applied now (the
-        // other processes' sends are not this process's to place).
+        // What is left is placed at `placed_at` (see `on_response`), less
+        // the requests sent after it (`ahead`), and the refill since is the
+        // key's. A server that writes what is left with its answer, after
+        // serving the call (an LLM API), has counted the requests ahead
+        // already and refilled meanwhile: at a steady pace the two offset
+        // each other.
         if let Some(left) = left {
-            out.push(match sent.filter(|_| counted.is_none()) {
-                Some(sent) => Adjustment::LimitRemainingAt(left, sent),
+            out.push(match placed_at {
+                Some(at) => Adjustment::LimitRemainingAt(left, at),
                 None => Adjustment::LimitRemaining(left),
             });
         }

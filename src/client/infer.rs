@@ -402,9 +402,9 @@ impl BucketTrack {
 /// A lower bound on a refilling limiter's rate, from how `remaining`
 /// moved between this key's own readings.
 ///
-/// Between two readings the server gave back `k = admitted + remaining_now
-/// − remaining_before` units (less the requests ahead that were answered
-/// in between, as in [`given_back`]), give or take the fractions of a unit
+/// Between two readings the server gave back `k` units ([`given_back`]:
+/// admitted + remaining_now − remaining_before, less the requests ahead
+/// that were answered in between), give or take the fractions of a unit
 /// it held at either end, and more if it was full meanwhile (a full bucket
 /// wastes its refill): the refill over the interval is more than `k − 1`. Over a
 /// long stretch the error of a unit shrinks with the length, so the bound
@@ -447,11 +447,9 @@ impl RefillBounds {
         self.lo = self
             .recent
             .iter()
-            .map(|&(t, r, p, a)| {
-                let span = at.saturating_duration_since(t).as_secs_f64();
-                let k = position as f64 - p as f64 + remaining as f64
-                    - r as f64
-                    - a.saturating_sub(ahead) as f64;
+            .map(|&reading| {
+                let span = at.saturating_duration_since(reading.0).as_secs_f64();
+                let k = given_back(reading, remaining, position, ahead);
                 if span >= T.refill_min_span.as_secs_f64() {
                     (k - T.refill_slack) / span
                 } else {

@@ -151,10 +151,11 @@ pub struct ServerSpec {
     /// The server's wall clock at its start (pinned, so that a run is
     /// reproduced by its seed).
     pub wall_clock: SystemTime,
-    /// How long after deciding a request the server's answer arrives (its
-    /// [`latency`](super::ServerBuilder::latency)): what it says remains
-    /// is a round trip old by then. None in the generated space; a test of
-    /// round trips sets it.
+    /// How long after a request arrives the server decides it, answering
+    /// at once (its [`latency`](super::ServerBuilder::latency)): what it
+    /// says remains, and the wait it asks for, run from a decision that
+    /// long after the key sent the request. None in the generated space;
+    /// a test of round trips sets it.
     pub latency: Duration,
 }
 
