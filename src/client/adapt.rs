@@ -146,6 +146,10 @@ pub(crate) struct Adaptive {
     /// The window's end this process last told a shared limiter of (see
     /// [`Adjustment::WindowEndsBy`]).
     told_window_end: Option<Instant>,
+    /// Where other processes share the key's limiter: the highest place in
+    /// its count of an admission this process saw (see
+    /// [`fleet_admissions`](Self::fleet_admissions)).
+    admitted_count: Option<u64>,
 }
 
 /// A request sent and not yet answered.
@@ -353,6 +357,7 @@ impl Adaptive {
             latest_sends: VecDeque::with_capacity(TUNING.latest_sends),
             header_driven: false,
             admitted_before: false,
+            admitted_count: None,
             header_rate: None,
             front: false,
             warned: false,
@@ -455,6 +460,23 @@ impl Adaptive {
         Some(Adjustment::SetRate(rate))
     }
 
+    /// How many admissions of the server's an admission at `counted` in a
+    /// shared limiter's count stands for: the fleet's grants since this
+    /// process's previous admission. Every process of a fleet sees only
+    /// its share of the answers; a lockout's cycle counted from them alone
+    /// read the server's limit as that share of it, and the fleet cut
+    /// itself to it. One where the count is this process's alone, and
+    /// where it started again (far behind the latest seen, as for
+    /// [`SendRate`]).
+    fn fleet_admissions(&mut self, counted: Option<u64>) -> u64 {
+        let Some(count) = counted else { return 1 };
+        let previous = self
+            .admitted_count
+            .filter(|&p| count.saturating_add(COUNT_RESTART) >= p);
+        self.admitted_count = Some(previous.map_or(count, |p| p.max(count)));
+        previous.map_or(1, |p| count.saturating_sub(p).max(1))
+    }
+
     /// `SetCapacity(capacity)` unless that is the capacity already set.
     /// A configured burst caps every learned capacity, in both regimes.
     fn capacity_adjustment(&mut self, capacity: u64) -> Option<Adjustment> {
@@ -502,7 +524,9 @@ impl Adaptive {
             self.admitted_before = true;
             // Whichever regime paces, the header-less one keeps count: a
             // limiter in front may take over from the headers.
-            self.congestion.admitted(now, &TUNING.header_less);
+            let admissions = self.fleet_admissions(counted);
+            self.congestion
+                .admitted_for(now, admissions, &TUNING.header_less);
         }
         self.warn_if_beyond_horizon(signal);
         let ahead = self.ahead_of(now, seq, this);

@@ -534,11 +534,19 @@ impl Congestion {
     /// lockout ends the cycle: the rate the server let through over it is
     /// the rate that is too fast from now on, and the rate climbs back to
     /// just under it.
+    #[cfg(test)]
     pub(crate) fn admitted(&mut self, now: Instant, t: &Tuning) {
+        self.admitted_for(now, 1, t);
+    }
+
+    /// A response was admitted at `now`, standing for `admissions` of the
+    /// server's (more than one where other processes share the key's
+    /// limiter: the fleet's admissions since this process's previous one).
+    pub(crate) fn admitted_for(&mut self, now: Instant, admissions: u64, t: &Tuning) {
         self.admitted_since_cut = true;
         let (since, admitted) = self.cycle.unwrap_or((now, 0));
         if !self.locked {
-            self.cycle = Some((since, admitted + 1));
+            self.cycle = Some((since, admitted + admissions.max(1)));
             // A probe refused within the window was admitted next, not
             // locked out: no window's quota was spent.
             if std::mem::take(&mut self.window_probe) {
@@ -1666,6 +1674,28 @@ mod tests {
         assert_eq!(c.lockout_wait(at(5_700), &T), None);
         // The next cycle starts at this one's end.
         assert_eq!(c.cycle, Some((at(5_700), 1)));
+    }
+
+    /// The same window seen by one process of a fleet of four: each of its
+    /// 25 admissions stands for four of the server's (the fleet's grants
+    /// since its previous one), and the lockout's end measures what the
+    /// server let through, not this process's quarter of it.
+    #[test]
+    fn a_process_of_a_fleet_measures_what_the_server_let_through() {
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        let mut c = Congestion::resumed(Phase::Steady, 100.0, 200.0);
+        for k in 0..25 {
+            c.admitted_for(at(40 * k), 4, &T);
+        }
+        for (k, ms) in [1_000, 1_100, 1_300, 1_700, 2_500, 4_100]
+            .into_iter()
+            .enumerate()
+        {
+            c.cut(at(ms), 25 + k as u64, (50.0, None), &T);
+        }
+        c.admitted_for(at(5_700), 4, &T);
+        assert_eq!(c.too_fast, 100.0 / 4.1);
     }
 
     /// A window of 200 in 10 s, spent by its fifth second each time and
