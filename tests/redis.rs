@@ -1033,24 +1033,34 @@ async fn feedback_keeps_booked_reservations_and_blocks() {
     let backend = RedisBackend::connect(server.url()).await.unwrap();
     let bucket = Arc::new(
         backend
-            .token_bucket("booked", Rate::per_second(10).unwrap(), 2)
+            .token_bucket("booked", Rate::per_second(50).unwrap(), 2)
             .unwrap(),
     );
+    let start = Instant::now();
     bucket.try_acquire(2).await.unwrap();
-    // Four waiters book the next four turns (100 to 400 ms) and sleep.
+    // Four waiters book the next four turns (20 to 80 ms: within the
+    // furthest a turn is booked ahead, 100 ms) and sleep.
     let waiters: Vec<_> = (0..4)
         .map(|_| {
             let b = Arc::clone(&bucket);
             tokio::spawn(async move { b.acquire(1).await })
         })
         .collect();
-    tokio::time::sleep(20 * MS).await;
+    tokio::time::sleep(5 * MS).await;
     // Server feedback that changes nothing, and a new window's remaining:
-    // neither may hand the booked turns out again.
+    // neither may hand the booked turns out again. The remaining gives
+    // the bucket behind them back (two turns), so the next turn is 60 ms
+    // from the start (the last booked, at 80 ms, one interval on, less
+    // two), however late this runs.
     bucket.adjust(Adjustment::SetCapacity(2)).await.unwrap();
     bucket.adjust(Adjustment::SetRemaining(2)).await.unwrap();
     let wait = throttled_wait(bucket.try_acquire(1).await);
-    assert!(wait > 250 * MS, "booked turns were given away: {wait:?}");
+    let next = Instant::now() + wait;
+    assert!(
+        next >= start + 55 * MS,
+        "booked turns were given away: the next turn {:?} from the start",
+        next - start
+    );
     for w in waiters {
         w.await.unwrap().unwrap();
     }

@@ -43,6 +43,10 @@ use tokio::time::Instant;
 /// "No bound", as the script reads a bound in nanoseconds.
 pub const UNBOUNDED: u64 = 1 << 62;
 
+/// `shared::BOOK_AHEAD_AT_MOST`: the furthest ahead a waiter books its
+/// turn.
+pub const BOOK_AHEAD_AT_MOST: Duration = Duration::from_millis(100);
+
 /// Where the script keeps a rescaled deficit once a rate change would push
 /// it further: 2^52 ns, below which a Lua number holds every integer.
 const MAX_EXACT_NANOS: u64 = 1 << 52;
@@ -624,7 +628,22 @@ impl TwinBucket {
         }
         loop {
             let sent = Instant::now();
-            let (wait, id, epoch, grant) = match self.run(Op::reserve(weight, bounds)) {
+            // `Core`'s horizon: a turn further than it is not booked, and
+            // asked for again when it would be this close.
+            let horizon = sent + BOOK_AHEAD_AT_MOST;
+            let own = bounds.by.is_none_or(|by| by > horizon);
+            let booking = if own { bounds.by(horizon) } else { bounds };
+            let (wait, id, epoch, grant) = match self.run(Op::reserve(weight, booking)) {
+                Reply::Throttled { wait }
+                    if own
+                        && bounds
+                            .by
+                            .is_none_or(|by| sent + Duration::from_nanos(wait) <= by) =>
+                {
+                    let nap = Duration::from_nanos(wait).saturating_sub(BOOK_AHEAD_AT_MOST);
+                    tokio::time::sleep(nap).await;
+                    continue;
+                }
                 Reply::Granted {
                     wait,
                     id,
