@@ -146,10 +146,10 @@ pub(crate) struct Adaptive {
     /// The window's end this process last told a shared limiter of (see
     /// [`Adjustment::WindowEndsBy`]).
     told_window_end: Option<Instant>,
-    /// Where other processes share the key's limiter: the highest place in
+    /// Where other processes share the key's limiter: the latest place in
     /// its count of an admission this process saw (see
     /// [`fleet_admissions`](Self::fleet_admissions)).
-    admitted_count: Option<u64>,
+    admitted_count: SharedCount,
 }
 
 /// A request sent and not yet answered.
@@ -175,8 +175,28 @@ struct SendRate {
     counting_since: Option<Instant>,
     current: u64,
     previous: u64,
-    /// The latest shared count seen, if any.
-    latest_count: Option<u64>,
+    /// The latest shared count seen.
+    latest_count: SharedCount,
+}
+
+/// The latest place in a shared limiter's count this process saw, if any:
+/// what a later grant stands for is read against it.
+#[derive(Debug, Default, Clone, Copy)]
+struct SharedCount(Option<u64>);
+
+impl SharedCount {
+    /// The grants from the latest place seen up to `count` (none where
+    /// `count` is not past it), `None` where no place was seen; and
+    /// `count` kept as the latest, or as a new scale where it is far
+    /// behind (the shared key expired, or was lost with its store).
+    fn advance(&mut self, count: u64) -> Option<u64> {
+        let since = self.0.map(|latest| count.saturating_sub(latest));
+        self.0 = Some(match self.0 {
+            Some(latest) if count.saturating_add(COUNT_RESTART) < latest => count,
+            latest => latest.map_or(count, |l| l.max(count)),
+        });
+        since
+    }
 }
 
 const SLOT: Duration = Duration::from_secs(1);
@@ -190,19 +210,8 @@ impl SendRate {
     /// since the latest one this process saw (the fleet's sends).
     fn record(&mut self, now: Instant, shared_count: Option<u64>) {
         self.roll(now);
-        self.current += match (shared_count, self.latest_count) {
-            (Some(count), Some(latest)) => count.saturating_sub(latest),
-            _ => 1,
-        };
-        self.latest_count = match (shared_count, self.latest_count) {
-            // A count far behind the latest is a new one (the shared key
-            // expired, or was lost with its store): its own scale.
-            (Some(count), Some(latest)) if count.saturating_add(COUNT_RESTART) < latest => {
-                Some(count)
-            }
-            (Some(count), latest) => Some(latest.map_or(count, |l| l.max(count))),
-            (None, latest) => latest,
-        };
+        self.current +=
+            shared_count.map_or(1, |count| self.latest_count.advance(count).unwrap_or(1));
     }
 
     fn roll(&mut self, now: Instant) {
@@ -357,7 +366,7 @@ impl Adaptive {
             latest_sends: VecDeque::with_capacity(TUNING.latest_sends),
             header_driven: false,
             admitted_before: false,
-            admitted_count: None,
+            admitted_count: SharedCount::default(),
             header_rate: None,
             front: false,
             warned: false,
@@ -466,15 +475,11 @@ impl Adaptive {
     /// its share of the answers; a lockout's cycle counted from them alone
     /// read the server's limit as that share of it, and the fleet cut
     /// itself to it. One where the count is this process's alone, and
-    /// where it started again (far behind the latest seen, as for
-    /// [`SendRate`]).
+    /// where it started again (see [`SharedCount`]).
     fn fleet_admissions(&mut self, counted: Option<u64>) -> u64 {
-        let Some(count) = counted else { return 1 };
-        let previous = self
-            .admitted_count
-            .filter(|&p| count.saturating_add(COUNT_RESTART) >= p);
-        self.admitted_count = Some(previous.map_or(count, |p| p.max(count)));
-        previous.map_or(1, |p| count.saturating_sub(p).max(1))
+        counted.map_or(1, |count| {
+            self.admitted_count.advance(count).map_or(1, |n| n.max(1))
+        })
     }
 
     /// `SetCapacity(capacity)` unless that is the capacity already set.
