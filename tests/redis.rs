@@ -1031,16 +1031,19 @@ async fn unreachable_redis_follows_each_policy_within_the_timeout() {
 async fn feedback_keeps_booked_reservations_and_blocks() {
     let server = RedisServer::start();
     let backend = RedisBackend::connect(server.url()).await.unwrap();
+    // A bucket of one, a turn every 30 ms: the turns booked below end
+    // within the furthest a turn is booked ahead (100 ms), and this test
+    // may run up to 90 ms late before they have all come.
+    let interval = 30 * MS;
     let bucket = Arc::new(
         backend
-            .token_bucket("booked", Rate::per_second(50).unwrap(), 2)
+            .token_bucket("booked", Rate::new(1, interval).unwrap(), 1)
             .unwrap(),
     );
     let start = Instant::now();
-    bucket.try_acquire(2).await.unwrap();
-    // Four waiters book the next four turns (20 to 80 ms: within the
-    // furthest a turn is booked ahead, 100 ms) and sleep.
-    let waiters: Vec<_> = (0..4)
+    bucket.try_acquire(1).await.unwrap();
+    // Three waiters book the next three turns (30 to 90 ms) and sleep.
+    let waiters: Vec<_> = (0..3)
         .map(|_| {
             let b = Arc::clone(&bucket);
             tokio::spawn(async move { b.acquire(1).await })
@@ -1049,15 +1052,14 @@ async fn feedback_keeps_booked_reservations_and_blocks() {
     tokio::time::sleep(5 * MS).await;
     // Server feedback that changes nothing, and a new window's remaining:
     // neither may hand the booked turns out again. The remaining gives
-    // the bucket behind them back (two turns), so the next turn is 60 ms
-    // from the start (the last booked, at 80 ms, one interval on, less
-    // two), however late this runs.
-    bucket.adjust(Adjustment::SetCapacity(2)).await.unwrap();
-    bucket.adjust(Adjustment::SetRemaining(2)).await.unwrap();
+    // back the bucket behind them (its one turn), so the next turn is the
+    // last booked's, 90 ms from the start, however late this runs.
+    bucket.adjust(Adjustment::SetCapacity(1)).await.unwrap();
+    bucket.adjust(Adjustment::SetRemaining(1)).await.unwrap();
     let wait = throttled_wait(bucket.try_acquire(1).await);
     let next = Instant::now() + wait;
     assert!(
-        next >= start + 55 * MS,
+        next >= start + 3 * interval - 5 * MS,
         "booked turns were given away: the next turn {:?} from the start",
         next - start
     );
