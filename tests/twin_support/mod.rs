@@ -23,6 +23,14 @@
 //!   sleeps makes it confirm its turn: one inside the block is handed back
 //!   and queues again, one past the block's end stands; a reservation
 //!   dropped while it sleeps is handed back).
+//! - [`TwinProcess`] is one process's `Core` over a [`TwinBucket`] the
+//!   fleet shares: what its responses teach waits, as `Core`'s lessons do,
+//!   for the process's next call to the script to carry (a reservation, or
+//!   the look a sleeping turn takes when it wakes), or goes on its own
+//!   `SEND_LESSONS_AFTER` later (after the next look, where one comes
+//!   within `LESSONS_WAIT_AT_MOST`); a block, a cut and a growth go at
+//!   once. A fleet of `TwinBucket`s alone applies every lesson as it is
+//!   learned, which the real fleet does not.
 //!
 //! The clock is tokio's, read as whole microseconds since the twin was made,
 //! as the script reads Redis `TIME`. What the twin does not model: Redis
@@ -32,7 +40,7 @@
 //! back in the drop itself).
 #![allow(dead_code)]
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -46,6 +54,14 @@ pub const UNBOUNDED: u64 = 1 << 62;
 /// `shared::BOOK_AHEAD_AT_MOST`: the furthest ahead a waiter books its
 /// turn.
 pub const BOOK_AHEAD_AT_MOST: Duration = Duration::from_millis(100);
+
+/// `shared::SEND_LESSONS_AFTER`: how long a lesson waits for this
+/// process's next call to the script before it goes on its own.
+pub const SEND_LESSONS_AFTER: Duration = Duration::from_millis(5);
+
+/// `shared::LESSONS_WAIT_AT_MOST`: the longest a lesson waits for a
+/// sleeping turn's look.
+pub const LESSONS_WAIT_AT_MOST: Duration = Duration::from_millis(100);
 
 /// Where the script keeps a rescaled deficit once a rate change would push
 /// it further: 2^52 ns, below which a Lua number holds every integer.
@@ -623,9 +639,41 @@ impl TwinBucket {
     /// `Core::acquire`: reserve within `bounds`, sleep once until the
     /// turn, and queue again behind a block that came meanwhile.
     async fn reserve(&self, weight: u64, bounds: Bounds) -> Result<Grant, Error> {
+        self.reserve_for(None, weight, bounds).await
+    }
+
+    /// `op` at one instant, after `first` (the lessons a call carries), as
+    /// one script call.
+    fn run_after(&self, first: &[Op], op: Op) -> Reply {
+        let now = self.now_us();
+        let mut script = self.lock();
+        for &lesson in first {
+            script.run(now, lesson);
+        }
+        script.run(now, op)
+    }
+
+    /// `ops` in order at one instant, as one script call.
+    fn run_all(&self, ops: &[Op]) {
+        let now = self.now_us();
+        let mut script = self.lock();
+        for &op in ops {
+            script.run(now, op);
+        }
+    }
+
+    /// [`reserve`](Self::reserve) for `process`, whose lessons ride on
+    /// each call it makes (none: a process that keeps none).
+    async fn reserve_for(
+        &self,
+        process: Option<&Lessons>,
+        weight: u64,
+        bounds: Bounds,
+    ) -> Result<Grant, Error> {
         if weight == 0 {
             return Ok(Grant::default());
         }
+        let carried = || process.map(Lessons::take).unwrap_or_default();
         loop {
             let sent = Instant::now();
             // `Core`'s horizon: a turn further than it is not booked, and
@@ -633,29 +681,34 @@ impl TwinBucket {
             let horizon = sent + BOOK_AHEAD_AT_MOST;
             let own = bounds.by.is_none_or(|by| by > horizon);
             let booking = if own { bounds.by(horizon) } else { bounds };
-            let (wait, id, epoch, grant) = match self.run(Op::reserve(weight, booking)) {
-                Reply::Throttled { wait }
-                    if own
-                        && bounds
-                            .by
-                            .is_none_or(|by| sent + Duration::from_nanos(wait) <= by) =>
-                {
-                    let nap = Duration::from_nanos(wait).saturating_sub(BOOK_AHEAD_AT_MOST);
-                    tokio::time::sleep(nap).await;
-                    continue;
-                }
-                Reply::Granted {
-                    wait,
-                    id,
-                    epoch,
-                    count,
-                    interval,
-                    too_fast,
-                } => (wait, id, epoch, grant(count, interval, too_fast)),
-                refused => return Err(refusal(refused, weight, bounds)),
-            };
+            let (wait, id, epoch, grant) =
+                match self.run_after(&carried(), Op::reserve(weight, booking)) {
+                    Reply::Throttled { wait }
+                        if own
+                            && bounds
+                                .by
+                                .is_none_or(|by| sent + Duration::from_nanos(wait) <= by) =>
+                    {
+                        let nap = Duration::from_nanos(wait).saturating_sub(BOOK_AHEAD_AT_MOST);
+                        tokio::time::sleep(nap).await;
+                        continue;
+                    }
+                    Reply::Granted {
+                        wait,
+                        id,
+                        epoch,
+                        count,
+                        interval,
+                        too_fast,
+                    } => (wait, id, epoch, grant(count, interval, too_fast)),
+                    refused => return Err(refusal(refused, weight, bounds)),
+                };
             if wait == 0 {
                 return Ok(grant);
+            }
+            let due = sent + Duration::from_nanos(wait);
+            if let Some(lessons) = process {
+                lessons.sleeps_until(due, sent);
             }
             let refund = Refund {
                 twin: Some(self),
@@ -664,12 +717,13 @@ impl TwinBucket {
             };
             tokio::time::sleep(Duration::from_nanos(wait)).await;
             refund.disarm();
+            // The look carries the lessons waiting, in the same call.
+            self.run_all(&carried());
             if !self.blocked_since(epoch) {
                 return Ok(grant);
             }
             // A block came while the turn slept: it stands past the block's
             // end, else it is given up and queues again.
-            let due = sent + Duration::from_nanos(wait);
             let late = u64::try_from(Instant::now().saturating_duration_since(due).as_nanos())
                 .unwrap_or(UNBOUNDED)
                 .min(UNBOUNDED);
@@ -822,4 +876,204 @@ fn held(wait: u64, cause: u64, bounds: Bounds) -> Error {
 fn nanos_until(until: Instant) -> u64 {
     let left = until.saturating_duration_since(Instant::now());
     u64::try_from(left.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// One process of a fleet sharing a [`TwinBucket`]: `Core`'s handling of
+/// what this process's responses teach (see the module docs). Every
+/// process of the fleet is made from the same bucket with
+/// [`TwinProcess::of`].
+#[derive(Debug, Clone)]
+pub struct TwinProcess {
+    twin: Arc<TwinBucket>,
+    lessons: Arc<Lessons>,
+}
+
+impl TwinProcess {
+    /// A process of the fleet that shares `twin`.
+    pub fn of(twin: &Arc<TwinBucket>) -> TwinProcess {
+        TwinProcess {
+            twin: Arc::clone(twin),
+            lessons: Arc::new(Lessons::default()),
+        }
+    }
+
+    /// `Core::learn`: a block, a cut or a growth is written at once, with
+    /// the lessons still waiting before it; anything else waits for a
+    /// call to carry it, or goes on its own (see [`Lessons::send_at`]).
+    fn learn_now_or_later(&self, adjustments: Vec<Adjustment>) -> Result<(), Error> {
+        let mut spelled = Vec::with_capacity(adjustments.len());
+        let mut refused = None;
+        for adjustment in adjustments {
+            match TwinBucket::op_of(adjustment) {
+                Ok(op) => spelled.push((adjustment, op)),
+                Err(e) => {
+                    refused.get_or_insert(e);
+                }
+            }
+        }
+        if spelled.is_empty() {
+            return refused.map_or(Ok(()), Err);
+        }
+        let urgent = spelled.iter().any(|(a, _)| {
+            matches!(
+                a,
+                Adjustment::Block(_)
+                    | Adjustment::BlockUntil(_)
+                    | Adjustment::Cut { .. }
+                    | Adjustment::GrowRate { .. }
+            )
+        });
+        if urgent {
+            let mut ops = self.lessons.take();
+            ops.extend(spelled.iter().map(|&(_, op)| op));
+            self.twin.run_all(&ops);
+            return refused.map_or(Ok(()), Err);
+        }
+        if let Some(number) = self.lessons.keep(&spelled) {
+            let (twin, lessons) = (Arc::clone(&self.twin), Arc::clone(&self.lessons));
+            tokio::spawn(async move {
+                let at = lessons.send_at(Instant::now());
+                tokio::time::sleep_until(at).await;
+                twin.run_all(&lessons.take_for(number));
+            });
+        }
+        refused.map_or(Ok(()), Err)
+    }
+}
+
+impl Limiter for TwinProcess {
+    fn acquire(&self, weight: u64) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            self.twin
+                .reserve_for(Some(&self.lessons), weight, Bounds::default())
+                .await
+                .map(|_| ())
+        })
+    }
+
+    fn try_acquire(&self, weight: u64) -> BoxFuture<'_, Result<(), Error>> {
+        let result = match weight {
+            0 => Ok(()),
+            _ => match self
+                .twin
+                .run_after(&self.lessons.take(), Op::Try { weight })
+            {
+                Reply::Granted { .. } => Ok(()),
+                refused => Err(refusal(refused, weight, Bounds::default())),
+            },
+        };
+        Box::pin(std::future::ready(result))
+    }
+
+    /// `Core::adjust`: written now, after the lessons still waiting.
+    fn adjust(&self, adjustment: Adjustment) -> BoxFuture<'_, Result<(), Error>> {
+        let result = TwinBucket::op_of(adjustment).map(|op| {
+            let mut ops = self.lessons.take();
+            ops.push(op);
+            self.twin.run_all(&ops);
+        });
+        Box::pin(std::future::ready(result))
+    }
+
+    fn learn(&self, adjustments: Vec<Adjustment>) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(std::future::ready(self.learn_now_or_later(adjustments)))
+    }
+
+    fn acquire_within(&self, weight: u64, bounds: Bounds) -> BoxFuture<'_, Result<Grant, Error>> {
+        Box::pin(self.twin.reserve_for(Some(&self.lessons), weight, bounds))
+    }
+}
+
+/// `shared::Lessons`: what a process's responses taught and the shared
+/// bucket does not have yet.
+#[derive(Debug, Default)]
+pub struct Lessons {
+    state: Mutex<LessonsState>,
+}
+
+#[derive(Debug, Default)]
+struct LessonsState {
+    /// The operations, each with the instant it names where it names one
+    /// (a window's end), counted from when it is sent.
+    ops: Vec<(Op, Option<Instant>)>,
+    /// The sender armed to send them on their own, by its number; none
+    /// once a call carried them.
+    sender: Option<u64>,
+    senders: u64,
+    /// When the soonest of this process's sleeping turns wakes to look.
+    next_look: Option<Instant>,
+}
+
+impl Lessons {
+    fn lock(&self) -> MutexGuard<'_, LessonsState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Keep `spelled` for a call to carry; the number of the sender to
+    /// arm, when none is armed.
+    fn keep(&self, spelled: &[(Adjustment, Op)]) -> Option<u64> {
+        let mut state = self.lock();
+        state
+            .ops
+            .extend(spelled.iter().map(|&(adjustment, op)| match adjustment {
+                Adjustment::WindowEndsBy(at) => (op, Some(at)),
+                _ => (op, None),
+            }));
+        if state.sender.is_some() {
+            return None;
+        }
+        state.senders += 1;
+        state.sender = Some(state.senders);
+        state.sender
+    }
+
+    /// Every lesson waiting, for a call to carry: the armed sender stands
+    /// down.
+    fn take(&self) -> Vec<Op> {
+        let mut state = self.lock();
+        state.sender = None;
+        state
+            .ops
+            .drain(..)
+            .map(|(op, at)| match (op, at) {
+                (Op::Edge { leap, .. }, Some(at)) => Op::Edge {
+                    for_ns: nanos_until(at),
+                    leap,
+                },
+                (op, _) => op,
+            })
+            .collect()
+    }
+
+    /// What sender `number` sends when it wakes: nothing once a call
+    /// carried the lessons it was armed for.
+    fn take_for(&self, number: u64) -> Vec<Op> {
+        if self.lock().sender == Some(number) {
+            self.take()
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// When the lessons waiting now go on their own: shortly, or just
+    /// after the next look, if that comes within
+    /// [`LESSONS_WAIT_AT_MOST`].
+    fn send_at(&self, now: Instant) -> Instant {
+        let soon = now + SEND_LESSONS_AFTER;
+        match self.lock().next_look {
+            Some(look) if look > now && look <= now + LESSONS_WAIT_AT_MOST => {
+                soon.max(look + SEND_LESSONS_AFTER)
+            }
+            _ => soon,
+        }
+    }
+
+    /// A turn of this process sleeps until `due`, then looks.
+    fn sleeps_until(&self, due: Instant, now: Instant) {
+        let mut state = self.lock();
+        state.next_look = Some(match state.next_look {
+            Some(look) if look > now => look.min(due),
+            _ => due,
+        });
+    }
 }
