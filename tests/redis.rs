@@ -1086,45 +1086,46 @@ async fn feedback_keeps_booked_reservations_and_blocks() {
 /// Turns already booked keep their instants: through a block, a turn past
 /// its end goes at its instant while one inside it books again behind the
 /// last; through a rate cut, the next turn comes one new interval after
-/// the last one booked, not after the whole deficit rescaled.
+/// the last one booked, not after the whole deficit rescaled. (Turns are
+/// booked no further than `BOOK_AHEAD_AT_MOST`, 100 ms, ahead: both are
+/// within it. On the real clock, only what a busy machine cannot change
+/// is asserted: no turn before its instant, and the order.)
 #[tokio::test]
 async fn booked_turns_keep_their_instants_through_a_block_and_a_cut() {
     let server = RedisServer::start();
     let backend = RedisBackend::connect(server.url()).await.unwrap();
-    let rate = Rate::new(1, 100 * MS).unwrap();
+    let rate = Rate::new(1, 45 * MS).unwrap();
     let bucket = Arc::new(backend.token_bucket("turns", rate, 1).unwrap());
     let start = Instant::now();
     bucket.try_acquire(1).await.unwrap();
-    // Turns at 100, 200 and 300 ms, booked in that order.
+    // Turns at 45 and 90 ms, booked in that order.
     let mut waiters = Vec::new();
-    for _ in 0..3 {
+    for _ in 0..2 {
         let b = Arc::clone(&bucket);
         waiters.push(tokio::spawn(async move {
             b.acquire(1).await.unwrap();
             start.elapsed()
         }));
-        tokio::time::sleep(5 * MS).await;
+        tokio::time::sleep(3 * MS).await;
     }
-    tokio::time::sleep(start + 50 * MS - Instant::now()).await;
     bucket
-        .adjust(Adjustment::BlockUntil(start + 150 * MS))
+        .adjust(Adjustment::BlockUntil(start + 60 * MS))
         .await
         .unwrap();
     let mut went = Vec::new();
     for w in waiters {
         went.push(w.await.unwrap());
     }
+    assert!(went[1] >= 88 * MS, "the turn at 90 ms: {went:?}");
     assert!(
-        went[1] >= 195 * MS && went[1] < 290 * MS,
-        "the turn at 200 ms: {went:?}"
+        went[0] >= 133 * MS,
+        "the turn at 45 ms, inside the block, booked after the one at 90 ms: {went:?}"
     );
+    // Given up as well, the turn at 90 ms would have booked again behind
+    // the one at 45 ms, which woke first.
     assert!(
-        went[2] >= 295 * MS && went[2] < 390 * MS,
-        "the turn at 300 ms: {went:?}"
-    );
-    assert!(
-        went[0] >= 395 * MS && went[0] < 600 * MS,
-        "the turn at 100 ms, inside the block, booked after 300 ms: {went:?}"
+        went[1] < went[0],
+        "the turn past the block stands: {went:?}"
     );
 
     let rate = Rate::new(1, 50 * MS).unwrap();
