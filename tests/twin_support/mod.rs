@@ -618,8 +618,7 @@ impl TwinBucket {
     }
 
     fn run(&self, op: Op) -> Reply {
-        let now = self.now_us();
-        self.lock().run(now, op)
+        self.run_after(&[], op)
     }
 
     /// The rate the shared state holds now (learned, or the one it was
@@ -629,11 +628,13 @@ impl TwinBucket {
         Rate::every(Duration::from_nanos(per_token)).expect("a rate the state holds")
     }
 
-    /// Whether the block counter moved since `epoch`; an expired key
+    /// Whether the block counter moved since `epoch`, read after `first`
+    /// (the lessons the look carries) in the same call; an expired key
     /// counts as no, as a failed read does for `Core`.
-    fn blocked_since(&self, epoch: u64) -> bool {
-        let now = self.now_us();
-        self.lock().hash(now).is_some_and(|h| h.blocks != epoch)
+    fn blocked_since(&self, first: &[Op], epoch: u64) -> bool {
+        self.after(first, |script, now| {
+            script.hash(now).is_some_and(|h| h.blocks != epoch)
+        })
     }
 
     /// `Core::acquire`: reserve within `bounds`, sleep once until the
@@ -645,21 +646,44 @@ impl TwinBucket {
     /// `op` at one instant, after `first` (the lessons a call carries), as
     /// one script call.
     fn run_after(&self, first: &[Op], op: Op) -> Reply {
+        self.after(first, |script, now| script.run(now, op))
+    }
+
+    /// `first` run at one instant, then `then` on the script at that
+    /// instant, under one lock: one script call.
+    fn after<R>(&self, first: &[Op], then: impl FnOnce(&mut Script, u64) -> R) -> R {
         let now = self.now_us();
         let mut script = self.lock();
         for &lesson in first {
             script.run(now, lesson);
         }
-        script.run(now, op)
+        then(&mut script, now)
     }
 
     /// `ops` in order at one instant, as one script call.
     fn run_all(&self, ops: &[Op]) {
-        let now = self.now_us();
-        let mut script = self.lock();
-        for &op in ops {
-            script.run(now, op);
+        if let Some((&last, first)) = ops.split_last() {
+            self.run_after(first, last);
         }
+    }
+
+    /// `try` of `weight` after `first`, as `Core::try_acquire` sends it.
+    fn try_after(&self, first: &[Op], weight: u64) -> Result<(), Error> {
+        if weight == 0 {
+            return Ok(());
+        }
+        match self.run_after(first, Op::Try { weight }) {
+            Reply::Granted { .. } => Ok(()),
+            refused => Err(refusal(refused, weight, Bounds::default())),
+        }
+    }
+
+    /// `adjustment` written now, after `first`, as `Core::adjust` writes
+    /// it.
+    fn adjust_after(&self, mut first: Vec<Op>, adjustment: Adjustment) -> Result<(), Error> {
+        first.push(TwinBucket::op_of(adjustment)?);
+        self.run_all(&first);
+        Ok(())
     }
 
     /// [`reserve`](Self::reserve) for `process`, whose lessons ride on
@@ -718,8 +742,7 @@ impl TwinBucket {
             tokio::time::sleep(Duration::from_nanos(wait)).await;
             refund.disarm();
             // The look carries the lessons waiting, in the same call.
-            self.run_all(&carried());
-            if !self.blocked_since(epoch) {
+            if !self.blocked_since(&carried(), epoch) {
                 return Ok(grant);
             }
             // A block came while the turn slept: it stands past the block's
@@ -789,21 +812,13 @@ impl Limiter for TwinBucket {
     }
 
     fn try_acquire(&self, weight: u64) -> BoxFuture<'_, Result<(), Error>> {
-        let result = match weight {
-            0 => Ok(()),
-            _ => match self.run(Op::Try { weight }) {
-                Reply::Granted { .. } => Ok(()),
-                refused => Err(refusal(refused, weight, Bounds::default())),
-            },
-        };
-        Box::pin(std::future::ready(result))
+        Box::pin(std::future::ready(self.try_after(&[], weight)))
     }
 
     fn adjust(&self, adjustment: Adjustment) -> BoxFuture<'_, Result<(), Error>> {
-        let result = TwinBucket::op_of(adjustment).map(|op| {
-            self.run(op);
-        });
-        Box::pin(std::future::ready(result))
+        Box::pin(std::future::ready(
+            self.adjust_after(Vec::new(), adjustment),
+        ))
     }
 
     fn acquire_within(&self, weight: u64, bounds: Bounds) -> BoxFuture<'_, Result<Grant, Error>> {
@@ -952,26 +967,17 @@ impl Limiter for TwinProcess {
     }
 
     fn try_acquire(&self, weight: u64) -> BoxFuture<'_, Result<(), Error>> {
-        let result = match weight {
-            0 => Ok(()),
-            _ => match self
-                .twin
-                .run_after(&self.lessons.take(), Op::Try { weight })
-            {
-                Reply::Granted { .. } => Ok(()),
-                refused => Err(refusal(refused, weight, Bounds::default())),
-            },
+        let first = if weight == 0 {
+            Vec::new()
+        } else {
+            self.lessons.take()
         };
-        Box::pin(std::future::ready(result))
+        Box::pin(std::future::ready(self.twin.try_after(&first, weight)))
     }
 
     /// `Core::adjust`: written now, after the lessons still waiting.
     fn adjust(&self, adjustment: Adjustment) -> BoxFuture<'_, Result<(), Error>> {
-        let result = TwinBucket::op_of(adjustment).map(|op| {
-            let mut ops = self.lessons.take();
-            ops.push(op);
-            self.twin.run_all(&ops);
-        });
+        let result = self.twin.adjust_after(self.lessons.take(), adjustment);
         Box::pin(std::future::ready(result))
     }
 
@@ -1004,6 +1010,22 @@ struct LessonsState {
     next_look: Option<Instant>,
 }
 
+impl LessonsState {
+    fn take(&mut self) -> Vec<Op> {
+        self.sender = None;
+        self.ops
+            .drain(..)
+            .map(|(op, at)| match (op, at) {
+                (Op::Edge { leap, .. }, Some(at)) => Op::Edge {
+                    for_ns: nanos_until(at),
+                    leap,
+                },
+                (op, _) => op,
+            })
+            .collect()
+    }
+}
+
 impl Lessons {
     fn lock(&self) -> MutexGuard<'_, LessonsState> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
@@ -1030,26 +1052,15 @@ impl Lessons {
     /// Every lesson waiting, for a call to carry: the armed sender stands
     /// down.
     fn take(&self) -> Vec<Op> {
-        let mut state = self.lock();
-        state.sender = None;
-        state
-            .ops
-            .drain(..)
-            .map(|(op, at)| match (op, at) {
-                (Op::Edge { leap, .. }, Some(at)) => Op::Edge {
-                    for_ns: nanos_until(at),
-                    leap,
-                },
-                (op, _) => op,
-            })
-            .collect()
+        self.lock().take()
     }
 
     /// What sender `number` sends when it wakes: nothing once a call
     /// carried the lessons it was armed for.
     fn take_for(&self, number: u64) -> Vec<Op> {
-        if self.lock().sender == Some(number) {
-            self.take()
+        let mut state = self.lock();
+        if state.sender == Some(number) {
+            state.take()
         } else {
             Vec::new()
         }
