@@ -1267,3 +1267,179 @@ fn a_reset_says_how_finely_it_is_known() {
     // No reset, no precision.
     assert_eq!(precision(&[("x-ratelimit-remaining", "3")]), None);
 }
+
+// Gateways' own fields: Traefik, Bucket4j, Kong, Envoy, Spring Cloud
+// Gateway, HubSpot.
+
+#[test]
+fn traefik_exact_wait_is_preferred_over_its_whole_seconds() {
+    // Traefik's rate limit middleware: `Retry-After` rounded up to whole
+    // seconds, and the wait its token bucket computed as Go prints it.
+    let signal = parse(429, &[("retry-after", "1"), ("x-retry-in", "98.765432ms")]);
+    assert_eq!(signal.retry_after, Some(Duration::from_nanos(98_765_432)));
+    assert!(signal.ignored.is_empty());
+    // Under a millisecond Go writes the micro sign.
+    let signal = parse(429, &[("retry-after", "1"), ("x-retry-in", "750.5µs")]);
+    assert_eq!(signal.retry_after, Some(Duration::from_nanos(750_500)));
+    // One that does not parse leaves the whole seconds.
+    let signal = parse(429, &[("retry-after", "1"), ("x-retry-in", "soon")]);
+    assert_eq!(signal.retry_after, Some(secs(1)));
+    assert_eq!(notes(&signal).len(), 1, "{:?}", notes(&signal));
+    // A wait of years is clamped, as every wait is.
+    let signal = parse(429, &[("x-retry-in", "9999999h0m0s")]);
+    assert_eq!(signal.retry_after, Some(MAX_WAIT));
+}
+
+#[test]
+fn waits_under_other_names_stand_in_for_an_absent_retry_after() {
+    // Bucket4j's Spring Boot starter, and MailerLite.
+    let bucket4j = parse(429, &[("x-rate-limit-retry-after-seconds", "58")]);
+    assert_eq!(bucket4j.retry_after, Some(secs(58)));
+    assert!(bucket4j.is_throttled());
+    let mailerlite = parse(429, &[("x-ratelimit-retry-after", "12")]);
+    assert_eq!(mailerlite.retry_after, Some(secs(12)));
+    // `Retry-After` itself wins where both are there.
+    let both = parse(
+        429,
+        &[("retry-after", "3"), ("x-ratelimit-retry-after", "12")],
+    );
+    assert_eq!(both.retry_after, Some(secs(3)));
+}
+
+#[test]
+fn kong_limits_per_unit_of_time() {
+    // Kong's rate-limiting plugin with `minute: 5, hour: 100`, and its
+    // response-ratelimiting plugin's `videos` per minute.
+    let signal = parse(
+        200,
+        &[
+            ("x-ratelimit-limit-minute", "5"),
+            ("x-ratelimit-remaining-minute", "4"),
+            ("x-ratelimit-limit-hour", "100"),
+            ("x-ratelimit-remaining-hour", "99"),
+            ("x-ratelimit-limit-videos-minute", "10"),
+            ("x-ratelimit-remaining-videos-minute", "7"),
+        ],
+    );
+    let mut expected = vec![
+        Limit::new("hour", Dimension::Requests)
+            .with_limit(100)
+            .with_remaining(99),
+        Limit::new("minute", Dimension::Requests)
+            .with_limit(5)
+            .with_remaining(4),
+        Limit::new("videos_minute", Dimension::Other("videos".into()))
+            .with_limit(10)
+            .with_remaining(7),
+    ];
+    expected[0].window = Some(secs(3_600));
+    expected[1].window = Some(secs(60));
+    expected[2].window = Some(secs(60));
+    assert_eq!(values(&signal.limits), expected);
+    assert!(signal.ignored.is_empty());
+    // OpenAI's suffixes name no unit of time.
+    let openai = parse(200, &[("x-ratelimit-limit-requests", "60")]);
+    assert_eq!(openai.limits[0].window, None);
+}
+
+#[test]
+fn envoy_quota_policies_in_x_ratelimit_limit() {
+    // Envoy with `enable_x_ratelimit_headers: DRAFT_VERSION_03`.
+    let signal = parse(
+        429,
+        &[
+            ("x-ratelimit-limit", "10, 10;w=60"),
+            ("x-ratelimit-remaining", "0"),
+            ("x-ratelimit-reset", "42"),
+        ],
+    );
+    let mut expected = Limit::new("requests", Dimension::Requests)
+        .with_limit(10)
+        .with_remaining(0)
+        .with_reset(secs(42));
+    expected.window = Some(secs(60));
+    assert_eq!(values(&signal.limits), [expected]);
+    assert!(signal.ignored.is_empty());
+}
+
+#[test]
+fn spring_gateway_bucket_is_read_in_requests() {
+    // `RedisRateLimiter` with replenishRate 10, burstCapacity 20: 9 tokens
+    // left, full again after 1.1 s; a bucket of 20 refills in 2 s.
+    let signal = parse(
+        200,
+        &[
+            ("x-ratelimit-remaining", "9"),
+            ("x-ratelimit-replenish-rate", "10"),
+            ("x-ratelimit-burst-capacity", "20"),
+            ("x-ratelimit-requested-tokens", "1"),
+        ],
+    );
+    let mut expected = Limit::new("requests", Dimension::Requests)
+        .with_limit(20)
+        .with_remaining(9)
+        .with_reset(ms(1_100));
+    expected.window = Some(secs(2));
+    assert_eq!(values(&signal.limits), [expected]);
+    // One request a minute, as Spring's documentation configures it: 60
+    // tokens a request, refilling one a second.
+    let signal = parse(
+        200,
+        &[
+            ("x-ratelimit-remaining", "0"),
+            ("x-ratelimit-replenish-rate", "1"),
+            ("x-ratelimit-burst-capacity", "60"),
+            ("x-ratelimit-requested-tokens", "60"),
+        ],
+    );
+    let limit = &signal.limits[0];
+    assert_eq!((limit.limit, limit.remaining), (Some(1), Some(0)));
+    assert_eq!(
+        (limit.reset, limit.window),
+        (Some(secs(60)), Some(secs(60)))
+    );
+    // A bucket that never admits a request is noted, not read; its
+    // `remaining` of -1 (Redis unreachable) is not a count.
+    let signal = parse(
+        200,
+        &[
+            ("x-ratelimit-remaining", "-1"),
+            ("x-ratelimit-replenish-rate", "0"),
+            ("x-ratelimit-burst-capacity", "20"),
+        ],
+    );
+    assert!(signal.limits.iter().all(|l| l.limit.is_none()));
+    assert!(!signal.ignored.is_empty());
+}
+
+#[test]
+fn hubspot_interval_secondly_and_daily_limits() {
+    let signal = parse(
+        200,
+        &[
+            ("x-hubspot-ratelimit-daily", "250000"),
+            ("x-hubspot-ratelimit-daily-remaining", "249999"),
+            ("x-hubspot-ratelimit-interval-milliseconds", "10000"),
+            ("x-hubspot-ratelimit-max", "100"),
+            ("x-hubspot-ratelimit-remaining", "99"),
+            ("x-hubspot-ratelimit-secondly", "10"),
+            ("x-hubspot-ratelimit-secondly-remaining", "9"),
+        ],
+    );
+    let window = |l: &Limit| (l.name.clone(), l.limit, l.remaining, l.window);
+    let read: Vec<_> = signal.limits.iter().map(window).collect();
+    assert_eq!(
+        read,
+        [
+            ("requests".to_owned(), Some(100), Some(99), Some(secs(10))),
+            ("secondly".to_owned(), Some(10), Some(9), Some(secs(1))),
+            (
+                "daily".to_owned(),
+                Some(250_000),
+                Some(249_999),
+                Some(secs(86_400))
+            ),
+        ]
+    );
+    assert!(signal.ignored.is_empty());
+}

@@ -321,7 +321,7 @@ fn old_style(
     limits: &mut Vec<Limit>,
 ) {
     let draft7 = draft7.unwrap_or_default();
-    let (limit, mut window) = limit_with_window(headers, notes);
+    let (limit, mut window) = limit_with_window(headers, notes, LIMIT);
     let limit = limit.or(draft7.limit);
     let remaining =
         count(headers, notes, "ratelimit-remaining", Keep::Smallest).or(draft7.remaining);
@@ -353,16 +353,21 @@ fn old_style(
     limits.push(out);
 }
 
-/// Reads `RateLimit-Limit`, which older drafts let carry quota policies:
-/// `100` or `100;w=60` or `10, 10;w=1, 1000;w=3600`.
-fn limit_with_window(headers: &Fields<'_>, notes: &mut Notes) -> (Option<u64>, Option<Duration>) {
-    let Some(list) = list(headers, notes, LIMIT) else {
+/// Reads `RateLimit-Limit` (the field `name`), which older drafts let
+/// carry quota policies: `100` or `100;w=60` or `10, 10;w=1, 1000;w=3600`
+/// (Envoy writes the same in `X-RateLimit-Limit`).
+pub(super) fn limit_with_window(
+    headers: &Fields<'_>,
+    notes: &mut Notes,
+    name: &str,
+) -> (Option<u64>, Option<Duration>) {
+    let Some(list) = list(headers, notes, name) else {
         return (None, None);
     };
     let mut members = Vec::new();
     for entry in list {
         let ListEntry::Item(item) = entry else {
-            notes.push(LIMIT, "inner list where a number was expected");
+            notes.push(name, "inner list where a number was expected");
             continue;
         };
         let Some(value) = item.bare_item.as_integer().map(i64::from) else {
@@ -371,19 +376,19 @@ fn limit_with_window(headers: &Fields<'_>, notes: &mut Notes) -> (Option<u64>, O
                 Some(d) => {
                     match u64::try_from(i64::from(d.as_integer_scaled_1000()).div_euclid(1000)) {
                         Ok(v) => members.push((v, None)),
-                        Err(_) => notes.push(LIMIT, "negative value"),
+                        Err(_) => notes.push(name, "negative value"),
                     }
                 }
-                None => notes.push(LIMIT, "not a number"),
+                None => notes.push(name, "not a number"),
             }
             continue;
         };
         let Ok(value) = u64::try_from(value) else {
-            notes.push(LIMIT, "negative value");
+            notes.push(name, "negative value");
             continue;
         };
-        let window = integer_param(&item.params, "w", LIMIT, &value.to_string(), notes)
-            .map(|w| clamp_window(LIMIT, Duration::from_secs(w), notes));
+        let window = integer_param(&item.params, "w", name, &value.to_string(), notes)
+            .map(|w| clamp_window(name, Duration::from_secs(w), notes));
         members.push((value, window));
     }
     let Some(&(limit, first_window)) = members.first() else {
@@ -403,7 +408,7 @@ fn limit_with_window(headers: &Fields<'_>, notes: &mut Notes) -> (Option<u64>, O
     if bare.iter().any(|q| *q != limit) {
         let smallest = bare.iter().copied().min().unwrap_or(limit).min(limit);
         notes.push(
-            LIMIT,
+            name,
             format!("conflicting values {bare:?}; kept the smallest"),
         );
         return (Some(smallest), window);

@@ -12,14 +12,17 @@
 //! | family | headers |
 //! | --- | --- |
 //! | HTTP semantics (RFC 9110) | `Retry-After` (delta-seconds or HTTP-date), `Date` |
-//! | milliseconds | `retry-after-ms`, `x-ms-retry-after-ms` (preferred over `Retry-After`) |
+//! | finer waits | `retry-after-ms`, `x-ms-retry-after-ms`, Traefik's `X-Retry-In` (a Go duration) (preferred over `Retry-After`) |
+//! | waits under other names | Bucket4j's `X-Rate-Limit-Retry-After-Seconds`, `X-RateLimit-Retry-After` (where `Retry-After` is absent) |
 //! | `X-RateLimit-*` | `-Limit`, `-Remaining`, `-Used`, `-Reset`: GitHub (with `-Resource`), Reddit (fractional `-Remaining`), Discord (`-Reset-After`, `-Bucket`, `-Global`, `-Scope`) |
-//! | suffixed `X-RateLimit-*-<name>` | OpenAI and look-alikes: `x-ratelimit-limit-requests`, `x-ratelimit-remaining-tokens`, `x-ratelimit-reset-tokens: 6m0s` |
+//! | suffixed `X-RateLimit-*-<name>` | OpenAI and look-alikes: `x-ratelimit-limit-requests`, `x-ratelimit-remaining-tokens`, `x-ratelimit-reset-tokens: 6m0s`; Kong's units of time: `X-RateLimit-Limit-Minute`, `-Remaining-Hour`, `-Limit-Videos-Minute` |
+//! | gateways | Envoy's quota policies in `X-RateLimit-Limit: 10, 10;w=60`; Spring Cloud Gateway's `X-RateLimit-Replenish-Rate`, `-Burst-Capacity`, `-Requested-Tokens` |
 //! | Twitter/X | `x-rate-limit-limit`, `-remaining`, `-reset` |
 //! | IETF draft, old style | `RateLimit-Limit` (optionally `10;w=60`), `-Remaining`, `-Reset`; GitLab's `-Observed`, `-Name`, `-ResetTime` |
 //! | IETF draft, structured | `RateLimit-Policy` and `RateLimit` (several policies; `q`, `qu`, `w`, `r`, `t`, `pk`) |
 //! | Anthropic | `anthropic-ratelimit-<family>-limit`, `-remaining`, `-reset` (RFC 3339) |
 //! | Shopify | `X-Shopify-Shop-Api-Call-Limit: 32/40` |
+//! | HubSpot | `X-HubSpot-RateLimit-Max`, `-Remaining`, `-Interval-Milliseconds`, `-Secondly`, `-Daily` (and their `-Remaining`) |
 //!
 //! Several limits in one response are all kept (an OpenAI response yields a
 //! `requests` and a `tokens` limit; an IETF response yields one limit per
@@ -520,11 +523,11 @@ impl fmt::Display for Ignored {
 }
 
 /// Which dialects' fields a response head has, by the names each dialect
-/// reads: `Retry-After`, `retry-after-ms` and `x-ms-retry-after-ms` (all
-/// containing `retry-after`); `X-RateLimit-*` and Twitter's
-/// `X-Rate-Limit-*`; the IETF fields (`RateLimit`, `RateLimit-*`); the
-/// vendors' (`anthropic-ratelimit-*`, Shopify's
-/// `X-Shopify-Shop-Api-Call-Limit`). A dialect none of whose fields is
+/// reads: `Retry-After` and the other waits (every name containing
+/// `retry-after`, and Traefik's `X-Retry-In`); `X-RateLimit-*` and
+/// Twitter's `X-Rate-Limit-*`; the IETF fields (`RateLimit`,
+/// `RateLimit-*`); the vendors' (`anthropic-ratelimit-*`,
+/// `X-HubSpot-RateLimit-*`, Shopify's `X-Shopify-Shop-Api-Call-Limit`). A dialect none of whose fields is
 /// there reads nothing, and is not asked.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Families {
@@ -538,10 +541,11 @@ impl Families {
     /// The dialects that read a field of this name (in lower case).
     fn of_name(name: &str) -> Families {
         Families {
-            retry_after: name.contains("retry-after"),
+            retry_after: name.contains("retry-after") || name == "x-retry-in",
             x_ratelimit: name.starts_with("x-ratelimit-") || name.starts_with("x-rate-limit-"),
             ietf: name.starts_with("ratelimit"),
             vendors: name.starts_with("anthropic-ratelimit-")
+                || name.starts_with("x-hubspot-ratelimit-")
                 || name == "x-shopify-shop-api-call-limit",
         }
     }
@@ -610,6 +614,12 @@ mod signal_fields {
             ("x-rate-limit-remaining", "5"),
             ("anthropic-ratelimit-requests-limit", "50"),
             ("x-shopify-shop-api-call-limit", "32/40"),
+            ("x-retry-in", "98.765432ms"),
+            ("x-rate-limit-retry-after-seconds", "58"),
+            ("x-ratelimit-retry-after", "58"),
+            ("x-ratelimit-replenish-rate", "10"),
+            ("x-ratelimit-limit-minute", "5"),
+            ("x-hubspot-ratelimit-max", "100"),
         ];
         let now = std::time::SystemTime::now();
         for (name, value) in read {

@@ -6,8 +6,13 @@
 //!   seconds in the newer `unified` family, both read by the shared rules.
 //! - **Shopify**: `X-Shopify-Shop-Api-Call-Limit: 32/40`, the REST leaky
 //!   bucket's fill level: 32 used of 40, so 8 remaining.
+//! - **HubSpot**: `X-HubSpot-RateLimit-Max` requests per
+//!   `-Interval-Milliseconds` with `-Remaining`, and the per-second and
+//!   daily limits (`-Secondly`, `-Daily`, each with its `-Remaining`): one
+//!   limit of requests each, with its window and no reset.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use super::field::{count, reset, single, Clock, Fields, Keep, Notes};
 use super::value::parse_count;
@@ -21,6 +26,7 @@ pub(super) fn parse(
 ) {
     anthropic(headers, clock, notes, limits);
     shopify(headers, notes, limits);
+    hubspot(headers, notes, limits);
 }
 
 fn anthropic(headers: &Fields<'_>, clock: &Clock, notes: &mut Notes, limits: &mut Vec<Limit>) {
@@ -84,4 +90,37 @@ fn shopify(headers: &Fields<'_>, notes: &mut Notes, limits: &mut Vec<Limit>) {
     out.limit = Some(limit);
     out.remaining = Some(limit.saturating_sub(used));
     limits.push(out);
+}
+
+fn hubspot(headers: &Fields<'_>, notes: &mut Notes, limits: &mut Vec<Limit>) {
+    const PREFIX: &str = "x-hubspot-ratelimit-";
+    const INTERVAL: &str = "x-hubspot-ratelimit-interval-milliseconds";
+    let interval = count(headers, notes, INTERVAL, Keep::Largest)
+        .map(|ms| super::field::clamp_window(INTERVAL, Duration::from_millis(ms), notes));
+    let families = [
+        ("max", "remaining", interval),
+        (
+            "secondly",
+            "secondly-remaining",
+            Some(Duration::from_secs(1)),
+        ),
+        (
+            "daily",
+            "daily-remaining",
+            Some(Duration::from_secs(86_400)),
+        ),
+    ];
+    for (quota, left, window) in families {
+        let limit = count(headers, notes, &format!("{PREFIX}{quota}"), Keep::Smallest);
+        let remaining = count(headers, notes, &format!("{PREFIX}{left}"), Keep::Smallest);
+        if limit.is_none() && remaining.is_none() {
+            continue;
+        }
+        let name = if quota == "max" { "requests" } else { quota };
+        let mut out = Limit::new(name, Dimension::Requests);
+        out.limit = limit;
+        out.remaining = remaining;
+        out.window = window.filter(|w| !w.is_zero());
+        limits.push(out);
+    }
 }
