@@ -520,7 +520,8 @@ def mentioned(key, section):
         head = re.match(r"[A-Za-z0-9_:]*", span.removeprefix(CRATE + "::")).group(0)
         if head:
             spans.add(head)
-    segments = key.split("::")
+    # An associated item's key ends in `::` (`Dialect::ALL::`).
+    segments = key.rstrip(":").split("::")
     first_type = next((i for i, s in enumerate(segments) if s[:1].isupper()), None)
     least = len(segments) - first_type if first_type is not None else min(2, len(segments))
     return any("::".join(segments[-n:]) in spans for n in range(least, len(segments) + 1))

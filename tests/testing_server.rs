@@ -609,9 +609,10 @@ async fn every_dialect_round_trips_through_its_name() {
         assert_eq!(server.dialect(), dialect);
         let response = get(&Client::new(), &server).await;
         assert_eq!(response.status(), StatusCode::OK);
+        // Traefik, like a server without headers, says nothing on a 200.
         assert_eq!(
             headers(&response, LIMIT_HEADERS).is_empty(),
-            dialect == Dialect::None
+            matches!(dialect, Dialect::None | Dialect::Traefik)
         );
         server.shutdown().await;
     }

@@ -25,6 +25,10 @@ use crate::Error;
 /// | [`Ietf`](Dialect::Ietf) | `RateLimit-Policy: "default";q=<per second>;w=1`, `RateLimit: "default";r=<tokens left>;t=<seconds until full>` | `Retry-After` as above |
 /// | [`IetfDraft6`](Dialect::IetfDraft6) | `RateLimit-Policy: <limit>;w=<window>`, `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset: <seconds>` | `Retry-After` as above |
 /// | [`IetfDraft7`](Dialect::IetfDraft7) | `RateLimit: limit=<limit>, remaining=<left>, reset=<seconds>`, `RateLimit-Policy: <limit>;w=<window>` | `Retry-After` as above |
+/// | [`Kong`](Dialect::Kong) | `X-RateLimit-Limit-<Unit>: <limit>`, `X-RateLimit-Remaining-<Unit>` (`Second`, `Minute`, `Hour` or `Day`: the window's), `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset: <seconds>` | `Retry-After` as above |
+/// | [`Envoy`](Dialect::Envoy) | `x-ratelimit-limit: <limit>, <limit>;w=<window>`, `x-ratelimit-remaining`, `x-ratelimit-reset: <seconds>` | nothing more |
+/// | [`Traefik`](Dialect::Traefik) | nothing | `Retry-After` as above, and `X-Retry-In: <the exact wait as Go prints it>` (`98.765432ms`) |
+/// | [`SpringGateway`](Dialect::SpringGateway) | `X-RateLimit-Remaining`, `X-RateLimit-Replenish-Rate: <per second>`, `X-RateLimit-Burst-Capacity: <burst>`, `X-RateLimit-Requested-Tokens: 1` | nothing more |
 /// | [`None`](Dialect::None) | nothing | nothing |
 ///
 /// The table speaks of the default token bucket; with another
@@ -32,7 +36,15 @@ use crate::Error;
 /// its window, and "full" its reset (the window's end, or when the oldest
 /// request leaves a moving window). Draft 6 and 7 are what
 /// express-rate-limit writes with `standardHeaders: 'draft-6'` and
-/// `'draft-7'`. [`ResetFormat`] changes how the `X-RateLimit` family writes
+/// `'draft-7'`. The last four are what widely used gateways write: Kong's
+/// rate-limiting plugin (its windows are whole units; another window is
+/// written as the next longer unit, which Kong could not be configured
+/// with, and [`ResetFormat::Omitted`] leaves out the `RateLimit-*` fields,
+/// as Kong before 1.4 and its response-ratelimiting plugin do), Envoy's
+/// rate limit filters with `enable_x_ratelimit_headers: DRAFT_VERSION_03`,
+/// Traefik's rate limit middleware (a token bucket: no header unless it
+/// refuses), and Spring Cloud Gateway's `RedisRateLimiter` (a token bucket;
+/// its rate and burst are the algorithm's, whatever it is). [`ResetFormat`] changes how the `X-RateLimit` family writes
 /// its reset (or leaves it out), and [`RetryAfterPrecision`] how
 /// `Retry-After` is rounded.
 ///
@@ -68,6 +80,14 @@ pub enum Dialect {
     /// The IETF draft 07 `RateLimit` dictionary and an integer
     /// `RateLimit-Policy`.
     IetfDraft7,
+    /// Kong's rate-limiting plugin: a limit per unit of time.
+    Kong,
+    /// Envoy's quota policy in `x-ratelimit-limit` (IETF draft 03).
+    Envoy,
+    /// Traefik: only a refusal speaks, with its exact wait in `X-Retry-In`.
+    Traefik,
+    /// Spring Cloud Gateway: a token bucket's refill rate and size.
+    SpringGateway,
     /// No rate-limit headers and no `Retry-After`: a bare 429.
     None,
 }
@@ -75,12 +95,16 @@ pub enum Dialect {
 impl Dialect {
     /// Every dialect, in a fixed order (for running one scenario per
     /// dialect).
-    pub const ALL: [Dialect; 6] = [
+    pub const ALL: [Dialect; 10] = [
         Dialect::XRateLimit,
         Dialect::GitHub,
         Dialect::Ietf,
         Dialect::IetfDraft6,
         Dialect::IetfDraft7,
+        Dialect::Kong,
+        Dialect::Envoy,
+        Dialect::Traefik,
+        Dialect::SpringGateway,
         Dialect::None,
     ];
 
@@ -92,6 +116,10 @@ impl Dialect {
             Dialect::Ietf => "ietf",
             Dialect::IetfDraft6 => "ietf-draft6",
             Dialect::IetfDraft7 => "ietf-draft7",
+            Dialect::Kong => "kong",
+            Dialect::Envoy => "envoy",
+            Dialect::Traefik => "traefik",
+            Dialect::SpringGateway => "spring-gateway",
             Dialect::None => "none",
         }
     }
@@ -112,7 +140,7 @@ impl FromStr for Dialect {
             .find(|d| d.as_str().eq_ignore_ascii_case(s.trim()))
             .ok_or_else(|| {
                 Error::config(format!(
-                    "unknown header dialect {s:?}; expected x-ratelimit, github, ietf, ietf-draft6, ietf-draft7 or none"
+                    "unknown header dialect {s:?}; expected x-ratelimit, github, ietf, ietf-draft6, ietf-draft7, kong, envoy, traefik, spring-gateway or none"
                 ))
             })
     }
@@ -194,7 +222,11 @@ impl Style {
             } else {
                 ResetFormat::DeltaSeconds
             },
-            retry_after: dialect != Dialect::None,
+            // Envoy and Spring Cloud Gateway refuse without a wait.
+            retry_after: !matches!(
+                dialect,
+                Dialect::None | Dialect::Envoy | Dialect::SpringGateway
+            ),
             precision: RetryAfterPrecision::Ceil,
         }
     }
@@ -213,6 +245,10 @@ pub(crate) struct Figures {
     pub(crate) until_one: Option<Duration>,
     /// The stated window (the IETF `w`).
     pub(crate) window: Duration,
+    /// The algorithm's rate per second, whole (at least 1), and its burst
+    /// (a window's limit): what a token bucket's size and refill state.
+    pub(crate) per_second: u64,
+    pub(crate) burst: u64,
 }
 
 /// A duration in whole seconds, rounded up.
@@ -257,6 +293,8 @@ pub(crate) fn write(
         until_full,
         until_one,
         window,
+        per_second,
+        burst,
     } = *figures;
     let reset = ceil_secs(until_full);
     let w = ceil_secs(window).max(1);
@@ -312,11 +350,88 @@ pub(crate) fn write(
                 format!("limit={limit}, remaining={remaining}, reset={reset}"),
             );
         }
+        Dialect::Kong => {
+            let (limit_name, remaining_name) = kong_unit(window);
+            put(headers, limit_name, limit);
+            put(headers, remaining_name, remaining);
+            if style.reset != ResetFormat::Omitted {
+                put(headers, "ratelimit-limit", limit);
+                put(headers, "ratelimit-remaining", remaining);
+                put(headers, "ratelimit-reset", reset);
+            }
+        }
+        Dialect::Envoy => {
+            put(
+                headers,
+                "x-ratelimit-limit",
+                format!("{limit}, {limit};w={w}"),
+            );
+            put(headers, "x-ratelimit-remaining", remaining);
+            put(headers, "x-ratelimit-reset", reset);
+        }
+        Dialect::Traefik => {
+            if let Some(wait) = until_one {
+                put(headers, "x-retry-in", go_duration(wait));
+            }
+        }
+        Dialect::SpringGateway => {
+            put(headers, "x-ratelimit-remaining", remaining);
+            put(headers, "x-ratelimit-replenish-rate", per_second);
+            put(headers, "x-ratelimit-burst-capacity", burst);
+            put(headers, "x-ratelimit-requested-tokens", 1);
+        }
         Dialect::None => {}
     }
     if let (Some(wait), true) = (until_one, style.retry_after) {
         if let Ok(value) = HeaderValue::try_from(style.precision.write(wait)) {
             headers.insert(RETRY_AFTER, value);
+        }
+    }
+}
+
+/// Kong's fields for a window: that of the unit it is, or of the next
+/// longer one (Kong's units are a second, a minute, an hour and a day).
+fn kong_unit(window: Duration) -> (&'static str, &'static str) {
+    match window.as_secs_f64() {
+        w if w <= 1.0 => ("x-ratelimit-limit-second", "x-ratelimit-remaining-second"),
+        w if w <= 60.0 => ("x-ratelimit-limit-minute", "x-ratelimit-remaining-minute"),
+        w if w <= 3_600.0 => ("x-ratelimit-limit-hour", "x-ratelimit-remaining-hour"),
+        _ => ("x-ratelimit-limit-day", "x-ratelimit-remaining-day"),
+    }
+}
+
+/// A duration as Go's `time.Duration.String` prints it: `0s`, `750ns`,
+/// `1.5µs`, `98.765432ms`, `1.5s`, `2m3.5s`, `1h0m0s`.
+pub(crate) fn go_duration(d: Duration) -> String {
+    // `whole.fraction` of `v` in units of `unit` (a power of ten), the
+    // fraction's trailing zeros dropped.
+    fn decimal(v: u128, unit: u128) -> String {
+        let (whole, rest) = (v / unit, v % unit);
+        if rest == 0 {
+            return whole.to_string();
+        }
+        let digits = unit.ilog10() as usize;
+        let fraction = format!("{rest:0digits$}");
+        format!("{whole}.{}", fraction.trim_end_matches('0'))
+    }
+    let n = d.as_nanos();
+    match n {
+        0 => "0s".to_owned(),
+        n if n < 1_000 => format!("{n}ns"),
+        n if n < 1_000_000 => format!("{}\u{b5}s", decimal(n, 1_000)),
+        n if n < 1_000_000_000 => format!("{}ms", decimal(n, 1_000_000)),
+        n => {
+            let secs = n / 1_000_000_000;
+            let (hours, minutes) = (secs / 3_600, secs % 3_600 / 60);
+            let seconds = decimal(
+                n - (hours * 3_600 + minutes * 60) * 1_000_000_000,
+                1_000_000_000,
+            );
+            match (hours, minutes) {
+                (0, 0) => format!("{seconds}s"),
+                (0, m) => format!("{m}m{seconds}s"),
+                (h, m) => format!("{h}h{m}m{seconds}s"),
+            }
         }
     }
 }
@@ -334,6 +449,8 @@ mod tests {
             until_full: 200 * MS,
             until_one,
             window: Duration::from_secs(1),
+            per_second: 50,
+            burst: 10,
         }
     }
 
@@ -419,6 +536,8 @@ mod tests {
             until_full: Duration::from_millis(1500),
             until_one: None,
             window: Duration::from_secs(1),
+            per_second: 5,
+            burst: 5,
         };
         write(&Style::of(Dialect::Ietf), &f, UNIX_EPOCH, "core", &mut h);
         assert_eq!(text(&h, "ratelimit-policy"), Some("\"default\";q=5;w=1"));
@@ -437,5 +556,51 @@ mod tests {
             &mut h,
         );
         assert!(h.is_empty());
+    }
+
+    #[test]
+    fn go_prints_durations_so() {
+        let ns = Duration::from_nanos;
+        for (d, printed) in [
+            (Duration::ZERO, "0s"),
+            (ns(750), "750ns"),
+            (ns(1_500), "1.5\u{b5}s"),
+            (ns(98_765_432), "98.765432ms"),
+            (20 * MS, "20ms"),
+            (1500 * MS, "1.5s"),
+            (Duration::from_secs(60), "1m0s"),
+            (Duration::from_millis(123_500), "2m3.5s"),
+            (Duration::from_secs(3_600), "1h0m0s"),
+        ] {
+            assert_eq!(go_duration(d), printed, "{d:?}");
+        }
+    }
+
+    #[test]
+    fn gateways_fields() {
+        let mut f = figures(Some(98 * MS));
+        f.window = Duration::from_secs(60);
+        let write_as = |dialect, f: &Figures| {
+            let mut h = HeaderMap::new();
+            write(&Style::of(dialect), f, UNIX_EPOCH, "core", &mut h);
+            h
+        };
+        let kong = write_as(Dialect::Kong, &f);
+        assert_eq!(text(&kong, "x-ratelimit-limit-minute"), Some("50"));
+        assert_eq!(text(&kong, "x-ratelimit-remaining-minute"), Some("0"));
+        assert_eq!(text(&kong, "ratelimit-reset"), Some("1"));
+        assert_eq!(text(&kong, "retry-after"), Some("1"));
+        let envoy = write_as(Dialect::Envoy, &f);
+        assert_eq!(text(&envoy, "x-ratelimit-limit"), Some("50, 50;w=60"));
+        assert_eq!(envoy.get("retry-after"), None);
+        let traefik = write_as(Dialect::Traefik, &f);
+        assert_eq!(text(&traefik, "x-retry-in"), Some("98ms"));
+        assert_eq!(text(&traefik, "retry-after"), Some("1"));
+        assert_eq!(write_as(Dialect::Traefik, &figures(None)).len(), 0);
+        let spring = write_as(Dialect::SpringGateway, &f);
+        assert_eq!(text(&spring, "x-ratelimit-replenish-rate"), Some("50"));
+        assert_eq!(text(&spring, "x-ratelimit-burst-capacity"), Some("10"));
+        assert_eq!(text(&spring, "x-ratelimit-requested-tokens"), Some("1"));
+        assert_eq!(spring.get("retry-after"), None);
     }
 }

@@ -387,6 +387,8 @@ impl State {
             until_full: decision.reset,
             until_one: decision.until_one,
             window: algorithm.window(),
+            per_second: (algorithm.sustained_per_second().round() as u64).max(1),
+            burst: algorithm.burst(),
         };
         if figures.until_one.is_some() {
             Verdict::Throttled(figures, self.policy.refusal)
@@ -460,6 +462,8 @@ mod tests {
                 until_full: 195 * MS,
                 until_one: Some(15 * MS),
                 window: Duration::from_secs(1),
+                per_second: 50,
+                burst: 10,
             }
         );
         assert!(matches!(s.decide(20 * MS, seen("a")), Verdict::Admitted(_)));

@@ -1,0 +1,178 @@
+//! The default client, with nothing configured, against the limiters of
+//! widely used gateways as `reqwest_pace::testing` models their headers
+//! (`Dialect::{Kong, Envoy, Traefik, SpringGateway}`): each speaks a
+//! dialect of its own, and a client that misreads it falls back to what a
+//! server without headers teaches. Each run is 16 closed-loop tasks for 60
+//! virtual seconds, at every phase of the server's wall clock within a
+//! second, and asserts the goal of the generated space: at least 0.95 of
+//! the limit, at most 1 % refused, no failed call.
+#![cfg(feature = "testing")]
+
+mod zoo_support;
+
+use std::time::Duration;
+
+use reqwest_pace::testing::space::RunFigures;
+use reqwest_pace::testing::{Algorithm, Dialect, RateLimitedServer, ResetFormat, ServerBuilder};
+use reqwest_pace::Rate;
+
+async fn assert_goal_at_every_phase(make: impl Fn() -> ServerBuilder) {
+    for (millis, wall) in zoo_support::phases() {
+        let figures = zoo_support::space::default_client_in_process(
+            make().wall_clock(wall),
+            16,
+            Duration::from_secs(60),
+        )
+        .await;
+        println!("+{millis} ms: {figures:?}");
+        assert_goal(&figures);
+    }
+}
+
+fn assert_goal(figures: &RunFigures) {
+    assert!(figures.goodput >= 0.95, "{figures:?}");
+    assert!(figures.refused <= 0.01, "{figures:?}");
+    assert_eq!(figures.failed, 0, "{figures:?}");
+}
+
+fn fixed(limit: u64, secs: u64) -> Algorithm {
+    Algorithm::FixedWindow {
+        limit,
+        window: Duration::from_secs(secs),
+    }
+}
+
+fn bucket(per_second: u64, burst: u64) -> Algorithm {
+    Algorithm::TokenBucket {
+        rate: Rate::per_second(per_second).expect("a rate"),
+        burst,
+    }
+}
+
+/// Kong's rate-limiting plugin as older versions (and its
+/// response-ratelimiting plugin) write it: `X-RateLimit-Limit-Minute` and
+/// `-Remaining-Minute`, no reset, windows aligned to the clock's minutes.
+fn kong_units_only(algorithm: Algorithm) -> ServerBuilder {
+    RateLimitedServer::builder()
+        .algorithm(algorithm)
+        .dialect(Dialect::Kong)
+        .reset_format(ResetFormat::Omitted)
+        .aligned_windows(true)
+}
+
+/// 100 a minute. Read as a limit of an unknown unit named `minute`, the
+/// key was paced as a server without headers is: one call failed and
+/// 0.86 % were refused.
+#[tokio::test(start_paused = true)]
+async fn kong_stating_a_minute_by_its_unit_alone() {
+    assert_goal_at_every_phase(|| kong_units_only(fixed(100, 60))).await;
+}
+
+/// 3,000 an hour. Read as a limit of an unknown unit, the whole hour's
+/// quota went in the first seconds and every call after it failed on a
+/// wait of most of an hour (88,576 failed calls in the minute).
+#[tokio::test(start_paused = true)]
+async fn kong_stating_an_hour_by_its_unit_alone() {
+    assert_goal_at_every_phase(|| kong_units_only(fixed(3_000, 3_600))).await;
+}
+
+/// 10 a second, aligned to the clock's seconds, stated by its unit alone:
+/// the window's length is known, its edges are not.
+#[tokio::test(start_paused = true)]
+#[ignore = "known gap: 0.862 of the limit, 0.19 % refused: paced at 0.97 of 10 a second, a \
+            refusal in the first second (the window the first calls shared) cuts the pace to \
+            8.7 a second for good; without a reset the key cannot tell a window's edge from \
+            too fast a pace (0.898 with 1.07 % refused when the unit was not read)"]
+async fn kong_stating_a_second_by_its_unit_alone() {
+    assert_goal_at_every_phase(|| kong_units_only(fixed(10, 1))).await;
+}
+
+/// Kong as it writes today: the unit's fields and `RateLimit-*` with the
+/// reset.
+#[tokio::test(start_paused = true)]
+async fn kong_with_its_reset() {
+    assert_goal_at_every_phase(|| {
+        RateLimitedServer::builder()
+            .algorithm(fixed(100, 60))
+            .dialect(Dialect::Kong)
+            .aligned_windows(true)
+    })
+    .await;
+}
+
+/// Envoy's `x-ratelimit-limit: 10, 10;w=1` (IETF draft 03 in an `X-`
+/// field), a 429 without `Retry-After`.
+#[tokio::test(start_paused = true)]
+async fn envoy_stating_its_quota_policy() {
+    for algorithm in [fixed(10, 1), fixed(100, 60)] {
+        assert_goal_at_every_phase(|| {
+            RateLimitedServer::builder()
+                .algorithm(algorithm)
+                .dialect(Dialect::Envoy)
+        })
+        .await;
+    }
+}
+
+/// Traefik's token bucket: nothing on a 200; a 429's `Retry-After` is
+/// rounded up to whole seconds and its `X-Retry-In` is exact. Read from
+/// `Retry-After` alone: 0.922 of 20 a second with a burst of 5, and 0.912
+/// of 100 a second with a burst of 1.
+#[tokio::test(start_paused = true)]
+async fn traefik_saying_its_exact_wait() {
+    for algorithm in [bucket(20, 5), bucket(100, 1)] {
+        assert_goal_at_every_phase(|| {
+            RateLimitedServer::builder()
+                .algorithm(algorithm)
+                .dialect(Dialect::Traefik)
+        })
+        .await;
+    }
+}
+
+/// Traefik with small buckets: a burst twice the rate, and a bucket of
+/// one at 2 a second.
+#[tokio::test(start_paused = true)]
+#[ignore = "known gap: 5 a second with a burst of 10: 1.02 of the limit with 3.9 % refused \
+            (4.2 % before `X-Retry-In` was read); 2 a second with a burst of 1: 0.900 with \
+            7.5 % refused (0.858 and 7.8 %). Without headers on a 200, the refusals are all \
+            the key learns from"]
+async fn traefik_with_small_buckets() {
+    for algorithm in [bucket(5, 10), bucket(2, 1)] {
+        assert_goal_at_every_phase(|| {
+            RateLimitedServer::builder()
+                .algorithm(algorithm)
+                .dialect(Dialect::Traefik)
+        })
+        .await;
+    }
+}
+
+/// Spring Cloud Gateway's `RedisRateLimiter`: what remains, the refill
+/// rate and the bucket's size on every response, a 429 without a wait.
+#[tokio::test(start_paused = true)]
+async fn spring_gateway_stating_its_bucket() {
+    for algorithm in [bucket(10, 20), bucket(50, 50), bucket(20, 1)] {
+        assert_goal_at_every_phase(|| {
+            RateLimitedServer::builder()
+                .algorithm(algorithm)
+                .dialect(Dialect::SpringGateway)
+        })
+        .await;
+    }
+}
+
+/// A bucket of one refilling once a second, which states so.
+#[tokio::test(start_paused = true)]
+#[ignore = "known gap: 0.817 of the limit with 15.6 % refused, as before the bucket's rate was \
+            read: a quota of one whose reset is a whole second is read as saying nothing of \
+            the pace (a whole second may be rounded up from a few milliseconds), so the key \
+            is paced as a server without headers is"]
+async fn spring_gateway_with_a_bucket_of_one() {
+    assert_goal_at_every_phase(|| {
+        RateLimitedServer::builder()
+            .algorithm(bucket(1, 1))
+            .dialect(Dialect::SpringGateway)
+    })
+    .await;
+}
