@@ -14,6 +14,8 @@ mod zoo_support;
 
 use std::time::Duration;
 
+use zoo_support::space::assert_goal_at_every_phase;
+
 use reqwest::StatusCode;
 use reqwest_pace::testing::space::RunFigures;
 use reqwest_pace::testing::{
@@ -26,16 +28,6 @@ async fn run(builder: ServerBuilder) -> RunFigures {
         zoo_support::space::default_client_in_process(builder, 16, Duration::from_secs(60)).await;
     println!("{figures:?}");
     figures
-}
-
-/// The goal on the server `make` builds, its wall clock started at each
-/// phase of a second (`zoo_support::phases`).
-async fn assert_goal_at_every_phase(make: impl Fn() -> ServerBuilder) {
-    for (millis, wall) in zoo_support::phases() {
-        let figures = run(make().wall_clock(wall)).await;
-        println!("+{millis} ms: {figures:?}");
-        assert_goal(&figures);
-    }
 }
 
 fn assert_goal(figures: &RunFigures) {

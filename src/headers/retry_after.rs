@@ -15,7 +15,7 @@
 use std::time::Duration;
 
 use super::field::{choose, clamp_wait, single, texts, Clock, Fields, Keep, Notes};
-use super::value::{parse_go_duration, parse_number};
+use super::value::{parse_go_duration, parse_number, Number};
 
 const MS_HEADERS: [&str; 2] = ["retry-after-ms", "x-ms-retry-after-ms"];
 /// Traefik's exact wait beside its whole-second `Retry-After`.
@@ -27,7 +27,22 @@ const SECONDS_HEADERS: [&str; 2] = [
 ];
 
 pub(super) fn parse(headers: &Fields<'_>, clock: &Clock, notes: &mut Notes) -> Option<Duration> {
-    let millis = MS_HEADERS
+    let millis = longest_number(headers, notes, &MS_HEADERS, Number::as_millis);
+    let exact = millis.or_else(|| go_duration(headers, notes));
+    exact
+        .or_else(|| retry_after(headers, clock, notes))
+        .or_else(|| longest_number(headers, notes, &SECONDS_HEADERS, Number::as_secs))
+}
+
+/// The longest of the waits the fields `names` write as a number of the
+/// unit `unit` reads.
+fn longest_number(
+    headers: &Fields<'_>,
+    notes: &mut Notes,
+    names: &[&str],
+    unit: fn(Number) -> Duration,
+) -> Option<Duration> {
+    names
         .iter()
         .filter_map(|name| {
             single(
@@ -36,7 +51,7 @@ pub(super) fn parse(headers: &Fields<'_>, clock: &Clock, notes: &mut Notes) -> O
                 name,
                 Keep::Largest,
                 |text, notes| match parse_number(text) {
-                    Ok(n) => Some(clamp_wait(name, n.as_millis(), notes)),
+                    Ok(n) => Some(clamp_wait(name, unit(n), notes)),
                     Err(reason) => {
                         notes.push(name, reason);
                         None
@@ -44,11 +59,7 @@ pub(super) fn parse(headers: &Fields<'_>, clock: &Clock, notes: &mut Notes) -> O
                 },
             )
         })
-        .max();
-    let exact = millis.or_else(|| go_duration(headers, notes));
-    exact
-        .or_else(|| retry_after(headers, clock, notes))
-        .or_else(|| seconds_elsewhere(headers, notes))
+        .max()
 }
 
 /// Traefik's `X-Retry-In`: the wait its token bucket computed, as Go
@@ -71,29 +82,6 @@ fn go_duration(headers: &Fields<'_>, notes: &mut Notes) -> Option<Duration> {
         }
     }
     longest
-}
-
-/// The longest of the waits written in delta-seconds under another name
-/// than `Retry-After`.
-fn seconds_elsewhere(headers: &Fields<'_>, notes: &mut Notes) -> Option<Duration> {
-    SECONDS_HEADERS
-        .iter()
-        .filter_map(|name| {
-            single(
-                headers,
-                notes,
-                name,
-                Keep::Largest,
-                |text, notes| match parse_number(text) {
-                    Ok(n) => Some(clamp_wait(name, n.as_secs(), notes)),
-                    Err(reason) => {
-                        notes.push(name, reason);
-                        None
-                    }
-                },
-            )
-        })
-        .max()
 }
 
 fn retry_after(headers: &Fields<'_>, clock: &Clock, notes: &mut Notes) -> Option<Duration> {

@@ -83,6 +83,21 @@ pub fn meets_goal(f: &RunFigures) -> bool {
     f.goodput >= 0.95 && f.refused <= 0.01 && f.failed == 0
 }
 
+/// The goal ([`meets_goal`]'s bounds, each asserted on its own) of the
+/// default client, 16 tasks for 60 s, on the server `make` builds, its
+/// wall clock started at each phase of a second ([`super::phases`]).
+#[allow(dead_code)] // Not every test binary that shares this module uses it.
+pub async fn assert_goal_at_every_phase(make: impl Fn() -> reqwest_pace::testing::ServerBuilder) {
+    for (millis, wall) in super::phases() {
+        let builder = make().wall_clock(wall);
+        let f = default_client_in_process(builder, 16, std::time::Duration::from_secs(60)).await;
+        println!("+{millis} ms: {f:?}");
+        assert!(f.goodput >= 0.95, "+{millis} ms: {f:?}");
+        assert!(f.refused <= 0.01, "+{millis} ms: {f:?}");
+        assert_eq!(f.failed, 0, "+{millis} ms: {f:?}");
+    }
+}
+
 /// `SPACE_THREADS`, else the machine's parallelism.
 pub fn threads() -> usize {
     std::env::var("SPACE_THREADS")
