@@ -1340,6 +1340,10 @@ fn kong_limits_per_unit_of_time() {
     // OpenAI's suffixes name no unit of time.
     let openai = parse(200, &[("x-ratelimit-limit-requests", "60")]);
     assert_eq!(openai.limits[0].window, None);
+    // A unit after nothing counts requests.
+    let bare = parse(200, &[("x-ratelimit-limit--minute", "5")]);
+    assert_eq!(bare.limits[0].dimension, Dimension::Requests);
+    assert_eq!(bare.limits[0].window, Some(secs(60)));
 }
 
 #[test]
@@ -1410,6 +1414,20 @@ fn spring_gateway_bucket_is_read_in_requests() {
     );
     assert!(signal.limits.iter().all(|l| l.limit.is_none()));
     assert!(!signal.ignored.is_empty());
+    // A bucket that takes years to refill: its reset is a wait, at most
+    // a day like every other, noted; its window is longer.
+    let signal = parse(
+        200,
+        &[
+            ("x-ratelimit-remaining", "0"),
+            ("x-ratelimit-replenish-rate", "1"),
+            ("x-ratelimit-burst-capacity", "100000000"),
+        ],
+    );
+    let limit = &signal.limits[0];
+    assert_eq!(limit.reset, Some(MAX_WAIT));
+    assert_eq!(limit.window, Some(reqwest_pace::headers::MAX_WINDOW));
+    assert_eq!(notes(&signal).len(), 2, "{:?}", notes(&signal));
 }
 
 #[test]

@@ -527,8 +527,9 @@ impl fmt::Display for Ignored {
 /// `retry-after`, and Traefik's `X-Retry-In`); `X-RateLimit-*` and
 /// Twitter's `X-Rate-Limit-*`; the IETF fields (`RateLimit`,
 /// `RateLimit-*`); the vendors' (`anthropic-ratelimit-*`,
-/// `X-HubSpot-RateLimit-*`, Shopify's `X-Shopify-Shop-Api-Call-Limit`). A dialect none of whose fields is
-/// there reads nothing, and is not asked.
+/// `X-HubSpot-RateLimit-*`, Shopify's `X-Shopify-Shop-Api-Call-Limit`).
+/// A dialect none of whose fields is there reads nothing, and is not
+/// asked.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Families {
     retry_after: bool,

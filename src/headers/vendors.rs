@@ -97,26 +97,28 @@ fn hubspot(headers: &Fields<'_>, notes: &mut Notes, limits: &mut Vec<Limit>) {
     const INTERVAL: &str = "x-hubspot-ratelimit-interval-milliseconds";
     let interval = count(headers, notes, INTERVAL, Keep::Largest)
         .map(|ms| super::field::clamp_window(INTERVAL, Duration::from_millis(ms), notes));
+    // (the limit's name, its quota's field, what remains, its window)
     let families = [
-        ("max", "remaining", interval),
+        ("requests", "max", "remaining", interval),
         (
+            "secondly",
             "secondly",
             "secondly-remaining",
             Some(Duration::from_secs(1)),
         ),
         (
             "daily",
+            "daily",
             "daily-remaining",
             Some(Duration::from_secs(86_400)),
         ),
     ];
-    for (quota, left, window) in families {
+    for (name, quota, left, window) in families {
         let limit = count(headers, notes, &format!("{PREFIX}{quota}"), Keep::Smallest);
         let remaining = count(headers, notes, &format!("{PREFIX}{left}"), Keep::Smallest);
         if limit.is_none() && remaining.is_none() {
             continue;
         }
-        let name = if quota == "max" { "requests" } else { quota };
         let mut out = Limit::new(name, Dimension::Requests);
         out.limit = limit;
         out.remaining = remaining;

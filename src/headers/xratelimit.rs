@@ -146,15 +146,17 @@ fn replenished(headers: &Fields<'_>, notes: &mut Notes, out: &mut Limit) {
         );
         return;
     }
-    let mut secs = |units: u64| {
-        std::time::Duration::try_from_secs_f64(units as f64 / rate as f64)
-            .map(|d| field::clamp_window("x-ratelimit-burst-capacity", d, notes))
-    };
+    let secs = |units: u64| std::time::Duration::try_from_secs_f64(units as f64 / rate as f64);
     let tokens = tokens.min(burst);
     out.limit = Some(burst / each);
     out.remaining = Some(tokens / each);
-    out.reset = secs(burst - tokens).ok();
-    out.window = secs(burst - burst % each).ok();
+    // A reset is a wait (at most a day), a window may be longer.
+    out.reset = secs(burst - tokens)
+        .ok()
+        .map(|d| field::clamp_wait("x-ratelimit-replenish-rate", d, notes));
+    out.window = secs(burst - burst % each)
+        .ok()
+        .map(|d| field::clamp_window("x-ratelimit-burst-capacity", d, notes));
 }
 
 /// Discord's `X-RateLimit-Reset-After`: always a delay, in fractional
@@ -243,7 +245,7 @@ fn suffixed(headers: &Fields<'_>, clock: &Clock, notes: &mut Notes, limits: &mut
 fn per_unit(suffix: &str) -> Option<(Option<&str>, std::time::Duration)> {
     const DAY: u64 = 86_400;
     let (counted, unit) = match suffix.rsplit_once('-') {
-        Some((counted, unit)) => (Some(counted), unit),
+        Some((counted, unit)) => (Some(counted).filter(|c| !c.is_empty()), unit),
         None => (None, suffix),
     };
     let secs = match unit {

@@ -40,13 +40,14 @@ use crate::Error;
 /// rate-limiting plugin (its windows are whole units; another window is
 /// written as the next longer unit, which Kong could not be configured
 /// with, and [`ResetFormat::Omitted`] leaves out the `RateLimit-*` fields,
-/// as Kong before 1.4 and its response-ratelimiting plugin do), Envoy's
+/// as older versions and its response-ratelimiting plugin do), Envoy's
 /// rate limit filters with `enable_x_ratelimit_headers: DRAFT_VERSION_03`,
 /// Traefik's rate limit middleware (a token bucket: no header unless it
-/// refuses), and Spring Cloud Gateway's `RedisRateLimiter` (a token bucket;
-/// its rate and burst are the algorithm's, whatever it is). [`ResetFormat`] changes how the `X-RateLimit` family writes
-/// its reset (or leaves it out), and [`RetryAfterPrecision`] how
-/// `Retry-After` is rounded.
+/// refuses), and Spring Cloud Gateway's `RedisRateLimiter` (a token
+/// bucket; its rate and burst are the algorithm's, whatever it is).
+/// [`ResetFormat`] changes how the `X-RateLimit` family writes its reset
+/// (or leaves it out), and [`RetryAfterPrecision`] how `Retry-After` is
+/// rounded.
 ///
 /// The limit is the server's rate in whole requests per second (rounded to
 /// the nearest, at least 1); the bucket itself enforces the exact rate.
@@ -165,7 +166,8 @@ pub enum ResetFormat {
     /// The epoch millisecond of the reset, rounded up (some Node and Java
     /// limiters write `Date.now()`-style resets).
     EpochMillis,
-    /// No reset header at all: only the limit and what remains.
+    /// No reset header at all: only the limit and what remains (for
+    /// [`Dialect::Kong`], no `RateLimit-*` fields, which carry its reset).
     Omitted,
 }
 

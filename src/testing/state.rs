@@ -205,8 +205,14 @@ fn nanos(d: Duration) -> Nanos {
 
 /// The limit as the headers write it: whole requests per second.
 fn header_limit(rate: Rate) -> u64 {
-    // Finite and positive by construction of `Rate`; `as` saturates.
-    (rate.per_second_f64().round() as u64).max(1)
+    whole_per_second(rate.per_second_f64())
+}
+
+/// A rate per second rounded to the nearest whole one, at least 1.
+fn whole_per_second(per_second: f64) -> u64 {
+    // Finite and positive for a `Rate` or an algorithm's sustained rate;
+    // `as` saturates.
+    (per_second.round() as u64).max(1)
 }
 
 /// The limit an algorithm states: a bucket's rate per second (or its
@@ -387,7 +393,7 @@ impl State {
             until_full: decision.reset,
             until_one: decision.until_one,
             window: algorithm.window(),
-            per_second: (algorithm.sustained_per_second().round() as u64).max(1),
+            per_second: whole_per_second(algorithm.sustained_per_second()),
             burst: algorithm.burst(),
         };
         if figures.until_one.is_some() {
