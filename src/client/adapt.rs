@@ -1,7 +1,8 @@
 //! From a response's rate-limit signal to adjustments of one key's limiter.
 //!
-//! Pure arithmetic on `now`, no I/O: [`Adaptive::on_response`] returns the
-//! [`Adjustment`]s to apply. Two regimes:
+//! Pure arithmetic on `now`, no I/O: [`Adaptive::on_response`] returns one
+//! [`Verdict`]: the [`Adjustment`]s to apply, the wait the server asked
+//! for, and what asked for each block. Two regimes:
 //!
 //! - **The server sends rate-limit headers.** Each limit of the scope's
 //!   dimension is followed by a [`Series`](super::infer::Series), which
@@ -80,6 +81,66 @@ const IN_FLIGHT_TIMEOUT: Duration = Duration::from_secs(60);
 /// delay-seconds): what it says lies within this of the wait meant.
 const RETRY_AFTER_RESOLUTION: Duration = Duration::from_secs(1);
 
+/// What one response told a key's model of its server, decided once:
+/// the learn step applies it and the retry decision reads its wait; neither
+/// re-derives any of it from the response.
+#[derive(Debug, Default)]
+pub(crate) struct Verdict {
+    /// What the key's limiter must record, in order.
+    pub(crate) adjustments: Vec<Adjustment>,
+    /// The wait a refusal asks of the key, as the model reads it (see
+    /// [`Adaptive::server_wait`]).
+    pub(crate) server_wait: Option<Duration>,
+    /// What asked for each [`Adjustment::BlockUntil`] among the
+    /// adjustments, by the block's end.
+    blocks: Vec<(Instant, BlockCause)>,
+}
+
+/// What holds a key blocked until an instant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BlockCause {
+    /// The wait the response asked for (its `Retry-After`, or the gaps'
+    /// reading of it).
+    Asked,
+    /// A quota the headers say is spent, until its reset.
+    SpentQuota,
+    /// The header-less regime's own guess of when a lockout ends: nothing
+    /// in the response named it.
+    Guessed,
+}
+
+impl Verdict {
+    /// Nothing learned, and the server's wait kept as a block (a scope that
+    /// does not adapt still waits where a refusal asks it to).
+    fn wait_only(now: Instant, server_wait: Option<Duration>) -> Verdict {
+        let mut verdict = Verdict {
+            server_wait,
+            ..Verdict::default()
+        };
+        if let Some(wait) = server_wait {
+            verdict.block(now + wait, BlockCause::Asked);
+        }
+        verdict
+    }
+
+    /// Blocks the key until `until`, for `cause`.
+    fn block(&mut self, until: Instant, cause: BlockCause) {
+        self.adjustments.push(Adjustment::BlockUntil(until));
+        self.blocks.push((until, cause));
+    }
+
+    /// What asked for the block until `until` (the response's own wait,
+    /// where another block ends at the same instant).
+    pub(crate) fn cause_of(&self, until: Instant) -> Option<BlockCause> {
+        let mut causes = self.blocks.iter().filter(|(u, _)| *u == until);
+        let first = causes.next().map(|&(_, cause)| cause);
+        if first == Some(BlockCause::Asked) || causes.any(|&(_, c)| c == BlockCause::Asked) {
+            return Some(BlockCause::Asked);
+        }
+        first
+    }
+}
+
 /// Per-key learning state.
 #[derive(Debug)]
 pub(crate) struct Adaptive {
@@ -129,9 +190,6 @@ pub(crate) struct Adaptive {
     /// The interval the gaps paced the key at as of the latest response
     /// (see [`spacing`](super::spacing)); `None` while they pace nothing.
     spaced_by: Option<Duration>,
-    /// Where the last response's `Retry-After` put the end of its block
-    /// (see [`asked_until`](Self::asked_until)).
-    asked_until: Option<Instant>,
     /// Whether the latest response stating a limit stated a quota of one:
     /// the server says it spaces the key's requests.
     quota_of_one: bool,
@@ -362,7 +420,6 @@ impl Adaptive {
             sends: SendRate::default(),
             oks: SendRate::default(),
             idle_until: None,
-            asked_until: None,
             latest_sends: VecDeque::with_capacity(TUNING.latest_sends),
             header_driven: false,
             admitted_before: false,
@@ -501,7 +558,7 @@ impl Adaptive {
         seq: u64,
         signal: &RateLimitSignal,
         success: bool,
-    ) -> Vec<Adjustment> {
+    ) -> Verdict {
         let this = self.in_flight.iter().find(|r| r.seq == seq).copied();
         let counted = this.and_then(|r| r.shared_count);
         // Where what the server says (what is left, the wait it asks for)
@@ -519,7 +576,6 @@ impl Adaptive {
         let placed_at = this.filter(|_| counted.is_none()).map(|r| r.at);
         self.in_flight.retain(|r| r.seq != seq);
         let rate_before = self.congestion.rate;
-        self.asked_until = None;
         if counted_by_server(signal) {
             // An answer within a block was sent before it: counted, it
             // would start the count after the block inside it.
@@ -535,14 +591,14 @@ impl Adaptive {
         }
         self.warn_if_beyond_horizon(signal);
         let ahead = self.ahead_of(now, seq, this);
-        let mut out = Vec::new();
+        let mut out = Verdict::default();
         if self.congestion.rate < rate_before * (1.0 - 1e-9) {
             // The end of a lockout took the rate down to the limit it
             // measured: said here, for a fleet's growth goes on from the
             // shared rate, not this process's.
             let shared = this.and_then(|r| r.granted_rate);
             let too_fast = shared.map(|_| self.congestion.too_fast);
-            self.lowered_to(self.congestion.rate, too_fast, &mut out);
+            self.lowered_to(self.congestion.rate, too_fast, &mut out.adjustments);
         }
         let limits: Vec<&Limit> = signal
             .limits
@@ -588,24 +644,23 @@ impl Adaptive {
             // sent; a `remaining` of 0 applied now, as the response
             // arrives, would start the next interval a response's latency
             // late (a bucket of one says 0 after every admission).
-            out.retain(|a| {
+            out.adjustments.retain(|a| {
                 !matches!(
                     a,
                     Adjustment::LimitRemaining(0) | Adjustment::LimitRemainingAt(0, _)
                 )
             });
-            self.pace_every(interval, &mut out);
+            self.pace_every(interval, &mut out.adjustments);
         }
-        if let Some(wait) = self.server_wait(signal) {
-            let until = placed_at.unwrap_or(now) + wait;
-            self.asked_until = Some(until);
-            out.push(Adjustment::BlockUntil(until));
+        out.server_wait = self.server_wait(signal);
+        if let Some(wait) = out.server_wait {
+            out.block(placed_at.unwrap_or(now) + wait, BlockCause::Asked);
         }
         if let (Some(this), Some(_)) = (this, counted) {
             if !counted_by_server(signal) {
                 // The other processes place their readings on the shared
                 // count.
-                out.push(Adjustment::Uncount(this.weight));
+                out.adjustments.push(Adjustment::Uncount(this.weight));
             }
         }
         // A block of a quarter of a second or more holds the key idle: the
@@ -614,7 +669,7 @@ impl Adaptive {
         // a header's reset, then refused a few sends into slow start,
         // measured a quarter of what it sent at). Both counts start again
         // after it.
-        let idle = out.iter().find_map(|a| match a {
+        let idle = out.adjustments.iter().find_map(|a| match a {
             Adjustment::BlockUntil(at) if at.saturating_duration_since(now) >= SLOT / 4 => {
                 Some(*at)
             }
@@ -626,6 +681,20 @@ impl Adaptive {
             self.idle_until = Some(self.idle_until.map_or(until, |u| u.max(until)));
         }
         out
+    }
+
+    /// The verdict on a response this key does not learn from (its scope
+    /// does not adapt, or the response describes another bucket): nothing
+    /// learned, the request answered, and the server's wait kept as a
+    /// block.
+    pub(crate) fn unlearned(
+        &mut self,
+        now: Instant,
+        seq: u64,
+        signal: &RateLimitSignal,
+    ) -> Verdict {
+        self.on_no_response(seq);
+        Verdict::wait_only(now, self.server_wait(signal))
     }
 
     /// The wait a refusal asks of the key: its `Retry-After`, believed
@@ -650,14 +719,6 @@ impl Adaptive {
             }
             _ => Some(wait),
         }
-    }
-
-    /// The instant the last response's wait (see
-    /// [`server_wait`](Self::server_wait)) blocks the key until, where
-    /// [`on_response`](Self::on_response) read one: counted from the
-    /// request's send.
-    pub(crate) fn asked_until(&self) -> Option<Instant> {
-        self.asked_until
     }
 
     /// Reads the gap before the request `seq`, sent at `sent`, and returns
@@ -781,7 +842,7 @@ impl Adaptive {
         (ahead, counted, weight, placed_at): (u64, Option<u64>, u64, Option<Instant>),
         limits: &[&Limit],
         signal: &RateLimitSignal,
-        out: &mut Vec<Adjustment>,
+        out: &mut Verdict,
     ) -> bool {
         self.warn_if_contradictory(limits);
         let admitted = counted_by_server(signal);
@@ -854,8 +915,8 @@ impl Adaptive {
                 used
             };
             self.header_rate = Some(paced);
-            out.extend(self.rate_adjustment(paced));
-            out.extend(self.capacity_adjustment(1));
+            out.adjustments.extend(self.rate_adjustment(paced));
+            out.adjustments.extend(self.capacity_adjustment(1));
         }
         // What is left is placed at `placed_at` (see `on_response`), less
         // the requests sent after it (`ahead`), and the refill since is the
@@ -864,7 +925,7 @@ impl Adaptive {
         // already and refilled meanwhile: at a steady pace the two offset
         // each other.
         if let Some(left) = left {
-            out.push(match placed_at {
+            out.adjustments.push(match placed_at {
                 Some(at) => Adjustment::LimitRemainingAt(left, at),
                 None => Adjustment::LimitRemaining(left),
             });
@@ -877,13 +938,13 @@ impl Adaptive {
             let end = self.series.get(&key).and_then(Series::window_end);
             if let Some(end) = end.filter(|&e| e > now && self.told_window_end != Some(e)) {
                 self.told_window_end = Some(end);
-                out.push(Adjustment::WindowEndsBy(end));
+                out.adjustments.push(Adjustment::WindowEndsBy(end));
             }
         }
         // A spent quota whose reset is a day or more away is not believed
         // (see `RateLimitSignal::believable_retry_after`).
         if let Some(at) = until.filter(|&at| at > now && at < now + MAX_WAIT) {
-            out.push(Adjustment::BlockUntil(at));
+            out.block(at, BlockCause::SpentQuota);
         }
         per_second.is_some() || stale
     }
@@ -965,7 +1026,7 @@ impl Adaptive {
         (seq, granted_rate): (u64, Option<f64>),
         signal: &RateLimitSignal,
         success: bool,
-        out: &mut Vec<Adjustment>,
+        out: &mut Verdict,
     ) {
         self.follow_the_fleet();
         if signal.is_throttled() {
@@ -974,7 +1035,7 @@ impl Adaptive {
             // A front limiter's refusal that measured no rate: the headers
             // pace, not a cold start.
         } else if success {
-            self.grow(now, out);
+            self.grow(now, &mut out.adjustments);
             let same = 1.0 + TUNING.header_less.same_ceiling;
             let outgrown = self
                 .header_rate
@@ -993,7 +1054,8 @@ impl Adaptive {
                 // and its own: it no longer binds.
                 self.front = false;
                 self.congestion = Congestion::open();
-                out.extend(self.header_rate.and_then(|h| self.rate_adjustment(h)));
+                out.adjustments
+                    .extend(self.header_rate.and_then(|h| self.rate_adjustment(h)));
             }
         }
     }
@@ -1005,7 +1067,7 @@ impl Adaptive {
         now: Instant,
         (seq, granted_rate): (u64, Option<f64>),
         signal: &RateLimitSignal,
-        out: &mut Vec<Adjustment>,
+        out: &mut Verdict,
     ) {
         let t = &TUNING.header_less;
         let c = self.congestion;
@@ -1046,11 +1108,11 @@ impl Adaptive {
         // The block may have measured a lower rate than the cut (see
         // `Congestion::blocked_for`).
         let rate = rate.min(self.congestion.rate);
-        self.lowered_to(rate, granted_rate.map(|_| delivered), out);
-        out.extend(self.capacity_adjustment(1));
-        out.push(Adjustment::LimitRemaining(0));
+        self.lowered_to(rate, granted_rate.map(|_| delivered), &mut out.adjustments);
+        out.adjustments.extend(self.capacity_adjustment(1));
+        out.adjustments.push(Adjustment::LimitRemaining(0));
         if let (None, Some(wait)) = (granted_rate, self.congestion.lockout_wait(now, t)) {
-            out.push(Adjustment::BlockUntil(now + wait));
+            out.block(now + wait, BlockCause::Guessed);
         }
         // The rate sent at from here on is measured from the sends after
         // this refusal: a span across the block it brings (a `Retry-After`,
@@ -1218,6 +1280,20 @@ fn on_the_tick(rate: f64, limit: f64, tick: Duration) -> f64 {
 }
 
 #[cfg(test)]
+impl Adaptive {
+    /// [`on_response`](Self::on_response)'s adjustments alone.
+    fn on_response_adjustments(
+        &mut self,
+        now: Instant,
+        seq: u64,
+        signal: &RateLimitSignal,
+        success: bool,
+    ) -> Vec<Adjustment> {
+        self.on_response(now, seq, signal, success).adjustments
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -1288,7 +1364,7 @@ mod tests {
             .with_limit(600)
             .with_remaining(600)
             .with_window(Duration::from_secs(60));
-        let adj = a.on_response(now, a.sent + 1, &signal(200, vec![limit]), true);
+        let adj = a.on_response_adjustments(now, a.sent + 1, &signal(200, vec![limit]), true);
         assert_eq!(rate_in(&adj), Some(10.0));
     }
 
@@ -1298,10 +1374,10 @@ mod tests {
         let now = Instant::now();
         // GitHub-like: 5000 an hour, but only 100 left for the next 1000 s.
         let first = requests(5000, 4999, 3600);
-        a.on_response(now, 1, &signal(200, vec![first]), true);
+        a.on_response_adjustments(now, 1, &signal(200, vec![first]), true);
         // 2600 s on, the same window (its reset instant has not moved).
         let later = requests(5000, 100, 1000);
-        let adj = a.on_response(
+        let adj = a.on_response_adjustments(
             now + Duration::from_secs(2600),
             2,
             &signal(200, vec![later]),
@@ -1316,14 +1392,14 @@ mod tests {
     fn a_stale_response_from_an_older_window_is_ignored() {
         let mut a = fresh();
         let t0 = Instant::now();
-        a.on_response(t0, 1, &signal(200, vec![requests(100, 90, 60)]), true);
+        a.on_response_adjustments(t0, 1, &signal(200, vec![requests(100, 90, 60)]), true);
         // A new window starts 60 s later.
         let t1 = t0 + Duration::from_secs(61);
-        let adj = a.on_response(t1, 2, &signal(200, vec![requests(100, 99, 60)]), true);
+        let adj = a.on_response_adjustments(t1, 2, &signal(200, vec![requests(100, 99, 60)]), true);
         assert!(adj.contains(&Adjustment::LimitRemaining(99)), "{adj:?}");
         // A response from the old window arrives late, saying 3 are left
         // with a reset that has nearly passed: it lowers and blocks nothing.
-        let adj = a.on_response(
+        let adj = a.on_response_adjustments(
             t1 + Duration::from_secs(2),
             3,
             &signal(200, vec![requests(100, 3, 0)]),
@@ -1332,7 +1408,7 @@ mod tests {
         assert!(adj.is_empty(), "{adj:?}");
         // Within the new window, what remains is spread until its end.
         let t4 = t1 + Duration::from_secs(4);
-        let adj = a.on_response(t4, 4, &signal(200, vec![requests(100, 97, 56)]), true);
+        let adj = a.on_response_adjustments(t4, 4, &signal(200, vec![requests(100, 97, 56)]), true);
         assert!(adj.contains(&Adjustment::LimitRemaining(97)), "{adj:?}");
         assert_eq!(rate_in(&adj).map(|r| (r * 55.0).round()), Some(97.0));
     }
@@ -1341,8 +1417,41 @@ mod tests {
     fn an_exhausted_quota_with_a_distant_reset_blocks_until_it() {
         let mut a = fresh();
         let now = Instant::now();
-        let adj = a.on_response(now, 1, &signal(200, vec![requests(100, 0, 30)]), true);
+        let adj = a.on_response_adjustments(now, 1, &signal(200, vec![requests(100, 0, 30)]), true);
         assert!(adj.contains(&Adjustment::BlockUntil(now + Duration::from_secs(30))));
+    }
+
+    #[test]
+    fn every_block_says_what_asked_for_it() {
+        // A spent quota's reset.
+        let mut a = fresh();
+        let now = Instant::now();
+        let v = a.on_response(now, 1, &signal(200, vec![requests(100, 0, 30)]), true);
+        let reset = now + Duration::from_secs(30);
+        assert_eq!(v.cause_of(reset), Some(BlockCause::SpentQuota));
+        assert_eq!(v.server_wait, None);
+        // A header-less lockout: admitted in slow start, refused, then
+        // refused again with nothing admitted between.
+        let mut a = fresh();
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut at = t0;
+        for _ in 0..20 {
+            let seq = a.on_send(at, Grant::default(), 1);
+            a.on_response(at + ms(1), seq, &signal(200, vec![]), true);
+            at += ms(50);
+        }
+        let mut guessed = None;
+        for _ in 0..4 {
+            let seq = a.on_send(at, Grant::default(), 1);
+            let v = a.on_response(at + ms(1), seq, &signal(429, vec![]), false);
+            assert_eq!(v.server_wait, None);
+            guessed = guessed.or(v.blocks.first().copied());
+            at += ms(50);
+        }
+        let (until, cause) = guessed.expect("a lockout blocks the key");
+        assert_eq!(cause, BlockCause::Guessed);
+        assert!(until > t0, "{until:?}");
     }
 
     #[test]
@@ -1357,7 +1466,7 @@ mod tests {
         let limit = Limit::new("p", Dimension::Requests)
             .with_limit(100)
             .with_window(Duration::from_secs(1));
-        let adj = a.on_response(now, 1, &signal(200, vec![limit]), true);
+        let adj = a.on_response_adjustments(now, 1, &signal(200, vec![limit]), true);
         // Already at the ceiling: nothing to change.
         assert_eq!(rate_in(&adj), None);
         assert_eq!(a.applied_rate(), Some(5.0));
@@ -1376,7 +1485,7 @@ mod tests {
             a.on_send(t0 + Duration::from_millis(10 * i), Grant::default(), 1);
         }
         let now = t0 + Duration::from_secs(1);
-        let adj = a.on_response(now, a.sent, &signal(429, vec![]), false);
+        let adj = a.on_response_adjustments(now, a.sent, &signal(429, vec![]), false);
         // 0.7 × 100/s would allow a burst of 14; the configured 1 holds.
         assert!(rate_in(&adj).is_some(), "{adj:?}");
         assert!(
@@ -1400,7 +1509,7 @@ mod tests {
             let at = t0 + Duration::from_millis(ms);
             let seq = a.on_send(at, Grant::default(), 1);
             let status = if ok { 200 } else { 429 };
-            a.on_response(at + Duration::from_millis(1), seq, &one(status), ok)
+            a.on_response_adjustments(at + Duration::from_millis(1), seq, &one(status), ok)
         };
         let first = respond(&mut a, 0, true);
         assert!(first.contains(&Adjustment::LimitRemaining(0)), "{first:?}");
@@ -1439,7 +1548,7 @@ mod tests {
             if !ok {
                 one.retry_after = retry_after;
             }
-            a.on_response(at, seq, &one, ok)
+            a.on_response_adjustments(at, seq, &one, ok)
         };
         for ms in [0, 60, 120, 180, 240] {
             respond(&mut a, ms, true);
@@ -1465,7 +1574,8 @@ mod tests {
         // millisecond.
         let at = refused_at + backoff;
         let seq = a.on_send(at, Grant::default(), 1);
-        let admitted = a.on_response(at, seq, &signal(200, vec![requests(1, 0, 1)]), true);
+        let admitted =
+            a.on_response_adjustments(at, seq, &signal(200, vec![requests(1, 0, 1)]), true);
         let sixty = every(Duration::from_millis(60));
         assert_eq!(a.spaced_by, Some(Duration::from_millis(60)));
         assert!(
@@ -1520,14 +1630,18 @@ mod tests {
         refused.retry_after = Some(ms(100));
         let taught = a.on_response(t0 + ms(30), seq, &refused, false);
         assert!(
-            taught.contains(&Adjustment::BlockUntil(t0 + ms(100))),
+            taught
+                .adjustments
+                .contains(&Adjustment::BlockUntil(t0 + ms(100))),
             "{taught:?}"
         );
-        assert_eq!(a.asked_until(), Some(t0 + ms(100)));
-        // An answer that asks nothing forgets it.
+        assert_eq!(taught.server_wait, Some(ms(100)));
+        assert_eq!(taught.cause_of(t0 + ms(100)), Some(BlockCause::Asked));
+        // An answer that asks nothing blocks nothing.
         let seq = a.on_send(t0 + ms(200), Grant::default(), 1);
-        a.on_response(t0 + ms(230), seq, &signal(200, vec![]), true);
-        assert_eq!(a.asked_until(), None);
+        let taught = a.on_response(t0 + ms(230), seq, &signal(200, vec![]), true);
+        assert_eq!(taught.server_wait, None);
+        assert!(taught.blocks.is_empty(), "{taught:?}");
     }
 
     #[test]
@@ -1551,18 +1665,19 @@ mod tests {
         }
         let now = t0 + Duration::from_secs(1);
         // Forty sends in the last second; a burst of 429s for ten of them.
-        let adj = a.on_response(now, seqs[30], &signal(429, vec![]), false);
+        let adj = a.on_response_adjustments(now, seqs[30], &signal(429, vec![]), false);
         let decreased = rate_in(&adj).unwrap();
         assert!((decreased - 28.0).abs() < 1.0, "{decreased}");
         for &seq in &seqs[31..] {
-            let adj = a.on_response(now, seq, &signal(429, vec![]), false);
+            let adj = a.on_response_adjustments(now, seq, &signal(429, vec![]), false);
             assert!(rate_in(&adj).is_none(), "one decrease per burst");
         }
         // Success climbs back towards 95 % of the 40/s that was too fast,
         // by the share of the recovery time spent sending (at most two
         // intervals at the current rate per response).
         let interval = Duration::from_secs_f64(1.0 / decreased);
-        let adj = a.on_response(now + interval, seqs[39] + 1, &signal(200, vec![]), true);
+        let adj =
+            a.on_response_adjustments(now + interval, seqs[39] + 1, &signal(200, vec![]), true);
         let grown = rate_in(&adj).unwrap();
         let expected = decreased + (38.0 - decreased) * interval.as_secs_f64() / 0.5;
         assert!((grown - expected).abs() < 0.5, "{grown} vs {expected}");
@@ -1574,13 +1689,13 @@ mod tests {
         let t0 = Instant::now();
         let seq = a.on_send(t0, Grant::default(), 1);
         // The first success starts slow start at the cold-start rate.
-        let adj = a.on_response(t0, seq, &signal(200, vec![]), true);
+        let adj = a.on_response_adjustments(t0, seq, &signal(200, vec![]), true);
         assert_eq!(rate_in(&adj), Some(TUNING.header_less.cold_start));
         // 2 s later (a Retry-After block, say) one success grows the rate
         // by at most two intervals of slow start, not 2^8.
         let later = t0 + Duration::from_secs(2);
         let seq = a.on_send(later, Grant::default(), 1);
-        let adj = a.on_response(later, seq, &signal(200, vec![]), true);
+        let adj = a.on_response_adjustments(later, seq, &signal(200, vec![]), true);
         let grown = rate_in(&adj).unwrap();
         let t = TUNING.header_less;
         let most = t.cold_start * 2f64.powf(0.2 / t.slow_start_doubling.as_secs_f64());
@@ -1601,11 +1716,11 @@ mod tests {
         let mut at = t0;
         for _ in 0..40 {
             let seq = a.on_send(at, Grant::default(), 1);
-            a.on_response(at, seq, &signal(200, vec![]), true);
+            a.on_response_adjustments(at, seq, &signal(200, vec![]), true);
             at += Duration::from_millis(25);
         }
         let seq = a.on_send(at, Grant::default(), 1);
-        let first = rate_in(&a.on_response(at, seq, &refused, false)).unwrap();
+        let first = rate_in(&a.on_response_adjustments(at, seq, &refused, false)).unwrap();
         // After the block, five sends at the rate it was cut to (the
         // applied rate recovers; these go no faster), then a refusal: what
         // they were sent at was too fast.
@@ -1613,11 +1728,11 @@ mod tests {
         let interval = Duration::from_secs_f64(1.0 / first);
         for _ in 0..5 {
             let seq = a.on_send(at, Grant::default(), 1);
-            a.on_response(at, seq, &signal(200, vec![]), true);
+            a.on_response_adjustments(at, seq, &signal(200, vec![]), true);
             at += interval;
         }
         let seq = a.on_send(at, Grant::default(), 1);
-        let second = rate_in(&a.on_response(at, seq, &refused, false)).unwrap();
+        let second = rate_in(&a.on_response_adjustments(at, seq, &refused, false)).unwrap();
         let t = TUNING.header_less;
         assert!(
             second >= 0.9 * first * t.first_decrease,
@@ -1640,10 +1755,10 @@ mod tests {
             let seq = a.on_send(t0, Grant::default(), 1);
             let earlier = a.on_send(t0, Grant::default(), 1);
             let quota = |remaining| signal(200, vec![requests(135, remaining, 1)]);
-            let adj = a.on_response(t0, seq, &quota(0), true);
+            let adj = a.on_response_adjustments(t0, seq, &quota(0), true);
             if late_answer {
                 // A request sent before the block, answered within it.
-                a.on_response(
+                a.on_response_adjustments(
                     t0 + Duration::from_millis(500),
                     earlier,
                     &signal(200, vec![]),
@@ -1661,11 +1776,11 @@ mod tests {
             let mut at = t0 + Duration::from_millis(880);
             for gap in [100, 88, 78, 70] {
                 let seq = a.on_send(at, Grant::default(), 1);
-                a.on_response(at, seq, &signal(200, vec![]), true);
+                a.on_response_adjustments(at, seq, &signal(200, vec![]), true);
                 at += Duration::from_millis(gap);
             }
             let seq = a.on_send(at, Grant::default(), 1);
-            let cut = rate_in(&a.on_response(at, seq, &signal(429, vec![]), false));
+            let cut = rate_in(&a.on_response_adjustments(at, seq, &signal(429, vec![]), false));
             let sent = 4.0 / 0.336;
             let t = TUNING.header_less;
             assert!(
@@ -1688,12 +1803,12 @@ mod tests {
         a.on_send(t0 + ms(5), Grant::default(), 1);
         a.on_send(t0 + ms(10), Grant::default(), 1);
         let five_left = signal(200, vec![requests(100, 5, 60)]);
-        let adj = a.on_response(t0 + ms(30), seq, &five_left, true);
+        let adj = a.on_response_adjustments(t0 + ms(30), seq, &five_left, true);
         assert!(
             adj.contains(&Adjustment::LimitRemainingAt(3, t0)),
             "{adj:?}"
         );
-        let adj = a.on_response(t0 + ms(40), 99, &five_left, true);
+        let adj = a.on_response_adjustments(t0 + ms(40), 99, &five_left, true);
         assert!(adj.contains(&Adjustment::LimitRemaining(5)), "{adj:?}");
     }
 
@@ -1705,7 +1820,7 @@ mod tests {
             .map(|i| a.on_send(t0 + Duration::from_millis(50 * i), Grant::default(), 1))
             .collect();
         let now = t0 + Duration::from_secs(1);
-        let adj = a.on_response(now, seqs[19], &signal(503, vec![]), false);
+        let adj = a.on_response_adjustments(now, seqs[19], &signal(503, vec![]), false);
         assert!(rate_in(&adj).is_some_and(|r| r < 20.0), "{adj:?}");
         assert!(adj.contains(&Adjustment::LimitRemaining(0)));
     }
@@ -1720,7 +1835,7 @@ mod tests {
                 .with_limit(10)
                 .with_remaining(5)
                 .with_reset(Duration::from_secs(1));
-            a.on_response(now, seq, &signal(200, vec![limit]), true);
+            a.on_response_adjustments(now, seq, &signal(200, vec![limit]), true);
         }
         assert!(a.series.len() <= MAX_SERIES, "{}", a.series.len());
         assert!(a.in_flight.is_empty());
@@ -1753,7 +1868,7 @@ mod tests {
                 l.limit = limit;
                 l.remaining = remaining;
                 l.window = window_s.map(Duration::from_secs);
-                let adj = a.on_response(now, seq, &signal(status, vec![l]), status == 200);
+                let adj = a.on_response_adjustments(now, seq, &signal(status, vec![l]), status == 200);
                 for x in adj {
                     if let Adjustment::SetRate(r) = x {
                         let r = r.per_second_f64();

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::adapt::{BlockCause, Verdict};
 use super::concurrency;
 use super::engine::{Call, Pacer};
 use super::scope::BuiltScope;
@@ -242,9 +243,9 @@ impl Pacer {
     }
 
     /// Teach one member's key; returns the wait a refusal asks of it, as
-    /// its model read the response ([`Adaptive::server_wait`]).
+    /// its model read the response (its [`Verdict::server_wait`]).
     ///
-    /// [`Adaptive::server_wait`]: super::adapt::Adaptive::server_wait
+    /// [`Verdict::server_wait`]: super::adapt::Verdict::server_wait
     async fn teach(
         &self,
         m: &Member,
@@ -273,30 +274,21 @@ impl Pacer {
             // its default bucket, which the key itself paces).
             scope.remember_bucket(&m.base, &call.route(), named);
             if !scope.paced_in(&m.base, m.bucket.as_deref(), named) {
-                let mut adapt = m.state.adapt();
-                adapt.on_no_response(seq);
-                return adapt.server_wait(signal);
+                return m.state.adapt().unlearned(now, seq, signal).server_wait;
             }
         }
-        // The wait read with the response, under one lock: another
-        // response read meanwhile would change what the model says.
-        let (mut adjustments, wait, asked) = {
+        // The model's verdict, under one lock: another response read
+        // meanwhile would change what it says. A scope that does not adapt
+        // lowers no cap, but keeps the server's wait.
+        let mut verdict = {
             let mut adapt = m.state.adapt();
-            let adjustments = if scope.adaptive() {
+            if scope.adaptive() {
                 adapt.on_response(now, seq, signal, success)
             } else {
-                Vec::new()
-            };
-            let wait = adapt.server_wait(signal);
-            // Where the block the wait asks for ends: from the request's
-            // send where the key's model placed it, else from now.
-            let asked = adapt.asked_until().or_else(|| wait.map(|w| now + w));
-            (adjustments, wait, asked)
+                adapt.unlearned(now, seq, signal)
+            }
         };
-        if !scope.adaptive() {
-            // A cap is not lowered, but the server's wait is kept.
-            adjustments.extend(wait.map(|w| Adjustment::BlockUntil(now + w)));
-        }
+        let wait = verdict.server_wait;
         if signal.is_throttled() {
             self.emit(Event::Throttled {
                 scope: scope.config.name.clone(),
@@ -308,9 +300,9 @@ impl Pacer {
         let Ok(limiter) = &m.state.limiter else {
             return wait;
         };
-        let read_as_bucket = self.read_bucket(m, signal, &mut adjustments);
+        let read_as_bucket = self.read_bucket(m, signal, &mut verdict.adjustments);
         let relearned = !read_as_bucket
-            && adjustments.iter().any(|a| {
+            && verdict.adjustments.iter().any(|a| {
                 matches!(
                     a,
                     Adjustment::SetRate(_)
@@ -319,9 +311,9 @@ impl Pacer {
                         | Adjustment::SetCapacity(_)
                 )
             });
-        let batch: Vec<Adjustment> = adjustments
+        let batch: Vec<Adjustment> = std::mem::take(&mut verdict.adjustments)
             .into_iter()
-            .map(|adjustment| self.prepare(m, scope, adjustment, (signal, asked), now))
+            .map(|adjustment| self.prepare(m, scope, adjustment, (signal, &verdict), now))
             .collect();
         // What headers taught goes in one call, off the response's path
         // where the limiter can (a shared one sends it with its next
@@ -417,25 +409,24 @@ impl Pacer {
         m: &Member,
         scope: &BuiltScope,
         adjustment: Adjustment,
-        (signal, asked): (&RateLimitSignal, Option<Instant>),
+        (signal, verdict): (&RateLimitSignal, &Verdict),
         now: Instant,
     ) -> Adjustment {
         match adjustment {
             Adjustment::BlockUntil(until) => {
-                // Not the block the refusal's wait asked for: a spent
-                // quota's reset.
-                let spent_quota = asked != Some(until);
-                // A block nothing in the response asked for (no wait, no
-                // reset) is the header-less regime's own guess of when a
-                // lockout ends: held no longer than the retry cap, past
-                // which a block fails every call at once.
-                let guessed =
-                    signal.retry_after.is_none() && signal.limits.iter().all(|l| l.reset.is_none());
-                let until = if guessed {
+                let cause = verdict.cause_of(until).unwrap_or(BlockCause::Asked);
+                // The header-less regime's own guess of when a lockout
+                // ends is held no longer than the retry cap, past which a
+                // block fails every call at once.
+                let until = if cause == BlockCause::Guessed {
                     until.min(now + self.inner.policy.max_retry_after())
                 } else {
                     until
                 };
+                // A block the response's wait did not ask for fails a call
+                // held past the cap as a spent quota, not a `Retry-After`
+                // (a guessed one never is: it is held within the cap).
+                let spent_quota = cause != BlockCause::Asked;
                 let block = ServerBlock::new(until, signal.status, spent_quota);
                 m.state.set_server_block(Some(block));
                 let wait = until.saturating_duration_since(now);
