@@ -1461,3 +1461,110 @@ fn hubspot_interval_secondly_and_daily_limits() {
     );
     assert!(signal.ignored.is_empty());
 }
+
+/// Cloudflare's API states `X-RateLimit-Limit` and `-Remaining` on every
+/// response, and on a 429 `Retry-After` (rounded up) and
+/// `X-RateLimit-Reset` as an RFC 1123 date: a date with a comma of its
+/// own, read whole and measured against `Date`, not split as a list.
+#[test]
+fn cloudflare_reset_is_an_http_date() {
+    let signal = parse(
+        429,
+        &[
+            ("date", &date(LOCAL - 500)),
+            ("x-ratelimit-limit", "1200"),
+            ("x-ratelimit-remaining", "0"),
+            ("retry-after", "42"),
+            ("x-ratelimit-reset", &date(LOCAL - 500 + 42)),
+        ],
+    );
+    assert_eq!(signal.retry_after, Some(secs(42)));
+    let [limit] = signal.limits.as_slice() else {
+        panic!("one limit: {signal:?}");
+    };
+    assert_eq!(
+        (limit.limit, limit.remaining, limit.reset),
+        (Some(1200), Some(0), Some(secs(42)))
+    );
+    assert!(signal.ignored.is_empty(), "{:?}", notes(&signal));
+    // A date already past is a wait of nothing, noted; two dates keep the
+    // later.
+    let past = parse(
+        200,
+        &[
+            ("date", &date(LOCAL)),
+            ("x-ratelimit-remaining", "0"),
+            ("x-ratelimit-reset", &date(LOCAL - 10)),
+        ],
+    );
+    assert_eq!(past.limits[0].reset, Some(Duration::ZERO));
+    assert!(!past.ignored.is_empty());
+    let two = parse(
+        200,
+        &[
+            ("date", &date(LOCAL)),
+            ("x-ratelimit-remaining", "0"),
+            ("x-ratelimit-reset", &date(LOCAL + 5)),
+            ("x-ratelimit-reset", &date(LOCAL + 9)),
+        ],
+    );
+    assert_eq!(two.limits[0].reset, Some(secs(9)));
+}
+
+/// Other widely used limiters, as their sources write their headers: each
+/// is read whole, with nothing ignored.
+#[test]
+fn widely_used_limiters_are_read_whole() {
+    // express-rate-limit's `draft-8`: a named policy and its partition key.
+    let express = parse(
+        200,
+        &[
+            (
+                "ratelimit-policy",
+                "\"5-in-1min\"; q=5; w=60; pk=:YWJjZGVm:",
+            ),
+            ("ratelimit", "\"5-in-1min\"; r=4; t=60"),
+        ],
+    );
+    let [limit] = express.limits.as_slice() else {
+        panic!("one limit: {express:?}");
+    };
+    assert_eq!(
+        (limit.limit, limit.remaining, limit.reset, limit.window),
+        (Some(5), Some(4), Some(secs(60)), Some(secs(60)))
+    );
+    assert!(express.ignored.is_empty(), "{:?}", notes(&express));
+    // Laravel: no reset on a 200; on a 429, `Retry-After` and an epoch
+    // reset.
+    let laravel = parse(
+        429,
+        &[
+            ("date", &date(LOCAL)),
+            ("x-ratelimit-limit", "60"),
+            ("x-ratelimit-remaining", "0"),
+            ("retry-after", "42"),
+            ("x-ratelimit-reset", &(LOCAL + 42).to_string()),
+        ],
+    );
+    assert_eq!(laravel.retry_after, Some(secs(42)));
+    assert_eq!(laravel.limits[0].reset, Some(secs(42)));
+    assert!(laravel.ignored.is_empty(), "{:?}", notes(&laravel));
+    // tollbooth: a limit written with two decimals beside the IETF draft's
+    // fields, whose reset is always one second.
+    let tollbooth = parse(
+        200,
+        &[
+            ("x-rate-limit-limit", "10.00"),
+            ("x-rate-limit-duration", "1"),
+            ("ratelimit-limit", "10"),
+            ("ratelimit-remaining", "7"),
+            ("ratelimit-reset", "1"),
+        ],
+    );
+    assert!(tollbooth.ignored.is_empty(), "{:?}", notes(&tollbooth));
+    assert!(tollbooth.limits.iter().all(|l| l.limit == Some(10)));
+    assert!(tollbooth
+        .limits
+        .iter()
+        .any(|l| l.remaining == Some(7) && l.reset == Some(secs(1))));
+}

@@ -190,6 +190,18 @@ impl Clock {
         }
     }
 
+    /// A reset at the absolute time `at`, written to within `written_in`.
+    fn reset_at(
+        &self,
+        header: &str,
+        at: SystemTime,
+        written_in: Duration,
+        notes: &mut Notes,
+    ) -> Duration {
+        self.reset_read(written_in + self.uncertainty);
+        self.until(header, at, notes)
+    }
+
     /// Reads a reset written any way a dialect writes one: a Go duration
     /// (`6m0s`), an RFC 3339 timestamp, or a number under the reset rule.
     pub(crate) fn reset_from_text(
@@ -204,8 +216,7 @@ impl Clock {
             } else {
                 SECOND
             };
-            self.reset_read(written_in + self.uncertainty);
-            return Some(self.until(header, at, notes));
+            return Some(self.reset_at(header, at, written_in, notes));
         }
         let b = text.as_bytes();
         if b.len() >= 10 && b[..4].iter().all(u8::is_ascii_digit) && b[4] == b'-' {
@@ -502,10 +513,25 @@ pub(crate) fn reset(
     notes: &mut Notes,
     name: &str,
 ) -> Option<Duration> {
+    // An HTTP-date has a comma of its own (Cloudflare writes its
+    // `x-ratelimit-reset` so): read whole, the latest where there are
+    // several, before the members are split below.
+    if let Some(at) = http_dates(headers, name).into_iter().max() {
+        return Some(clock.reset_at(name, at, SECOND, notes));
+    }
     // RFC 3339 timestamps contain no commas, so splitting members is safe.
     single(headers, notes, name, Keep::Largest, |text, notes| {
         clock.reset_from_text(name, text, notes)
     })
+}
+
+/// The values of the field `name` that are whole HTTP-dates.
+fn http_dates(headers: &Fields<'_>, name: &str) -> Vec<SystemTime> {
+    headers
+        .get_all(name)
+        .filter(|value| value.len() <= MAX_FIELD_BYTES)
+        .filter_map(|value| httpdate::parse_http_date(value.to_str().ok()?.trim()).ok())
+        .collect()
 }
 
 /// Reads a short textual field (bucket id, resource, scope) in lower case.
