@@ -4,8 +4,9 @@
 //! and answer `retry-after: 0`, a sliding log that sends only
 //! `Retry-After` (rounded up to a second), and a header-less limiter that
 //! counts refusals; a bucket of one whose whole-second reset reads as
-//! one request a second; and a bucket of one without headers. Each runs 16 closed-loop tasks for 60 s on the paused
-//! clock, in process (`RateLimitedServer::service`), and asserts the goal:
+//! one request a second; and a bucket of one without headers (at 20 a
+//! second; at 2 a second, a known gap that says why). Each runs 16
+//! closed-loop tasks for 60 s on the paused clock, in process (`RateLimitedServer::service`), and asserts the goal:
 //! at least 95 % of the true sustained limit, at most 1 % of responses
 //! refused, no failed logical request.
 #![cfg(feature = "testing")]
@@ -361,4 +362,21 @@ async fn a_sliding_log_of_three_with_whole_second_resets() {
             .refusal_status(StatusCode::SERVICE_UNAVAILABLE)
     };
     assert_goal_at_every_phase(builder).await;
+}
+
+/// A header-less bucket of one at 2 a second (nginx's `limit_req` at
+/// `rate=2r/s`): over 60 s the key sends about 120 requests, so the goal's
+/// 1 % is a single refusal, and the first refusal ends slow start. That
+/// refusal says only that the cold start (10 a second) is too fast; nothing
+/// but further refusals narrows the rate below it (the server admits any
+/// slower pace alike), and finding a rate within 5 % in a bracket five
+/// times as wide takes about five halvings of its logarithm, a refusal
+/// each. No client that starts faster than the server can meet both
+/// bounds here.
+#[tokio::test(start_paused = true)]
+#[ignore = "known gap: 0.917 of the limit with 6.7 % refused (9 of 135 requests, 8 of them in \
+            the first 10 s): a slow header-less server's 1 % is one refusal a minute, and \
+            bracketing its rate from refusals alone costs several"]
+async fn a_header_less_bucket_of_two_a_second() {
+    assert_goal(&run(a_header_less_spacer(2)).await);
 }
