@@ -133,8 +133,8 @@ impl Verdict {
     /// where another block ends at the same instant).
     pub(crate) fn cause_of(&self, until: Instant) -> Option<BlockCause> {
         let mut causes = self.blocks.iter().filter(|(u, _)| *u == until);
-        let first = causes.next().map(|&(_, cause)| cause);
-        if first == Some(BlockCause::Asked) || causes.any(|&(_, c)| c == BlockCause::Asked) {
+        let first = causes.clone().next().map(|&(_, cause)| cause);
+        if causes.any(|&(_, cause)| cause == BlockCause::Asked) {
             return Some(BlockCause::Asked);
         }
         first
@@ -633,6 +633,9 @@ impl Adaptive {
             .filter(|_| counted.is_none())
             .and_then(|this| self.spaced(seq, this.at, signal));
         self.spaced_by = spaced;
+        // The server's wait, read once, with the spacing as of this
+        // response: the cut below and the block after read the same.
+        out.server_wait = self.server_wait(signal);
         if spaced.is_none()
             && (self.front || (!header_paced && (has_headers || !self.header_driven)))
         {
@@ -652,7 +655,6 @@ impl Adaptive {
             });
             self.pace_every(interval, &mut out.adjustments);
         }
-        out.server_wait = self.server_wait(signal);
         if let Some(wait) = out.server_wait {
             out.block(placed_at.unwrap_or(now) + wait, BlockCause::Asked);
         }
@@ -1030,7 +1032,7 @@ impl Adaptive {
     ) {
         self.follow_the_fleet();
         if signal.is_throttled() {
-            self.refused(now, (seq, granted_rate), signal, out);
+            self.refused(now, (seq, granted_rate), out);
         } else if success && self.front && self.congestion.phase == Phase::Open {
             // A front limiter's refusal that measured no rate: the headers
             // pace, not a cold start.
@@ -1061,12 +1063,12 @@ impl Adaptive {
     }
 
     /// A refusal: the rate that was too fast is what the key delivered, and
-    /// no more than the server was seen to admit in the last second.
+    /// no more than the server was seen to admit in the last second. The
+    /// wait the server asked for (`out.server_wait`) holds the key too.
     fn refused(
         &mut self,
         now: Instant,
         (seq, granted_rate): (u64, Option<f64>),
-        signal: &RateLimitSignal,
         out: &mut Verdict,
     ) {
         let t = &TUNING.header_less;
@@ -1102,7 +1104,7 @@ impl Adaptive {
         let rate = self
             .congestion
             .cut(now, self.sent, (delivered, admitted), t);
-        if let Some(wait) = self.server_wait(signal) {
+        if let Some(wait) = out.server_wait {
             self.congestion.blocked_for(now, wait, t);
         }
         // The block may have measured a lower rate than the cut (see

@@ -516,22 +516,17 @@ pub(crate) fn reset(
     // An HTTP-date has a comma of its own (Cloudflare writes its
     // `x-ratelimit-reset` so): read whole, the latest where there are
     // several, before the members are split below.
-    if let Some(at) = http_dates(headers, name).into_iter().max() {
+    let http_dates = headers
+        .get_all(name)
+        .filter(|value| value.len() <= MAX_FIELD_BYTES)
+        .filter_map(|value| httpdate::parse_http_date(value.to_str().ok()?.trim()).ok());
+    if let Some(at) = http_dates.max() {
         return Some(clock.reset_at(name, at, SECOND, notes));
     }
     // RFC 3339 timestamps contain no commas, so splitting members is safe.
     single(headers, notes, name, Keep::Largest, |text, notes| {
         clock.reset_from_text(name, text, notes)
     })
-}
-
-/// The values of the field `name` that are whole HTTP-dates.
-fn http_dates(headers: &Fields<'_>, name: &str) -> Vec<SystemTime> {
-    headers
-        .get_all(name)
-        .filter(|value| value.len() <= MAX_FIELD_BYTES)
-        .filter_map(|value| httpdate::parse_http_date(value.to_str().ok()?.trim()).ok())
-        .collect()
 }
 
 /// Reads a short textual field (bucket id, resource, scope) in lower case.
