@@ -273,6 +273,14 @@ fn put(headers: &mut HeaderMap, name: &'static str, value: impl ToString) {
     }
 }
 
+/// The IETF draft 6 fields `RateLimit-Limit`, `-Remaining` and `-Reset`
+/// (which Kong writes beside its own, without `RateLimit-Policy`).
+fn put_draft6(headers: &mut HeaderMap, limit: u64, remaining: u64, reset: impl ToString) {
+    put(headers, "ratelimit-limit", limit);
+    put(headers, "ratelimit-remaining", remaining);
+    put(headers, "ratelimit-reset", reset);
+}
+
 /// Writes the `Date` header for the response instant `now`.
 pub(crate) fn write_date(headers: &mut HeaderMap, now: SystemTime) {
     if let Ok(value) = HeaderValue::try_from(http_date(now)) {
@@ -340,9 +348,7 @@ pub(crate) fn write(
         }
         Dialect::IetfDraft6 => {
             put(headers, "ratelimit-policy", format!("{limit};w={w}"));
-            put(headers, "ratelimit-limit", limit);
-            put(headers, "ratelimit-remaining", remaining);
-            put(headers, "ratelimit-reset", reset);
+            put_draft6(headers, limit, remaining, reset);
         }
         Dialect::IetfDraft7 => {
             put(headers, "ratelimit-policy", format!("{limit};w={w}"));
@@ -357,9 +363,7 @@ pub(crate) fn write(
             put(headers, limit_name, limit);
             put(headers, remaining_name, remaining);
             if style.reset != ResetFormat::Omitted {
-                put(headers, "ratelimit-limit", limit);
-                put(headers, "ratelimit-remaining", remaining);
-                put(headers, "ratelimit-reset", reset);
+                put_draft6(headers, limit, remaining, reset);
             }
         }
         Dialect::Envoy => {
