@@ -120,3 +120,32 @@ fn common_limiters_meet_the_goal_over_ten_minutes() {
     println!("{} of {} miss the goal", misses.len(), runs.len());
     assert!(misses.is_empty(), "{}", misses.join("\n"));
 }
+
+/// A window of 300 a minute with `Retry-After`: slow start spends it in
+/// the first seconds, and the call refused then is told to wait out most
+/// of the minute. Its retry queues in the call's first place, ahead of the
+/// calls that queued while it waited: queued behind the fifteen others at
+/// the window's new pace (about 5 a second), it passed the policy's time
+/// limit of a minute and failed.
+#[tokio::test(start_paused = true)]
+async fn a_call_told_to_wait_most_of_a_minute_is_not_lost_behind_the_queue() {
+    let window = Algorithm::FixedWindow {
+        limit: 300,
+        window: Duration::from_secs(60),
+    };
+    let server = RateLimitedServer::builder()
+        .algorithm(window)
+        .dialect(Dialect::None)
+        .retry_after(true)
+        .start()
+        .await
+        .expect("server starts");
+    let f = space::default_client_in_process_on(&server, 16, Duration::from_secs(120)).await;
+    println!("{f:?}");
+    let refused_early = server
+        .requests()
+        .iter()
+        .any(|r| !r.status.is_success() && r.at < Duration::from_secs(10));
+    assert!(refused_early, "a call was told to wait most of a minute");
+    assert_eq!(f.failed, 0, "{f:?}");
+}

@@ -95,6 +95,9 @@ pub(crate) struct Call {
     deadline: Option<(Instant, Duration)>,
     /// The class it queues in at each of its keys.
     pub(crate) priority: Priority,
+    /// When the call first queued at its keys: each retry queues in that
+    /// place (see [`Priority`]'s guarantees).
+    pub(crate) queued: Option<Instant>,
     pub(crate) first_send: Option<Instant>,
     pub(crate) attempt: u32,
     /// How many of its attempts were refusals the key's model paces
@@ -113,6 +116,7 @@ impl Call {
             url: request.url().clone(),
             deadline: deadline.map(|d| (Instant::now() + d, d)),
             priority,
+            queued: None,
             first_send: None,
             attempt: 0,
             paced_refusals: 0,

@@ -80,8 +80,11 @@ pub(crate) const DEFAULT_AGING: Duration = Duration::from_secs(10);
 ///   [`Error::DeadlineExceeded`].
 ///
 /// The order is per key and per process: calls of other processes sharing
-/// a limiter (feature `redis`) are not ordered with this process's, and a
-/// retry queues again, as a new arrival of its class.
+/// a limiter (feature `redis`) are not ordered with this process's. A
+/// retry queues again as of its call's first arrival, so it goes ahead of
+/// the calls of its class that arrived after the call: a call that waited
+/// out a server's `Retry-After` is not sent to the back of a backlog
+/// (where its time limit could run out before its turn).
 ///
 /// # Out of range
 ///
@@ -182,13 +185,21 @@ impl Turns {
         }
     }
 
-    /// Wait for the key's turn. Taken at once when nobody holds it (and so
-    /// nobody waits); the turn goes back when the returned [`Turn`] is
-    /// dropped.
+    /// Wait for the key's turn, now a new arrival.
+    #[cfg(test)]
     pub(crate) fn take(&self, priority: Priority) -> Take<'_> {
+        self.take_as_of(priority, Instant::now())
+    }
+
+    /// Wait for the key's turn, in the place of a call of `priority` that
+    /// arrived at `arrived` (a retry's call arrived before its retry).
+    /// Taken at once when nobody holds it (and so nobody waits); the turn
+    /// goes back when the returned [`Turn`] is dropped.
+    pub(crate) fn take_as_of(&self, priority: Priority, arrived: Instant) -> Take<'_> {
         Take {
             turns: self,
             priority,
+            arrived,
             slot: None,
         }
     }
@@ -238,6 +249,8 @@ impl Turns {
 pub(crate) struct Take<'a> {
     turns: &'a Turns,
     priority: Priority,
+    /// When the call arrived: its place among its class.
+    arrived: Instant,
     /// The call's place in the queue, once it waits there.
     slot: Option<(i128, u64)>,
 }
@@ -257,7 +270,7 @@ impl<'a> Future for Take<'a> {
             None => {
                 let arrival = queue.arrivals;
                 queue.arrivals += 1;
-                let slot = (turns.order(this.priority, Instant::now()), arrival);
+                let slot = (turns.order(this.priority, this.arrived), arrival);
                 queue.waiting.insert(slot, cx.waker().clone());
                 this.slot = Some(slot);
                 Poll::Pending
@@ -365,6 +378,33 @@ mod tests {
         // queue behind it.
         let order = served(turns, &calls, 100 * MS).await;
         assert_eq!(order, ["first", "i1", "i2", "n1", "n2", "b1", "b2"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_queues_in_its_calls_place() {
+        // A call that arrived at 0 comes back at 30 ms (a retry): it goes
+        // ahead of the call of its class that arrived at 10 ms, not
+        // behind it.
+        let turns = Arc::new(Turns::new(Duration::from_secs(10)));
+        let start = Instant::now();
+        let holder = turns.take(Priority::NORMAL).await;
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let queue = |name: &'static str, arrived: Instant| {
+            let (turns, order) = (Arc::clone(&turns), Arc::clone(&order));
+            tokio::spawn(async move {
+                let _turn = turns.take_as_of(Priority::NORMAL, arrived).await;
+                lock(&order).push(name);
+            })
+        };
+        tokio::time::sleep(10 * MS).await;
+        let newer = queue("newer", Instant::now());
+        tokio::time::sleep(20 * MS).await;
+        let retry = queue("retry", start);
+        tokio::time::sleep(MS).await;
+        drop(holder);
+        newer.await.unwrap();
+        retry.await.unwrap();
+        assert_eq!(*lock(&order), ["retry", "newer"]);
     }
 
     #[tokio::test(start_paused = true)]

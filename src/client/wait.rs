@@ -142,8 +142,9 @@ impl Pacer {
             return Err(open);
         }
         let until = call.limit(self.inner.policy.max_elapsed());
+        let queued = *call.queued.get_or_insert_with(Instant::now);
         let sent = match self
-            .wait_for_members(members, gate, until, call.priority)
+            .wait_for_members(members, gate, until, (call.priority, queued))
             .await
         {
             Ok(sent) => sent,
@@ -269,7 +270,8 @@ impl Pacer {
     }
 
     /// Wait for every bucket of the request (and for each key's first
-    /// response, when it learns), each in its key's queue by `priority`,
+    /// response, when it learns), each in its key's queue by `priority`
+    /// and the instant the call first queued,
     /// then count the request as sent on each;
     /// last, for the `gate` that spaces its host's sends (a robots.txt's
     /// interval), so that nothing waited for after it can bunch two sends
@@ -279,7 +281,7 @@ impl Pacer {
         members: &'m [Member],
         gate: Option<&Gate>,
         until: Option<(Instant, Duration)>,
-        priority: Priority,
+        (priority, queued): (Priority, Instant),
     ) -> Result<Sent<'m>, WaitError> {
         let mut probes = Vec::new();
         let mut permits = Vec::new();
@@ -292,7 +294,7 @@ impl Pacer {
             // call waits for on the key: only the call holding the turn
             // waits for those, so who goes next is chosen when the key can
             // take a call. The turn goes back once the key's waits are over.
-            let _turn = match by_deadline(until, m.state.turns.take(priority)).await {
+            let _turn = match by_deadline(until, m.state.turns.take_as_of(priority, queued)).await {
                 Ok(turn) => turn,
                 Err(e) => {
                     no_longer_in_flight(members, &seqs);
