@@ -95,8 +95,9 @@ pub(crate) struct Call {
     deadline: Option<(Instant, Duration)>,
     /// The class it queues in at each of its keys.
     pub(crate) priority: Priority,
-    /// When the call first queued at its keys: each retry queues in that
-    /// place (see [`Priority`]'s guarantees).
+    /// When the call queued at its keys: a retry after the server's own
+    /// wait queues in that place (see [`Priority`]'s guarantees); any
+    /// other retry queues anew.
     pub(crate) queued: Option<Instant>,
     pub(crate) first_send: Option<Instant>,
     pub(crate) attempt: u32,
@@ -398,6 +399,15 @@ impl Pacer {
                         from_server,
                         status: call.last_status.map(|s| s.as_u16()),
                     });
+                    // Told by the server when to come back, the call
+                    // keeps its place at its keys (its time limit runs
+                    // while it waits); a retry the client chose the delay
+                    // of queues as a new arrival, so that the probes of a
+                    // key its server locks out fall on the calls in turn
+                    // and do not use up one call's attempts.
+                    if !from_server {
+                        call.queued = None;
+                    }
                     tokio::time::sleep(delay).await;
                     call.previous_delay = Some(delay);
                 }

@@ -81,10 +81,13 @@ pub(crate) const DEFAULT_AGING: Duration = Duration::from_secs(10);
 ///
 /// The order is per key and per process: calls of other processes sharing
 /// a limiter (feature `redis`) are not ordered with this process's. A
-/// retry queues again as of its call's first arrival, so it goes ahead of
-/// the calls of its class that arrived after the call: a call that waited
-/// out a server's `Retry-After` is not sent to the back of a backlog
-/// (where its time limit could run out before its turn).
+/// retry after a wait the server asked for (`Retry-After`) queues again
+/// as of its call's arrival, so it goes ahead of the calls of its class
+/// that arrived after the call: a call that waited out the server's wait
+/// is not sent to the back of a backlog, where its time limit could run
+/// out before its turn. Any other retry queues again as a new arrival of
+/// its class: the probes of a key its server locks out fall on the calls
+/// in turn, not all on the one at the front.
 ///
 /// # Out of range
 ///
