@@ -5,7 +5,8 @@
 //! `Retry-After` (rounded up to a second), and a header-less limiter that
 //! counts refusals; a bucket of one whose whole-second reset reads as
 //! one request a second; and a bucket of one without headers (at 20 a
-//! second; at 2 a second, a known gap that says why). Each runs 16
+//! second; at 2 a second, a known gap that says why); and windows of one
+//! second stated with whole-second resets (a known gap). Each runs 16
 //! closed-loop tasks for 60 s on the paused clock, in process (`RateLimitedServer::service`), and asserts the goal:
 //! at least 95 % of the true sustained limit, at most 1 % of responses
 //! refused, no failed logical request.
@@ -379,4 +380,62 @@ async fn a_sliding_log_of_three_with_whole_second_resets() {
             bracketing its rate from refusals alone costs several"]
 async fn a_header_less_bucket_of_two_a_second() {
     assert_goal(&run(a_header_less_spacer(2)).await);
+}
+
+/// Windows of one second counting 2 or 5 requests, as a limiter configured
+/// "2 per second" or "5 per second" counts them (express-rate-limit's
+/// fixed windows, Flask-Limiter's moving window and sliding-window
+/// counter), stating them in `X-RateLimit-*` with an epoch reset in whole
+/// seconds and `Retry-After`: the reset's rounding is as long as the
+/// window, so the reading of where a window ends, or how long it is, is
+/// off by up to its whole length. The goal at every phase of the server's
+/// second.
+#[tokio::test(start_paused = true)]
+#[ignore = "known gap: a fixed window of 2 a second reads 0.917 of the limit at +250 to \
+            +750 ms (none refused) and 0.75 with 19 % refused at +999 ms (after each window's \
+            start it is paced at 3.9 a second and refused within the window); logs of 2 a \
+            second read 0.61-0.81 (the reset, two seconds from a Date rounded down, reads as \
+            a window of two seconds), logs of 5 a second 0.79-0.87 (read as a bucket, which \
+            waits for the reset rounded up to the second when nothing is left); counters of 2 \
+            a second are refused 21-27 % at three phases, counters of 5 a second read \
+            0.84-0.92"]
+async fn one_second_windows_with_whole_second_resets() {
+    let second = Duration::from_secs(1);
+    let limiters = [
+        Algorithm::FixedWindow {
+            limit: 2,
+            window: second,
+        },
+        Algorithm::SlidingLog {
+            limit: 2,
+            window: second,
+        },
+        Algorithm::SlidingLog {
+            limit: 5,
+            window: second,
+        },
+        Algorithm::SlidingCounter {
+            limit: 2,
+            window: second,
+        },
+        Algorithm::SlidingCounter {
+            limit: 5,
+            window: second,
+        },
+    ];
+    let mut misses = Vec::new();
+    for algorithm in limiters {
+        for (millis, wall) in zoo_support::phases() {
+            let builder = RateLimitedServer::builder()
+                .algorithm(algorithm)
+                .dialect(Dialect::XRateLimit)
+                .reset_format(ResetFormat::EpochSeconds)
+                .wall_clock(wall);
+            let f = run(builder).await;
+            if f.goodput < 0.95 || f.refused > 0.01 || f.failed > 0 {
+                misses.push(format!("{algorithm:?} +{millis} ms: {f:?}"));
+            }
+        }
+    }
+    assert!(misses.is_empty(), "{}", misses.join("\n"));
 }
