@@ -179,8 +179,9 @@ async fn server_space_over_ten_minutes() {
 #[tokio::test(start_paused = true)]
 #[ignore = "known gap: with a round trip of 20 ms, 144 of seeds 0..500 miss the goal (178 \
             before what is left and a Retry-After's wait were placed at the send; 112 with no \
-            round trip), goodput p10 0.91-0.92, median 0.97, 15 failed calls; 156 of seeds \
-            500..1000 (p10 0.91-0.93, 20 failed calls): what the space misses without a round \
+            round trip), goodput p10 0.91-0.92, median 0.97, 11 failed calls (15 before a \
+            retry after a Retry-After kept its call's place); 156 of seeds 500..1000 (p10 \
+            0.91-0.93, 20 failed calls): what the space misses without a round \
             trip, and buckets with a burst of one or two that say nothing is left after each \
             admission, whose pace runs past the refill while those answers are on their way \
             (a bucket of 124 a second with a burst of one, 0.19 of its limit)"]
