@@ -248,7 +248,7 @@ impl Turns {
     }
 }
 
-/// A wait for a key's turn ([`Turns::take`]).
+/// A wait for a key's turn ([`Turns::take_as_of`]).
 pub(crate) struct Take<'a> {
     turns: &'a Turns,
     priority: Priority,

@@ -271,8 +271,9 @@ impl Pacer {
 
     /// Wait for every bucket of the request (and for each key's first
     /// response, when it learns), each in its key's queue by `priority`
-    /// and the instant the call first queued,
-    /// then count the request as sent on each;
+    /// and the instant the call queued ([`Call::queued`]: its first, for a
+    /// retry after the server's own wait), then count the request as sent
+    /// on each;
     /// last, for the `gate` that spaces its host's sends (a robots.txt's
     /// interval), so that nothing waited for after it can bunch two sends
     /// up. On an error, no member counts the request as in flight.
