@@ -340,9 +340,11 @@ async fn what_answers_teach_rides_on_the_next_reservation() {
 }
 
 /// The fleet issue's goal, pacing included: at most 1.5 calls of Redis a
-/// request where every call waits for its turn.
+/// request where every call waits for its turn. A waiter that wakes to a
+/// fresh reading of the block counter looks no further, and what answers
+/// teach waits for the next booking.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known gap: a paced call books its turn and looks for a block when it wakes, two calls; the look could be the next call's reservation only if the turns of one process were booked together"]
+#[ignore = "a measurement that depends on timing, run by hand: 1.06-1.36 calls a request on a 2-core machine, three copies at once included (BENCHMARKS.md, Redis limiter); a machine busy enough to delay a booking past the 5 ms a lesson waits after it sends the lesson alone"]
 async fn a_paced_request_costs_at_most_one_and_a_half_calls() {
     let (sent, requests) = redis_calls(40, 4, 8, 200).await;
     assert!(

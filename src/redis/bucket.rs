@@ -101,6 +101,7 @@ impl RedisTokenBucket {
                 fallback,
                 spell,
                 lessons: Default::default(),
+                counter: Default::default(),
             }),
             rate,
             capacity,

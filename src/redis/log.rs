@@ -94,6 +94,7 @@ impl RedisSlidingLog {
                 fallback,
                 spell,
                 lessons: Default::default(),
+                counter: Default::default(),
             }),
             limit,
         })
