@@ -69,10 +69,15 @@
 //! earliest turn in the same script that finds it, and gets back how long
 //! until then; it sleeps once, with `tokio::time::sleep`, and goes. Waiters
 //! are therefore served in the order Redis saw them, across processes, and
-//! a waiting process is not refused again and again. The one extra call a
-//! waiter makes when it wakes is a read of the key's block counter: if a
-//! Retry-After arrived while it slept, its slot may lie inside the block,
-//! so it gives the slot up and books again behind the block.
+//! a waiting process is not refused again and again. When a waiter wakes
+//! it checks the key's block counter: if a Retry-After arrived while it
+//! slept, its slot may lie inside the block, so it gives the slot up and
+//! books again behind the block. Where a call of its process read the
+//! counter since it booked, no more than two intervals of the key's rate
+//! ago (50 ms at most), that reading answers; otherwise the check is one
+//! more call, a read. A block another process records therefore reaches
+//! this one's waiters within two intervals: about two turns per process
+//! can go out into it.
 //!
 //! **Cancel safety.** Dropping an `acquire` future while it sleeps hands
 //! its reservation back with a refund script, spawned on the current Tokio
