@@ -132,12 +132,15 @@ impl Verdict {
     /// What asked for the block until `until` (the response's own wait,
     /// where another block ends at the same instant).
     pub(crate) fn cause_of(&self, until: Instant) -> Option<BlockCause> {
-        let mut causes = self.blocks.iter().filter(|(u, _)| *u == until);
-        let first = causes.clone().next().map(|&(_, cause)| cause);
-        if causes.any(|&(_, cause)| cause == BlockCause::Asked) {
-            return Some(BlockCause::Asked);
-        }
-        first
+        let causes = || {
+            self.blocks
+                .iter()
+                .filter(move |(u, _)| *u == until)
+                .map(|&(_, cause)| cause)
+        };
+        causes()
+            .find(|&cause| cause == BlockCause::Asked)
+            .or_else(|| causes().next())
     }
 }
 

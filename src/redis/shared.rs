@@ -590,20 +590,9 @@ impl Core {
                     };
                     tokio::time::sleep(wait).await;
                     refund.disarm();
-                    let fresh = Duration::from_nanos(interval)
-                        .saturating_mul(2)
-                        .min(FRESH_READING_AT_MOST);
-                    let read = crate::sync::lock(&self.counter).blocked_since(
-                        epoch,
-                        sent,
-                        fresh,
-                        tokio::time::Instant::now(),
-                    );
-                    let blocked = match read {
-                        Some(blocked) => blocked,
-                        None => self.blocked_since(epoch).await,
-                    };
-                    if !blocked || self.stands(id, weight, sent + wait).await {
+                    if !self.blocked_since(epoch, sent, interval).await
+                        || self.stands(id, weight, sent + wait).await
+                    {
                         return Ok(grant(count, interval, too_fast));
                     }
                 }
@@ -624,10 +613,21 @@ impl Core {
         }
     }
 
-    /// Whether the key's block counter moved since `epoch`. The lessons
-    /// waiting ride on the look, in the same call. A failure to read it
-    /// counts as no: the reservation stands.
-    async fn blocked_since(&self, epoch: i64) -> bool {
+    /// Whether the key's block counter moved since `epoch`, read with the
+    /// turn booked at `booked` for a key of `interval` ns a token: by this
+    /// process's reading of it where one is fresh (two intervals, and
+    /// [`FRESH_READING_AT_MOST`] at most; see [`Counter`]), else by a
+    /// look, on which the lessons waiting ride, in the same call. A
+    /// failure to read it counts as no: the reservation stands.
+    async fn blocked_since(&self, epoch: i64, booked: tokio::time::Instant, interval: u64) -> bool {
+        let fresh = Duration::from_nanos(interval)
+            .saturating_mul(2)
+            .min(FRESH_READING_AT_MOST);
+        let now = tokio::time::Instant::now();
+        let read = crate::sync::lock(&self.counter).blocked_since(epoch, booked, fresh, now);
+        if let Some(blocked) = read {
+            return blocked;
+        }
         let lessons = self.take_lessons();
         if !lessons.is_empty() {
             return match self.run_with(Op::new("batch", 0), &lessons).await {
