@@ -51,7 +51,11 @@
 //! the fleet grows as one process would; a process that sees the fleet's
 //! rate fall well below its own follows the cut another made; and one
 //! that joins a fleet that has learned a rate goes on from it, in the
-//! fleet's phase, instead of a cold start.
+//! fleet's phase, instead of a cold start. A bare refusal on a key whose
+//! server speaks is a limiter in front for a fleet's process as for a
+//! client alone; and a block starts the fleet's measured send rate over,
+//! which a refusal soon after it does not read from a few sends (the rate
+//! granted stands for it).
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
@@ -275,6 +279,16 @@ impl SendRate {
             shared_count.map_or(1, |count| self.latest_count.advance(count).unwrap_or(1));
     }
 
+    /// Counts again from nothing, keeping the latest shared count seen: a
+    /// block held the key idle, and the sends before it, averaged with
+    /// that idle time, would read as sending slowly.
+    fn restart(&mut self) {
+        *self = SendRate {
+            latest_count: self.latest_count,
+            ..SendRate::default()
+        };
+    }
+
     fn roll(&mut self, now: Instant) {
         let start = *self.slot_start.get_or_insert(now);
         self.counting_since.get_or_insert(now);
@@ -295,6 +309,13 @@ impl SendRate {
     fn recent(&mut self, now: Instant) -> u64 {
         self.roll(now);
         self.previous + self.current
+    }
+
+    /// How long the counter has counted without a gap, up to `now`.
+    fn counted_for(&mut self, now: Instant) -> Duration {
+        self.roll(now);
+        self.counting_since
+            .map_or(Duration::ZERO, |since| now.saturating_duration_since(since))
     }
 
     /// How long [`per_second`](Self::per_second) averages over: a second,
@@ -612,7 +633,7 @@ impl Adaptive {
         if let Some(least) = limits.iter().filter_map(|l| l.limit).min() {
             self.quota_of_one = least == 1;
         }
-        if signal.is_throttled() && !has_headers && self.header_driven && counted.is_none() {
+        if signal.is_throttled() && !has_headers && self.header_driven {
             // Refused without a word by a key whose server speaks: a
             // limiter in front of it, slower than the headers say.
             self.front = true;
@@ -682,6 +703,10 @@ impl Adaptive {
         });
         if let Some(until) = idle {
             self.oks = SendRate::default();
+            if counted.is_some() {
+                // A shared count's send rate is the one a cut starts from.
+                self.sends.restart();
+            }
             self.latest_sends.clear();
             self.idle_until = Some(self.idle_until.map_or(until, |u| u.max(until)));
         }
@@ -1088,7 +1113,11 @@ impl Adaptive {
             Some(_) => self.sends.per_second(now),
             None => self.sending_now(now),
         };
-        let sampled = self.sends.recent(now) as f64 >= t.min_sample;
+        // Where the count is shared, a fleet's sends over less than the
+        // shortest span a rate is read over (a few sends after a block)
+        // are no rate: the one granted stands for it.
+        let sampled = self.sends.recent(now) as f64 >= t.min_sample
+            && (granted_rate.is_none() || self.sends.counted_for(now) >= SLOT / 4);
         // Where the key's limiter is shared, from the rate in force when
         // the refused request was granted: every process refused in the
         // same burst then asks for the same decrease, and the decreases do
