@@ -53,8 +53,11 @@
 //! that joins a fleet that has learned a rate goes on from it, in the
 //! fleet's phase, instead of a cold start. A bare refusal on a key whose
 //! server speaks is a limiter in front for a fleet's process as for a
-//! client alone; and a block starts the fleet's measured send rate over,
-//! which a refusal soon after it does not read from a few sends (the rate
+//! client alone; a lockout holds the key's shared bucket for the wait a
+//! client alone would hold its own for (one probe per wait, instead of
+//! every process's calls refused in turn, each cutting the shared rate
+//! again); and a block starts the fleet's measured send rate over, which
+//! a refusal soon after it does not read from a few sends (the rate
 //! granted stands for it).
 
 use std::collections::{HashMap, VecDeque};
@@ -1145,7 +1148,7 @@ impl Adaptive {
         self.lowered_to(rate, granted_rate.map(|_| delivered), &mut out.adjustments);
         out.adjustments.extend(self.capacity_adjustment(1));
         out.adjustments.push(Adjustment::LimitRemaining(0));
-        if let (None, Some(wait)) = (granted_rate, self.congestion.lockout_wait(now, t)) {
+        if let Some(wait) = self.congestion.lockout_wait(now, t) {
             out.block(now + wait, BlockCause::Guessed);
         }
         // The rate sent at from here on is measured from the sends after
