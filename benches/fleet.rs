@@ -19,7 +19,8 @@
 //! Then, beside one client (one worker process of the same 8 tasks on the
 //! same shared bucket, nothing configured), the fleet against the three
 //! limiters of `zoo::defeating`, and against the first `FLEET_SPACE`
-//! (default none) servers of the generated space (`testing::space`): many
+//! (default none) servers of the generated space (`testing::space`), or the
+//! seeds `FLEET_SEEDS` lists (`FLEET_SEEDS=30,88`): many
 //! have windows of tens of seconds, which a run of 10 s cannot measure
 //! (set `FLEET_SECONDS` to 60 or more for them).
 //!
@@ -123,7 +124,12 @@ async fn row_of(
         .filter(|r| r.at <= end && r.outcome == Outcome::Admitted)
         .count();
     let goodput = ok as f64 / (sustained * seconds as f64);
-    let refused = 100.0 * stats.throttled as f64 / stats.requests.max(1) as f64;
+    // Refused by the server's own limiter or by one in front of it.
+    let refused = records
+        .iter()
+        .filter(|r| matches!(r.outcome, Outcome::Throttled | Outcome::FrontRefused))
+        .count();
+    let refused = 100.0 * refused as f64 / stats.requests.max(1) as f64;
     format!(
         "| {label} | {} | {ok} | {:.1} % | {refused:.2} % | {} of {} | {took:.1} s |",
         stats.requests,
@@ -194,7 +200,15 @@ fn main() {
     for ((name, one), (_, fleet)) in zoo::defeating().into_iter().zip(zoo::defeating()) {
         beside.push((format!("`{name}`"), one, None, fleet));
     }
-    for seed in 0..space {
+    // `FLEET_SEEDS` (a comma-separated list) names the seeds instead.
+    let seeds: Vec<u64> = match std::env::var("FLEET_SEEDS") {
+        Ok(list) => list
+            .split(',')
+            .filter_map(|s| s.trim().parse().ok())
+            .collect(),
+        Err(_) => (0..space).collect(),
+    };
+    for seed in seeds {
         let spec = space::ServerSpec::generate(seed);
         let truth = Some(spec.sustained_per_second());
         beside.push((
