@@ -314,7 +314,8 @@ impl SendRate {
         self.previous + self.current
     }
 
-    /// How long the counter has counted without a gap, up to `now`.
+    /// How long the counter has counted without a gap, up to `now` (its
+    /// roll starts the count where none was).
     fn counted_for(&mut self, now: Instant) -> Duration {
         self.roll(now);
         self.counting_since
@@ -324,22 +325,15 @@ impl SendRate {
     /// How long [`per_second`](Self::per_second) averages over: a second,
     /// or less since the counter began.
     fn span(&mut self, now: Instant) -> Duration {
-        self.roll(now);
-        let counted = self
-            .counting_since
-            .map_or(SLOT, |since| now.saturating_duration_since(since));
-        counted.clamp(SLOT / 4, SLOT)
+        self.counted_for(now).clamp(SLOT / 4, SLOT)
     }
 
     /// Sends per second over the last second (sliding-counter estimate).
     fn per_second(&mut self, now: Instant) -> f64 {
-        self.roll(now);
+        let counted = self.counted_for(now);
         let Some(start) = self.slot_start else {
             return 0.0;
         };
-        let counted = self
-            .counting_since
-            .map_or(SLOT, |since| now.saturating_duration_since(since));
         if counted < SLOT {
             let span = counted.max(SLOT / 4).as_secs_f64();
             return (self.previous + self.current) as f64 / span;
