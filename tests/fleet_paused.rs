@@ -56,7 +56,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest_pace::testing::{Dialect, Outcome, RateLimitedServer, ServerBuilder};
-use reqwest_pace::{Adjustment, Limiter, Rate, Scope, ThrottledClient};
+use reqwest_pace::{Adjustment, Limiter, Rate, ThrottledClient};
 use twin_support::{TwinBucket, TwinProcess};
 use zoo_support::{check_phases, preset, Figures};
 
@@ -75,17 +75,7 @@ fn open() -> Arc<TwinBucket> {
 /// One client of the fleet: its own scopes and learning (a process's),
 /// the fleet's bucket, nothing configured.
 fn client(shared: &Arc<TwinBucket>) -> ThrottledClient {
-    // Each client keeps its own lessons, as each process's `Core` does.
-    let process = TwinProcess::of(shared);
-    let scope =
-        Scope::per_host().limiter(move |_| Ok(Arc::new(process.clone()) as Arc<dyn Limiter>));
-
-    // The jitter's draws fixed, so that every run is the same.
-    ThrottledClient::builder(reqwest::Client::new())
-        .host_scope(scope)
-        .random(|| 0.5)
-        .build()
-        .unwrap()
+    TwinProcess::client(shared).unwrap()
 }
 
 /// `TASKS` tasks of `client` sending GETs to `url` until `end`, counting

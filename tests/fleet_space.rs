@@ -26,11 +26,11 @@ use std::task::{Context, Poll};
 
 use reqwest_pace::testing::space::{RunFigures, ServerSpec, Workload};
 use reqwest_pace::testing::ServerService;
-use reqwest_pace::{Limiter, PaceLayer, PaceService, Rate, Scope, ThrottledClient};
+use reqwest_pace::{PaceLayer, PaceService, Rate};
 use tower_layer::Layer;
 use tower_service::Service;
 use twin_support::{TwinBucket, TwinProcess};
-use zoo_support::space::{self, meets_goal};
+use zoo_support::space::{self, env_u64, meets_goal};
 
 /// The processes of a fleet, each handed out to the tasks in turn: a task
 /// sends through the process its clone was handed.
@@ -48,16 +48,7 @@ impl Fleet {
     fn new(processes: usize, server: ServerService) -> Result<Fleet, reqwest_pace::Error> {
         let shared = Arc::new(TwinBucket::new(Rate::per_second(10_000)?, 1)?);
         let processes: Vec<_> = (0..processes.max(1))
-            .map(|_| {
-                let process = TwinProcess::of(&shared);
-                let scope = Scope::per_host()
-                    .limiter(move |_| Ok(Arc::new(process.clone()) as Arc<dyn Limiter>));
-                let client = ThrottledClient::builder(reqwest::Client::new())
-                    .host_scope(scope)
-                    .random(|| 0.5)
-                    .build()?;
-                Ok(PaceLayer::new(client).layer(server.clone()))
-            })
+            .map(|_| Ok(PaceLayer::new(TwinProcess::client(&shared)?).layer(server.clone())))
             .collect::<Result<_, reqwest_pace::Error>>()?;
         let mine = processes[0].clone();
         Ok(Fleet {
@@ -152,13 +143,6 @@ async fn a_process_on_a_shared_bucket_cuts_from_its_rate_after_a_block() {
     );
     let figures = run(&spec, 1).await;
     assert!(meets_goal(&figures), "{figures:?}");
-}
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(default)
 }
 
 /// The goal on every server of seeds `SPACE_SEED..+SPACE_COUNT` (0..500)

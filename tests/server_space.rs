@@ -19,7 +19,7 @@
 
 mod zoo_support;
 
-use zoo_support::space::{self, meets_goal};
+use zoo_support::space::{self, env_u64, meets_goal};
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -47,13 +47,6 @@ fn client() -> Result<ThrottledClient, reqwest_pace::Error> {
 /// than they decide (`ServerSpec::latency`): what the tests of round trips
 /// measured their figures at.
 const ROUND_TRIP_MS: u64 = 20;
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(default)
-}
 
 /// The `q`-quantile of sorted `xs` (nearest rank).
 fn quantile(xs: &[f64], q: f64) -> f64 {

@@ -1,6 +1,7 @@
 //! An in-process twin of the shared token bucket (`RedisTokenBucket`), for
-//! the fleet tests on tokio's paused clock (`tests/fleet_paused.rs`), where
-//! a real Redis cannot follow the test's clock.
+//! the fleet tests on tokio's paused clock (`tests/fleet_paused.rs`,
+//! `tests/fleet_space.rs`), where a real Redis cannot follow the test's
+//! clock.
 //!
 //! It has two layers, as the real bucket has:
 //!
@@ -910,6 +911,21 @@ impl TwinProcess {
             twin: Arc::clone(twin),
             lessons: Arc::new(Lessons::default()),
         }
+    }
+
+    /// The default client of a process of the fleet that shares `twin`:
+    /// its own scopes and learning, and lessons kept as a process's
+    /// `Core` keeps them; nothing configured but the jitter's draws,
+    /// fixed so that every run is the same.
+    #[allow(dead_code)] // Not every test binary that shares this module uses it.
+    pub fn client(twin: &Arc<TwinBucket>) -> Result<reqwest_pace::ThrottledClient, Error> {
+        let process = TwinProcess::of(twin);
+        let scope = reqwest_pace::Scope::per_host()
+            .limiter(move |_| Ok(Arc::new(process.clone()) as Arc<dyn Limiter>));
+        reqwest_pace::ThrottledClient::builder(reqwest::Client::new())
+            .host_scope(scope)
+            .random(|| 0.5)
+            .build()
     }
 
     /// `Core::learn`: a block, a cut or a growth is written at once, with

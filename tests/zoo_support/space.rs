@@ -98,6 +98,16 @@ pub async fn assert_goal_at_every_phase(make: impl Fn() -> reqwest_pace::testing
     }
 }
 
+/// The whole number in the environment variable `name`, else `default`
+/// (`SPACE_SEED`, `SPACE_COUNT` and the like).
+#[allow(dead_code)] // Not every test binary that shares this module uses it.
+pub fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(default)
+}
+
 /// `SPACE_THREADS`, else the machine's parallelism.
 pub fn threads() -> usize {
     std::env::var("SPACE_THREADS")
