@@ -90,7 +90,8 @@
 //!   finds it far too high ([`Tuning::holds_over_below`]). A refusal that
 //!   holds the key (`Retry-After`)
 //!   puts the next probe at least [`Tuning::blocked_hold`] times as far off,
-//!   doubled as often as the hold was.
+//!   doubled as often as the hold was, up to [`Tuning::max_sends_hold`]:
+//!   such a probe's refusal costs the block's traffic too.
 //! - **Failing, not limiting.** A server that has never admitted the key is
 //!   cut once and then left to the retry policy's backoff and budget: the
 //!   caller, which knows whether it ever did, cuts no more.
@@ -205,8 +206,12 @@ pub(crate) struct Tuning {
     /// that while: the next probe waits at least this many times as long
     /// (doubled as often as the hold was by probes refused at one ceiling),
     /// so that probing such a server costs about 1/`blocked_hold` of the
-    /// time, and less once its ceiling is known. Larger wastes less on a
-    /// steady server; smaller finds a grown one sooner.
+    /// time, and less once its ceiling is known. Up to
+    /// [`max_sends_hold`](Self::max_sends_hold), not
+    /// [`max_hold`](Self::max_hold): a probe every minute against a log of
+    /// 10 a second answering `Retry-After: 1` lost a second's traffic each
+    /// time, and held it at 0.949 of its limit over ten minutes. Larger
+    /// wastes less on a steady server; smaller finds a grown one sooner.
     pub(crate) blocked_hold: f64,
     /// A probe refused within this share of the rate refused before found
     /// the same ceiling: the hold doubles.
@@ -911,7 +916,7 @@ impl Congestion {
         // Doubled as often as the hold was for refusals at one ceiling.
         let wait = wait.min(t.max_hold);
         let factor = t.blocked_hold * f64::from(1u32 << self.ceiling_sightings.min(8));
-        let hold = wait.mul_f64(factor).min(t.max_hold);
+        let hold = wait.mul_f64(factor).min(t.max_sends_hold);
         self.hold = self.hold.max(hold);
         // Climbing to slow start's guess is a probe, and a refused probe
         // here costs the block. Held at the target, the key loses the
@@ -1359,7 +1364,7 @@ mod tests {
         assert_eq!(c.hold, T.first_hold * 2);
         c.blocked_for(start, Duration::from_secs(1), &T);
         let blocked = Duration::from_secs(1).mul_f64(T.blocked_hold * 2.0);
-        assert_eq!(c.hold, blocked.min(T.max_hold));
+        assert_eq!(c.hold, blocked.min(T.max_sends_hold));
         // Refused between the two, the climb found a new ceiling: the
         // first hold, and a block's own.
         let (start, mut c, _) = slow_start_cut_at_11_of_20();
@@ -1378,6 +1383,21 @@ mod tests {
         assert_eq!(c.hold, T.first_hold);
         c.blocked_for(start, Duration::from_secs(1), &T);
         assert_eq!(c.hold, Duration::from_secs(1).mul_f64(T.blocked_hold));
+    }
+
+    /// A block of seconds puts the next probe off by
+    /// [`Tuning::blocked_hold`] times as long, past the longest hold a
+    /// probe refused without one brings (each probe refused costs the
+    /// block's traffic as well), up to [`Tuning::max_sends_hold`].
+    #[test]
+    fn a_long_block_puts_the_next_probe_past_the_longest_hold() {
+        let (start, mut c, _) = slow_start_cut_at_11_of_20();
+        c.blocked_for(start, Duration::from_secs(5), &T);
+        let hold = Duration::from_secs(5).mul_f64(T.blocked_hold);
+        assert!(hold > T.max_hold);
+        assert_eq!(c.hold, hold.min(T.max_sends_hold));
+        c.blocked_for(start, Duration::from_secs(60), &T);
+        assert_eq!(c.hold, T.max_sends_hold);
     }
 
     /// A `Retry-After: 0` (a wait of milliseconds rounded down) holds
