@@ -85,13 +85,12 @@ fn run((algorithm, aligned): Limiter, retry_after: bool) -> RunFigures {
 }
 
 #[test]
-#[ignore = "known gap: 20 of the 108 miss the goal, none with a failed call. Without \
+#[ignore = "known gap: 19 of the 108 miss the goal, none with a failed call. Without \
             Retry-After: fixed windows of 300 a minute (both kinds, 1.24 % refused), a log \
             and a counter of 300 a minute (1.7 %), a log of 600 a minute (1.2 %), buckets \
             of 2 a second (2.4 %, most of it slow start's) and of 5 a second with a burst of \
             10 (1.7 %: a probe runs far past the rate on the burst and reads as a new \
-            ceiling). With Retry-After: logs of 5 a second and of 100 in 5 s (0.949-0.950 \
-            of the limit), a counter of 5 a second (0.91) and the same buckets (1.3-1.7 %)"]
+            ceiling). With Retry-After: a log of 5 a second (0.949 of the limit), a counter of 5 a second (0.91) and the same buckets (1.3-1.7 %)"]
 fn common_limiters_meet_the_goal_over_ten_minutes() {
     let cases: Vec<(Limiter, bool)> = limiters()
         .into_iter()
@@ -186,4 +185,21 @@ fn a_probe_refused_with_a_wait_is_made_rarely() {
         println!("{algorithm:?} aligned {aligned}: {f:?}");
         assert!(meets_goal(f), "{algorithm:?} aligned {aligned}: {f:?}");
     }
+}
+
+/// A log of 100 in 5 s answering `Retry-After` in whole seconds: slow start
+/// spends it, and the block after the next quota measures two quotas over
+/// the cycle. Counted with the second the key was held past the first
+/// block's shortest end (a wait rounded up, and the release's jitter), the
+/// cycle read 18.9 a second, and the key held 0.92 of the limit until its
+/// first probe: 0.950 over ten minutes.
+#[test]
+fn a_log_spent_twice_is_measured_without_the_keys_own_wait() {
+    let log = Algorithm::SlidingLog {
+        limit: 100,
+        window: Duration::from_secs(5),
+    };
+    let f = run((log, false), true);
+    println!("{f:?}");
+    assert!(meets_goal(&f), "{f:?}");
 }

@@ -56,7 +56,8 @@
 //!   ends the cycle at the block's end, as a lockout does: what the cycle
 //!   let through over that span bounds the rate that is too fast (a
 //!   window or log spent in slow start's first seconds; a second's
-//!   admissions read the burst).
+//!   admissions read the burst). The span counts each block to the
+//!   shortest end its wait stands for, not to when the key went on.
 //! - **Recovery.** The rate climbs back to [`Tuning::recover_to`] of the
 //!   rate that was too fast, linearly over [`Tuning::recovery`].
 //! - **Hold, then probe.** The target is held for [`Tuning::first_hold`]
@@ -418,6 +419,12 @@ pub(crate) struct Congestion {
     /// let through is its limit (a window spent, then refused until it
     /// ends), whatever the rate that ran into it.
     cycle: Option<(Instant, u64)>,
+    /// How much of the cycle so far the key was held past the shortest
+    /// wait its blocks stood for (a `Retry-After` in whole seconds may be
+    /// a few milliseconds rounded up): the key's own idleness, which the
+    /// cycle's span leaves out when a block measures it (see
+    /// [`block_ends_cycle`](Self::block_ends_cycle)).
+    held_over: Duration,
     /// Until when the limit the end of a lockout measured stands against
     /// refusals (the rate still cut, the target kept): a log the cycle
     /// overran refuses until the admissions that overran it age out, over
@@ -497,6 +504,7 @@ impl Congestion {
             lockouts: 0,
             last_refused: None,
             cycle: None,
+            held_over: Duration::ZERO,
             measured_until: None,
             measured: None,
             window: None,
@@ -562,6 +570,7 @@ impl Congestion {
         self.locked = false;
         self.lockouts = 0;
         self.cycle = Some((now, 1));
+        self.held_over = Duration::ZERO;
         self.cycle_ended(now, since, admitted, t);
     }
 
@@ -940,7 +949,9 @@ impl Congestion {
     /// limit; the second's admissions before the refusal read the burst.
     /// A short block at the end of a long cycle measures nothing (the
     /// cycle's average is what the key chose to send), and a bound above
-    /// the rate already found too fast says nothing new.
+    /// the rate already found too fast says nothing new. The span leaves
+    /// out the key's own waits past the shortest ends of the blocks before
+    /// it in the cycle (see `held_over`).
     ///
     /// After the block, the refusals of a log whose admissions the key's
     /// burst overran (it frees its slots as fast as they were spent) keep
@@ -960,10 +971,17 @@ impl Congestion {
             0 => wait.saturating_sub(Duration::from_secs(1)),
             _ => wait,
         };
-        // No later than `ends`, which the instant holds.
-        let span = (now + shortest).saturating_duration_since(since);
+        // No later than `ends`, which the instant holds. The key's own
+        // idleness past the shortest waits of the blocks before is not the
+        // server's (a log of 100 per 5 s spent twice over 10.6 s, 1.2 s of
+        // it a whole-second wait's rounding and the release's jitter, read
+        // 18.9 a second and was held at 0.92 of its limit).
+        let span = (now + shortest)
+            .saturating_duration_since(since)
+            .saturating_sub(self.held_over);
         let blocked_enough = shortest.as_secs_f64() >= span.as_secs_f64() * t.spent_share;
         if span < t.min_cycle || (admitted as f64) < t.min_sample || !blocked_enough {
+            self.held_over = self.held_over.saturating_add(wait.saturating_sub(shortest));
             return;
         }
         let limit = admitted as f64 / span.as_secs_f64();
@@ -977,6 +995,7 @@ impl Congestion {
         self.guess = self.guess.filter(|&g| g <= limit);
         self.measured_until = ends.checked_add(now.saturating_duration_since(since));
         self.cycle = Some((ends, 0));
+        self.held_over = Duration::ZERO;
         // What the block measured stands against a lockout after it: the
         // probe it ended read nothing to go back to.
         self.probe_read = None;
@@ -1832,6 +1851,36 @@ mod tests {
         c.cut(at(14_020), 343, (20.0, None), &T);
         assert!(c.lockout_wait(at(14_020), &T).is_some(), "locked out");
         assert!(c.target() <= bounded, "{} > {bounded}", c.target());
+    }
+
+    /// A log of 100 per 5 s spent by slow start, blocked for a
+    /// `Retry-After: 4` that stood for a little over 3 s, then spent again
+    /// and blocked for as long: the second block measures two quotas over
+    /// the span to its shortest end, less the second the key was held past
+    /// the first block's shortest end (its own idleness, not the server's).
+    #[test]
+    fn a_block_measures_the_cycle_without_the_keys_own_wait() {
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        let mut c = Congestion::open();
+        c.phase = Phase::SlowStart;
+        c.rate = 140.0;
+        for k in 0..100 {
+            c.admitted(at(k * 19), &T);
+        }
+        let wait = Duration::from_secs(4);
+        c.cut(at(1_957), 100, (142.0, None), &T);
+        c.blocked_for(at(1_957), wait, &T);
+        assert!(c.too_fast > 100.0, "nothing measured: {}", c.too_fast);
+        for k in 0..100 {
+            c.admitted(at(6_157 + k * 11), &T);
+        }
+        c.cut(at(7_586), 200, (76.0, None), &T);
+        c.blocked_for(at(7_586), wait, &T);
+        // From the first admission to 7.586 s + 3 s, less 1 s.
+        let span = 10.586 - 1.0;
+        assert!((c.too_fast - 200.0 / span).abs() < 1e-9, "{}", c.too_fast);
+        assert!(c.target() <= c.too_fast * T.recover_to + 1e-9);
     }
 
     /// A window of 10 s the lockouts have shown, and a cycle held past it
