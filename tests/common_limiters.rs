@@ -85,12 +85,13 @@ fn run((algorithm, aligned): Limiter, retry_after: bool) -> RunFigures {
 }
 
 #[test]
-#[ignore = "known gap: 19 of the 108 miss the goal, none with a failed call. Without \
+#[ignore = "known gap: 18 of the 108 miss the goal, none with a failed call. Without \
             Retry-After: fixed windows of 300 a minute (both kinds, 1.24 % refused), a log \
-            and a counter of 300 a minute (1.7 %), a log of 600 a minute (1.2 %), buckets \
-            of 2 a second (2.4 %, most of it slow start's) and of 5 a second with a burst of \
-            10 (1.7 %: a probe runs far past the rate on the burst and reads as a new \
-            ceiling). With Retry-After: a log of 5 a second (0.949 of the limit), a counter of 5 a second (0.91) and the same buckets (1.3-1.7 %)"]
+            and a counter of 300 a minute (1.65-1.7 %), a log of 600 a minute (1.3 %), \
+            buckets of 2 a second (2.4 %, most of it slow start's) and of 5 a second with a \
+            burst of 10 (1.7 %: a probe runs far past the rate on the burst and reads as a \
+            new ceiling). With Retry-After: a log of 5 a second (0.949 of the limit) and the \
+            same buckets (1.3-1.7 %)"]
 fn common_limiters_meet_the_goal_over_ten_minutes() {
     let cases: Vec<(Limiter, bool)> = limiters()
         .into_iter()
@@ -200,6 +201,23 @@ fn a_log_spent_twice_is_measured_without_the_keys_own_wait() {
         window: Duration::from_secs(5),
     };
     let f = run((log, false), true);
+    println!("{f:?}");
+    assert!(meets_goal(&f), "{f:?}");
+}
+
+/// A sliding counter of 5 a second answering `Retry-After`: its second's
+/// admissions, a handful at that rate, read 3.8 a second when the key was
+/// refused holding 4.3, and that reading capped every later probe's rise
+/// (a rate refused while held), for as long as the key ran: 0.913 of the
+/// limit over ten minutes. Sent at that rate or above for longer than the
+/// refused hold had lasted, with no refusal, the key has disproved it.
+#[test]
+fn a_ceiling_misread_at_a_slow_rate_is_disproved() {
+    let counter = Algorithm::SlidingCounter {
+        limit: 5,
+        window: Duration::from_secs(1),
+    };
+    let f = run((counter, false), true);
     println!("{f:?}");
     assert!(meets_goal(&f), "{f:?}");
 }

@@ -74,7 +74,9 @@
 //!   [`Tuning::max_hold`], and raises the target by at most
 //!   [`Tuning::max_rise`], and never back past a rate refused while held
 //!   (a bucket with a burst refuses a probe above its rate, and the rise
-//!   that reading gave was refused a few seconds later, again and again).
+//!   that reading gave was refused a few seconds later, again and again),
+//!   unless the key has since sent that fast for longer than the hold
+//!   refused there lasted, with no refusal: that disproves it.
 //!   A probe refused where the one before it was, after the target it
 //!   left was refused when held, found the same ceiling too (that burst
 //!   lets an accelerating probe run about as far each time). A probe
@@ -233,6 +235,17 @@ pub(crate) struct Tuning {
     /// much grown server in fewer holds; smaller spends less of a
     /// window's quota early.
     pub(crate) probe_reach: f64,
+    /// A rate refused while held is disproved by sending that fast, with
+    /// no refusal, for longer than the hold refused there had lasted, and
+    /// for this long at least: a hold refused within a moment of reaching
+    /// its target began on a bucket the climb before it had drained, and
+    /// its length bounds nothing. Longer keeps a misread ceiling longer
+    /// (at 4 s, a counter of 5 a second with `Retry-After` missed the
+    /// goal over ten minutes again, as with no disproof); shorter
+    /// lets a bucket's burst pass for a disproof (with none, a bucket of
+    /// 40 a second with a burst of 5, refused 0.6 s into a hold, was
+    /// refused five times in the minute after it grew from 20).
+    pub(crate) disprove_at_least: Duration,
     /// A refused probe raises the target held before it by at most this
     /// share: a server that absorbs a burst refuses a probe late, above
     /// its limit. Larger finds a grown capacity in fewer probes; smaller
@@ -295,6 +308,7 @@ impl Tuning {
         probe_reach: 2.0,
         blocked_hold: 32.0,
         max_rise: 0.05,
+        disprove_at_least: Duration::from_secs(2),
         probe_per_second: 0.02,
         probe_doubling: Duration::from_secs(2),
         min_sample: 4.0,
@@ -372,7 +386,22 @@ pub(crate) struct Congestion {
     /// a lockout measures a limit. (Forgotten after a while instead, the
     /// rises came back, and with them the refusals.) A server grown by
     /// less than [`Tuning::same_ceiling`] is found only by a lockout.
+    /// Disproved, and forgotten, when the key sends at that rate or above
+    /// for longer than the hold refused there had lasted (see
+    /// `refused_held_after`).
     refused_held: Option<f64>,
+    /// How long the target refused at [`refused_held`](Self::refused_held)
+    /// had been held when it was refused. A bucket refuses a rate above
+    /// its own once that rate's excess has drained its burst: sent at
+    /// least as fast for longer, with no refusal, the key drained more
+    /// than that, and the rate was not what the server refuses (a
+    /// counter of 5 a second, whose second's admissions read 3.8 when the
+    /// key was refused holding 4.3, was held at 0.92 of its limit for as
+    /// long as the key ran).
+    refused_held_after: Duration,
+    /// Since when the key has sent at [`refused_held`](Self::refused_held)
+    /// or above with no refusal.
+    above_refused_held: Option<Instant>,
     /// When the probe reached [`Tuning::probe_reach`] of the target, since
     /// the last cut.
     reached_at: Option<Instant>,
@@ -490,6 +519,8 @@ impl Congestion {
             cut_to: 0.0,
             refused_below: None,
             refused_held: None,
+            refused_held_after: Duration::ZERO,
+            above_refused_held: None,
             reached_at: None,
             probe_refused: None,
             cut_at: None,
@@ -838,8 +869,9 @@ impl Congestion {
                 // what the cut before it sent (a queue in front full of
                 // the probe's excess): only a refusal of the rate held
                 // shows a ceiling.
-                if self.held_since.is_some() {
+                if let Some(since) = self.held_since {
                     self.refused_held = Some(from);
+                    self.refused_held_after = now.saturating_duration_since(since);
                 }
                 (from, from * t.recover_to, from * t.first_decrease)
             }
@@ -859,6 +891,7 @@ impl Congestion {
             admitted_since_cut: false,
             climb_hold: Duration::ZERO,
             reached_at: None,
+            above_refused_held: None,
             ..*self
         };
         rate
@@ -1086,6 +1119,7 @@ impl Congestion {
 
     /// Recovery, hold or probe.
     fn steady(&mut self, now: Instant, current: f64, dt: f64, t: &Tuning) -> f64 {
+        self.check_refused_held(now, current, t);
         let target = self.target;
         if self.recovering(current) {
             let gap = (target - self.cut_to).max(target * 0.05);
@@ -1112,6 +1146,29 @@ impl Congestion {
             return guess;
         }
         self.hold_then_probe(now, current, dt, t)
+    }
+
+    /// Sending at `current` since the last growth, with no refusal: at
+    /// the rate a held target was refused at, or above, for longer than
+    /// that hold had lasted (and [`Tuning::disprove_at_least`]), the key
+    /// disproved it (see `refused_held_after`). `current` is the rate the
+    /// key's limiter applies: a key whose callers send less than that
+    /// disproves a ceiling it did not reach (its next probe's rise is
+    /// still one [`Tuning::max_rise`] at most).
+    fn check_refused_held(&mut self, now: Instant, current: f64, t: &Tuning) {
+        let Some(refused) = self.refused_held else {
+            return;
+        };
+        if current < refused {
+            self.above_refused_held = None;
+            return;
+        }
+        let since = *self.above_refused_held.get_or_insert(now);
+        let needed = self.refused_held_after.max(t.disprove_at_least);
+        if now.saturating_duration_since(since) > needed {
+            self.refused_held = None;
+            self.above_refused_held = None;
+        }
     }
 
     /// Hold the target, then probe beyond it, up to its reach
@@ -1851,6 +1908,34 @@ mod tests {
         c.cut(at(14_020), 343, (20.0, None), &T);
         assert!(c.lockout_wait(at(14_020), &T).is_some(), "locked out");
         assert!(c.target() <= bounded, "{} > {bounded}", c.target());
+    }
+
+    /// A target refused 3 s into its hold names a ceiling that the key
+    /// disproves by sending at that rate or above for longer, with no
+    /// refusal; a dip below starts the count over. One refused at once
+    /// needs [`Tuning::disprove_at_least`].
+    #[test]
+    fn a_rate_sent_for_longer_than_its_refused_hold_disproves_it() {
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        let mut c = steady_after(start, (9.0, 10.0), 100, 100);
+        c.refused_held = Some(9.5);
+        c.refused_held_after = Duration::from_secs(3);
+        c.check_refused_held(at(10_000), 9.6, &T);
+        c.check_refused_held(at(11_000), 9.4, &T);
+        c.check_refused_held(at(11_500), 9.7, &T);
+        c.check_refused_held(at(14_000), 9.8, &T);
+        assert_eq!(c.refused_held, Some(9.5), "2.5 s above since the dip");
+        c.check_refused_held(at(14_600), 9.9, &T);
+        assert_eq!(c.refused_held, None);
+        // A hold refused at once disproves after the floor.
+        c.refused_held = Some(9.5);
+        c.refused_held_after = Duration::from_millis(500);
+        c.check_refused_held(at(20_000), 9.6, &T);
+        c.check_refused_held(at(21_000), 9.6, &T);
+        assert_eq!(c.refused_held, Some(9.5));
+        c.check_refused_held(at(20_000) + T.disprove_at_least * 2, 9.6, &T);
+        assert_eq!(c.refused_held, None);
     }
 
     /// A log of 100 per 5 s spent by slow start, blocked for a
