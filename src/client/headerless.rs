@@ -442,18 +442,11 @@ pub(crate) struct Congestion {
     /// Refusals in a row while locked out, and the latest's instant.
     lockouts: u32,
     last_refused: Option<Instant>,
-    /// Since when the key has been admitted without a lockout (its first
-    /// admission, or the end of the last lockout), and how many it was
-    /// admitted since: over a cycle that ends in a lockout, what the server
-    /// let through is its limit (a window spent, then refused until it
-    /// ends), whatever the rate that ran into it.
-    cycle: Option<(Instant, u64)>,
-    /// How much of the cycle so far the key was held past the shortest
-    /// wait its blocks stood for (a `Retry-After` in whole seconds may be
-    /// a few milliseconds rounded up): the key's own idleness, which the
-    /// cycle's span leaves out when a block measures it (see
-    /// [`block_ends_cycle`](Self::block_ends_cycle)).
-    held_over: Duration,
+    /// The key's run of admissions since its first one or the end of the
+    /// last lockout (or measuring block): over a cycle that ends in a
+    /// lockout, what the server let through is its limit (a window spent,
+    /// then refused until it ends), whatever the rate that ran into it.
+    cycle: Option<Cycle>,
     /// Until when the limit the end of a lockout measured stands against
     /// refusals (the rate still cut, the target kept): a log the cycle
     /// overran refuses until the admissions that overran it age out, over
@@ -485,6 +478,33 @@ pub(crate) struct Congestion {
     /// lockout is expected next, and an admission instead forgets the
     /// window.
     window_probe: bool,
+}
+
+/// A run of admissions that a lockout's end, or a block long enough to
+/// measure it, ends (see [`Congestion::cycle`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Cycle {
+    /// When it began.
+    since: Instant,
+    /// How many the key was admitted since.
+    admitted: u64,
+    /// How long the key was held within it past the shortest wait its
+    /// blocks stood for (a `Retry-After` in whole seconds may be a few
+    /// milliseconds rounded up): the key's own idleness, which the
+    /// cycle's span leaves out when a block measures it (see
+    /// [`Congestion::block_ends_cycle`]).
+    held_over: Duration,
+}
+
+impl Cycle {
+    /// A cycle beginning at `since` with `admitted` so far.
+    fn starting(since: Instant, admitted: u64) -> Cycle {
+        Cycle {
+            since,
+            admitted,
+            held_over: Duration::ZERO,
+        }
+    }
 }
 
 /// What a refused probe read its ceiling over: the hold, the sightings
@@ -535,7 +555,6 @@ impl Congestion {
             lockouts: 0,
             last_refused: None,
             cycle: None,
-            held_over: Duration::ZERO,
             measured_until: None,
             measured: None,
             window: None,
@@ -588,9 +607,13 @@ impl Congestion {
     /// limiter: the fleet's admissions since this process's previous one).
     pub(crate) fn admitted_for(&mut self, now: Instant, admissions: u64, t: &Tuning) {
         self.admitted_since_cut = true;
-        let (since, admitted) = self.cycle.unwrap_or((now, 0));
+        let cycle = self.cycle.unwrap_or(Cycle::starting(now, 0));
+        let (since, admitted) = (cycle.since, cycle.admitted);
         if !self.locked {
-            self.cycle = Some((since, admitted + admissions.max(1)));
+            self.cycle = Some(Cycle {
+                admitted: admitted + admissions.max(1),
+                ..cycle
+            });
             // A probe refused within the window was admitted next, not
             // locked out: no window's quota was spent.
             if std::mem::take(&mut self.window_probe) {
@@ -600,8 +623,7 @@ impl Congestion {
         }
         self.locked = false;
         self.lockouts = 0;
-        self.cycle = Some((now, 1));
-        self.held_over = Duration::ZERO;
+        self.cycle = Some(Cycle::starting(now, 1));
         self.cycle_ended(now, since, admitted, t);
     }
 
@@ -936,7 +958,10 @@ impl Congestion {
     /// What the server let through since the cycle began, per second,
     /// once the cycle has run a while ([`Tuning::min_cycle`]); 0 before.
     fn cycle_rate(&self, now: Instant, t: &Tuning) -> f64 {
-        let Some((since, admitted)) = self.cycle else {
+        let Some(Cycle {
+            since, admitted, ..
+        }) = self.cycle
+        else {
             return 0.0;
         };
         let span = now.saturating_duration_since(since);
@@ -984,16 +1009,17 @@ impl Congestion {
     /// cycle's average is what the key chose to send), and a bound above
     /// the rate already found too fast says nothing new. The span leaves
     /// out the key's own waits past the shortest ends of the blocks before
-    /// it in the cycle (see `held_over`).
+    /// it in the cycle (see [`Cycle::held_over`]).
     ///
     /// After the block, the refusals of a log whose admissions the key's
     /// burst overran (it frees its slots as fast as they were spent) keep
     /// the target for as long as that burst lasted (see
     /// `measured_until`), and the next cycle begins when the block ends.
     fn block_ends_cycle(&mut self, now: Instant, wait: Duration, t: &Tuning) {
-        let Some((since, admitted)) = self.cycle else {
+        let Some(cycle) = self.cycle else {
             return;
         };
+        let (since, admitted) = (cycle.since, cycle.admitted);
         // A wait past what an instant holds is no block to measure.
         let Some(ends) = now.checked_add(wait) else {
             return;
@@ -1011,10 +1037,15 @@ impl Congestion {
         // 18.9 a second and was held at 0.92 of its limit).
         let span = (now + shortest)
             .saturating_duration_since(since)
-            .saturating_sub(self.held_over);
+            .saturating_sub(cycle.held_over);
         let blocked_enough = shortest.as_secs_f64() >= span.as_secs_f64() * t.spent_share;
         if span < t.min_cycle || (admitted as f64) < t.min_sample || !blocked_enough {
-            self.held_over = self.held_over.saturating_add(wait.saturating_sub(shortest));
+            self.cycle = Some(Cycle {
+                held_over: cycle
+                    .held_over
+                    .saturating_add(wait.saturating_sub(shortest)),
+                ..cycle
+            });
             return;
         }
         let limit = admitted as f64 / span.as_secs_f64();
@@ -1027,8 +1058,7 @@ impl Congestion {
         self.cut_to = self.rate;
         self.guess = self.guess.filter(|&g| g <= limit);
         self.measured_until = ends.checked_add(now.saturating_duration_since(since));
-        self.cycle = Some((ends, 0));
-        self.held_over = Duration::ZERO;
+        self.cycle = Some(Cycle::starting(ends, 0));
         // What the block measured stands against a lockout after it: the
         // probe it ended read nothing to go back to.
         self.probe_read = None;
@@ -1055,14 +1085,14 @@ impl Congestion {
         let window_end = self
             .window
             .zip(self.cycle)
-            .and_then(|(window, (since, _))| next_end(since, window, now));
+            .and_then(|(window, cycle)| next_end(cycle.since, window, now));
         if let Some(end) = window_end {
             return Some(doubling.max((end - now).min(t.max_window_wait)));
         }
-        let round_end = self.cycle.and_then(|(since, _)| {
+        let round_end = self.cycle.and_then(|cycle| {
             ROUND_WINDOWS
                 .iter()
-                .map(|&secs| since + Duration::from_secs(secs))
+                .map(|&secs| cycle.since + Duration::from_secs(secs))
                 .find(|&end| end > now)
         });
         Some(round_end.map_or(doubling, |end| doubling.min(end - now)))
@@ -1769,7 +1799,7 @@ mod tests {
         assert_eq!(c.target(), 100.0 / 4.1 * T.recover_to);
         assert_eq!(c.lockout_wait(at(5_700), &T), None);
         // The next cycle starts at this one's end.
-        assert_eq!(c.cycle, Some((at(5_700), 1)));
+        assert_eq!(c.cycle, Some(Cycle::starting(at(5_700), 1)));
     }
 
     /// The same window seen by one process of a fleet of four: each of its
