@@ -260,6 +260,78 @@ pub enum Error {
     },
 }
 
+/// What kind of failure an [`Error`] is, in the few terms a caller acts on
+/// ([`Error::kind`]): the situations several of `Error`'s variants share
+/// (a server's wait beyond the cap comes as `RetryAfterTooLong`,
+/// `QuotaExhausted` or, from a limiter, `Blocked`), so that a `match`
+/// on the kind stays right when a release adds a variant for one of them.
+///
+/// ```
+/// use std::time::Duration;
+/// use reqwest_pace::{Error, ErrorKind};
+///
+/// let refused = Error::blocked(Duration::from_secs(90), Duration::from_secs(60), 429, true);
+/// match refused.kind() {
+///     ErrorKind::ServerWait { wait, cap, .. } => {
+///         assert_eq!((wait, cap), (Duration::from_secs(90), Duration::from_secs(60)))
+///     }
+///     other => panic!("{other:?}"),
+/// }
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// A setting is out of range, or a call asked for what the
+    /// configuration can never give (a weight over a limiter's capacity,
+    /// a priority class that does not exist). Retrying does not help.
+    Config,
+    /// A limiter of this process refused a call that would not wait
+    /// ([`Limiter::try_acquire`](crate::Limiter::try_acquire)): it would
+    /// be admitted after `wait` if nothing else changed.
+    #[non_exhaustive]
+    NotYet {
+        /// Time until the call would be admitted.
+        wait: Duration,
+    },
+    /// The server said to come back later (a `Retry-After`, a quota spent
+    /// until its reset) at a wait longer than the caller waits (the retry
+    /// policy's `max_retry_after`, a limiter's
+    /// [`Bounds::max_block`](crate::limiter::Bounds::max_block)): the
+    /// call returned at once instead of sleeping.
+    #[non_exhaustive]
+    ServerWait {
+        /// The wait the server asked for.
+        wait: Duration,
+        /// The longest wait the caller would have waited out.
+        cap: Duration,
+    },
+    /// Every attempt the retry policy allows was made and failed.
+    AttemptsExhausted,
+    /// A retry was due, but the retry budget is spent.
+    BudgetExhausted,
+    /// A wait would have ended past the call's time limit (its
+    /// [`Deadline`](crate::Deadline) or the policy's `max_elapsed`).
+    #[non_exhaustive]
+    TimeLimit {
+        /// How long the wait would have been, when known.
+        wait: Option<Duration>,
+        /// The limit it would have passed.
+        limit: Duration,
+    },
+    /// An attempt failed in a way that is retried, but the request cannot
+    /// be sent again (a method that is not idempotent, a streamed body).
+    NotRetried,
+    /// The client's own policy kept the call from being sent: its key's
+    /// circuit breaker is open, or robots.txt disallows the URL.
+    Withheld,
+    /// A shared limiter's store (Redis) could not decide, and its fault
+    /// policy fails closed.
+    Backend,
+    /// The request could not be built or sent (or a middleware further
+    /// down the chain failed), and the failure is not retried.
+    Transport,
+}
+
 /// Why a retryable failure was not retried.
 #[cfg(feature = "client")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -352,6 +424,65 @@ fn show_status(status: Option<reqwest::StatusCode>) -> String {
 }
 
 impl Error {
+    /// What kind of failure this is ([`ErrorKind`]): the situation,
+    /// whichever variant reports it.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::InvalidConfig(_) | Error::WeightExceedsCapacity { .. } => ErrorKind::Config,
+            Error::Throttled { wait } => ErrorKind::NotYet { wait: *wait },
+            Error::Blocked { wait, max, .. } => ErrorKind::ServerWait {
+                wait: *wait,
+                cap: *max,
+            },
+            Error::Backend { .. } => ErrorKind::Backend,
+            #[cfg(feature = "client")]
+            Error::PriorityOutOfRange { .. } => ErrorKind::Config,
+            #[cfg(feature = "client")]
+            Error::RetryAfterTooLong { wait, cap, .. }
+            | Error::QuotaExhausted { wait, cap, .. } => ErrorKind::ServerWait {
+                wait: *wait,
+                cap: *cap,
+            },
+            #[cfg(feature = "client")]
+            Error::DeadlineExceeded { wait, limit, .. } => ErrorKind::TimeLimit {
+                wait: *wait,
+                limit: *limit,
+            },
+            #[cfg(feature = "client")]
+            Error::RetriesExhausted { .. } => ErrorKind::AttemptsExhausted,
+            #[cfg(feature = "client")]
+            Error::BudgetExhausted { .. } => ErrorKind::BudgetExhausted,
+            #[cfg(feature = "client")]
+            Error::NotRetried { .. } => ErrorKind::NotRetried,
+            #[cfg(feature = "client")]
+            Error::CircuitOpen { .. } => ErrorKind::Withheld,
+            #[cfg(feature = "robots")]
+            Error::RobotsDisallowed { .. } => ErrorKind::Withheld,
+            #[cfg(feature = "client")]
+            Error::Transport { .. } => ErrorKind::Transport,
+            #[cfg(feature = "middleware")]
+            Error::Middleware { .. } => ErrorKind::Transport,
+        }
+    }
+
+    /// The attempts the call made before it failed, the first included,
+    /// where the error counts them (0: nothing was sent); `None` for
+    /// errors that come before any attempt is counted (a limiter's, the
+    /// configuration's) or that do not count them.
+    #[cfg(feature = "client")]
+    pub fn attempts(&self) -> Option<u32> {
+        match self {
+            Error::DeadlineExceeded { attempts, .. }
+            | Error::CircuitOpen { attempts, .. }
+            | Error::RetriesExhausted { attempts, .. }
+            | Error::BudgetExhausted { attempts, .. }
+            | Error::Transport { attempts, .. } => Some(*attempts),
+            #[cfg(feature = "middleware")]
+            Error::Middleware { attempts, .. } => Some(*attempts),
+            _ => None,
+        }
+    }
+
     /// The status of the last response, when the error came after one.
     #[cfg(feature = "client")]
     pub fn last_status(&self) -> Option<reqwest::StatusCode> {
@@ -530,5 +661,100 @@ impl From<reqwest::Error> for Error {
             attempts: 0,
             source,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Duration = Duration::from_secs(1);
+
+    /// Every variant reports its situation's kind, and the variants that
+    /// share a situation report the same one.
+    #[test]
+    fn each_variant_reports_its_kind() {
+        assert_eq!(Error::config("a zero rate").kind(), ErrorKind::Config);
+        assert_eq!(
+            Error::weight_exceeds_capacity(5, 2).kind(),
+            ErrorKind::Config
+        );
+        assert_eq!(Error::throttled(S).kind(), ErrorKind::NotYet { wait: S });
+        assert_eq!(
+            Error::blocked(90 * S, 60 * S, 429, false).kind(),
+            ErrorKind::ServerWait {
+                wait: 90 * S,
+                cap: 60 * S
+            }
+        );
+        assert_eq!(Error::backend("down", None).kind(), ErrorKind::Backend);
+    }
+
+    #[cfg(feature = "client")]
+    #[test]
+    fn a_call_that_gave_up_reports_the_kind_of_its_reason_and_its_attempts() {
+        let status = Some(reqwest::StatusCode::SERVICE_UNAVAILABLE);
+        let gave_up = |reason| Error::giving_up(reason, 3, status, None, None);
+        let server_wait = GiveUp::ServerWaitTooLong {
+            wait: 90 * S,
+            cap: 60 * S,
+        };
+        let time_limit = GiveUp::TimeLimit {
+            wait: Some(2 * S),
+            limit: 5 * S,
+        };
+        for (reason, kind, attempts) in [
+            (
+                server_wait,
+                ErrorKind::ServerWait {
+                    wait: 90 * S,
+                    cap: 60 * S,
+                },
+                None,
+            ),
+            (
+                time_limit,
+                ErrorKind::TimeLimit {
+                    wait: Some(2 * S),
+                    limit: 5 * S,
+                },
+                Some(3),
+            ),
+            (
+                GiveUp::AttemptsExhausted,
+                ErrorKind::AttemptsExhausted,
+                Some(3),
+            ),
+            (GiveUp::BudgetExhausted, ErrorKind::BudgetExhausted, Some(3)),
+            (GiveUp::NotIdempotent, ErrorKind::NotRetried, None),
+            (GiveUp::BodyNotCloneable, ErrorKind::NotRetried, None),
+        ] {
+            let error = gave_up(reason);
+            assert_eq!(error.kind(), kind, "{error:?}");
+            assert_eq!(error.attempts(), attempts, "{error:?}");
+        }
+        // A spent quota beyond the cap is the same situation as a
+        // `Retry-After` beyond it.
+        let quota = Error::QuotaExhausted {
+            wait: 90 * S,
+            cap: 60 * S,
+            status: reqwest::StatusCode::OK,
+        };
+        assert_eq!(quota.kind(), gave_up(server_wait).kind());
+        let open = Error::CircuitOpen {
+            key: "https://api.example.com:443".into(),
+            retry_in: Some(S),
+            attempts: 0,
+            last_status: None,
+        };
+        assert_eq!(
+            (open.kind(), open.attempts()),
+            (ErrorKind::Withheld, Some(0))
+        );
+        assert_eq!(
+            Error::PriorityOutOfRange { class: 9, max: 2 }.kind(),
+            ErrorKind::Config
+        );
+        assert_eq!(Error::throttled(S).attempts(), None);
     }
 }

@@ -84,7 +84,7 @@ pub use client::{
     FromHeaders, IntoRequest, KeyStatus, PaceBuilder, PacedRequestBuilder, Pacer, Priority,
     Reconcile, Scope, ThrottledClient, ThrottledClientBuilder, UsageBody,
 };
-pub use error::Error;
+pub use error::{Error, ErrorKind};
 #[cfg(feature = "client")]
 pub use error::{LastResponse, NotRetriedReason};
 pub use limiter::{
