@@ -122,10 +122,12 @@ fn summary(runs: &[(ServerSpec, RunFigures)]) {
 /// 1 % of responses refused, with rate-limit headers or without (over the
 /// 60 s); no failed logical request.
 #[tokio::test(start_paused = true)]
-#[ignore = "known gap: on seeds 0..500 the default client misses the goal on 112 servers \
-            (goodput min 0.62, p10 0.931, median 0.975; refused p90 1.8 %, max 13.6 %; 3 failed \
-            logical requests; seeds 500..1000: 129, p10 0.933, 7 failed): buckets of one (29 of \
-            62: slow start's refusals cost more than a slow one's 1 %, and above 60 a second a \
+#[ignore = "known gap: on seeds 0..500 the default client misses the goal on 108 servers, \
+            besides the 4 buckets of one the timer cannot pace at it (held to the goal in \
+            buckets_of_one_faster_than_the_timer) (goodput min 0.62, p10 0.931, median 0.975; \
+            refused p90 1.8 %, max 13.6 %; 3 failed logical requests; seeds 500..1000: 123 \
+            and 6, p10 0.933, 7 failed): buckets of one (25 of 62 besides those 4: slow \
+            start's refusals cost more than a slow one's 1 %, and above 60 a second a \
             millisecond timer cannot space sends exactly), no headers or Retry-After alone (39 \
             of 71 and 32 of 60: each slow start and probe costs a refusal, a Retry-After's \
             second each, and a slow server's 1 % is one or two refusals a minute), and a \
@@ -141,14 +143,16 @@ async fn server_space() {
 /// cost, a window's lockouts, a slow server's refusals spread over many
 /// more requests than slow start's. About 45 s on two threads.
 #[tokio::test(start_paused = true)]
-#[ignore = "known gap: on seeds 0..500, 32 servers miss the goal over ten minutes (goodput \
+#[ignore = "known gap: on seeds 0..500, 28 servers miss the goal over ten minutes, besides \
+            the 4 buckets of one the timer cannot pace at it (seeds 500..1000: 30 and 6) (goodput \
             min 0.62, p10 0.969, median 0.985; refused p90 0.5 %, max 4.4 %; 3 failed logical \
             requests, all on a counter of 131 per 58 s that slow start spends in its first \
             second: the calls refused then wait out most of a minute, and the queue behind \
             them passes the 60 s time limit): slow servers (2 to 5 a second) refused a little \
             over 1 %, most of it slow start's first seconds and the refusals that bring the \
-            target down to the limit 3 % at a time, buckets of one above 60 a second (a \
-            millisecond timer), header-less windows whose length the lockouts read late (a \
+            target down to the limit 3 % at a time, buckets of one above 60 a second whose \
+            interval the millisecond timer rounds up past the 1 % of reserve the pace keeps (a \
+            leaky bucket of 59 a second, 0.941), header-less windows whose length the lockouts read late (a \
             fixed window of 1,259 per 56 s, 0.906), a log whose echo of slow start's burst \
             reads as its limit, and logs with millisecond resets read as refilling buckets \
             (after a block, the echo of the key's own past sends reads as a refill of twice \
@@ -224,12 +228,29 @@ fn assert_goal_on_space(first: u64, count: u64, latency: Duration, workload: Wor
         );
     }
     summary(&runs);
-    let misses: Vec<String> = runs
-        .iter()
-        .filter(|(_, f)| !meets_goal(f))
-        .map(|(spec, f)| format!("#{} {spec}: {f:?}", spec.seed))
-        .collect();
-    println!("{} of {count} servers miss the goal", misses.len());
+    // A bucket of one faster than the paused clock's timer can pace at the
+    // goal has a test of its own (`buckets_of_one_faster_than_the_timer`),
+    // for servers that answer at once: a round trip costs some of them far
+    // more than the timer does.
+    let (mut misses, mut timer_bound) = (Vec::new(), Vec::new());
+    for (spec, f) in runs.iter().filter(|(_, f)| !meets_goal(f)) {
+        let allows = share_the_timer_allows(spec);
+        let line = format!(
+            "#{} {spec}: {f:?} (the timer allows {allows:.3})",
+            spec.seed
+        );
+        if allows < 0.95 && latency.is_zero() {
+            timer_bound.push(line);
+        } else {
+            misses.push(line);
+        }
+    }
+    println!(
+        "{} of {count} servers miss the goal, and {} buckets of one faster than the timer:\n{}",
+        misses.len(),
+        timer_bound.len(),
+        timer_bound.join("\n")
+    );
     let median = quantile(&goodput, 0.5);
     assert!(
         misses.is_empty(),
@@ -318,6 +339,55 @@ async fn a_small_bucket_answering_a_round_trip_later_meets_the_goal() {
         spec.latency = Duration::from_millis(ROUND_TRIP_MS);
         (spec, Duration::from_secs(60))
     }))
+    .await;
+}
+
+/// The most of its true limit a client can be admitted by the server of
+/// `spec` on the paused clock, whose timer wakes on whole milliseconds
+/// (tokio's): a bucket of one (a GCRA or token bucket without a burst,
+/// nginx's leaky bucket without one) refuses any gap shorter than its
+/// interval, so it admits at most one request per whole milliseconds of
+/// its interval rounded up: 142.9 a second of a bucket of 156 (0.916), 111.1
+/// of 124 (0.896). 1.0 for any other server, and where a limiter in front
+/// binds below that.
+fn share_the_timer_allows(spec: &ServerSpec) -> f64 {
+    let rate = match spec.algorithm {
+        Algorithm::TokenBucket { rate, burst: 1 }
+        | Algorithm::Gcra { rate, burst: 1 }
+        | Algorithm::LeakyBucket { rate, burst: 0 } => rate,
+        _ => return 1.0,
+    };
+    let millis = rate.interval_nanos().div_ceil(1_000_000).max(1);
+    (1_000.0 / millis as f64 / spec.sustained_per_second()).min(1.0)
+}
+
+/// The buckets of one of seeds 0..500 that the timer cannot pace at 0.95
+/// of their rate ([`share_the_timer_allows`]): the goal over a minute.
+/// The space's goal runs on servers that answer at once leave them out,
+/// and this test holds them to it. (Answering a round trip later, they
+/// stay in `server_space_answering_a_round_trip_later`: there a bucket of
+/// 124 a second reads 0.19 of its limit, far below what the timer
+/// allows.)
+#[tokio::test(start_paused = true)]
+#[ignore = "known gap: no pace can meet it on the paused clock, whose timer wakes on whole \
+            milliseconds: a GCRA of 99 a second without a burst admits at most 90.9 a second \
+            (0.918; the key reaches 0.903), token buckets of 71, 124 and 156 a second 0.939, \
+            0.896 and 0.916 (0.851, 0.863 and 0.865 over a minute; 0.929, 0.892 and 0.910 over \
+            ten minutes)"]
+async fn buckets_of_one_faster_than_the_timer() {
+    let seeds: Vec<u64> = (0..500)
+        .filter(|&seed| share_the_timer_allows(&ServerSpec::generate(seed)) < 0.95)
+        .collect();
+    assert_eq!(
+        seeds,
+        [54, 182, 282, 407],
+        "the space's buckets of one changed"
+    );
+    assert_goal_on(
+        seeds
+            .into_iter()
+            .map(|seed| (ServerSpec::generate(seed), Duration::from_secs(60))),
+    )
     .await;
 }
 
