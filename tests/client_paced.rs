@@ -963,3 +963,57 @@ async fn a_refusal_the_key_paces_costs_the_call_no_attempt() {
     );
     assert_eq!(never.requests().len(), 4);
 }
+
+/// Every event of a call carries the call's number (`Event::call`), its
+/// retries' included, and calls running at once have numbers of their
+/// own: four calls at once, the server's first two answers 503s, each call
+/// sent, received and completed under one number, the two refused ones
+/// sent twice with a `Retrying` between.
+#[tokio::test(start_paused = true)]
+async fn each_call_s_events_carry_its_number() {
+    let server = server(Dialect::None, 1000, 1000).await;
+    server.inject(Fault::service_unavailable().times(2));
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let log = Arc::clone(&events);
+    let client = ThrottledClient::builder(reqwest::Client::new())
+        .retry(no_jitter())
+        .on_event(move |event| log.lock().unwrap().push(event.clone()))
+        .build()
+        .unwrap();
+    let calls: Vec<_> = (0..4)
+        .map(|_| {
+            let client = client.clone();
+            let url = server.url();
+            tokio::spawn(async move { client.get(&url).send().await.map(|r| r.status()) })
+        })
+        .collect();
+    for call in calls {
+        assert_eq!(call.await.unwrap().unwrap(), 200);
+    }
+    let events = events.lock().unwrap().clone();
+    let mut by_call: std::collections::BTreeMap<u64, Vec<&Event>> = Default::default();
+    for event in &events {
+        match event.call() {
+            Some(call) => by_call.entry(call).or_default().push(event),
+            None => assert!(matches!(event, Event::Paced { .. }), "{event:?}"),
+        }
+    }
+    assert_eq!(by_call.len(), 4, "{events:#?}");
+    let count = |of: &[&Event], f: fn(&Event) -> bool| of.iter().filter(|e| f(e)).count();
+    let mut sends: Vec<usize> = by_call
+        .values()
+        .map(|of| {
+            let sent = count(of, |e| matches!(e, Event::Sent { .. }));
+            assert_eq!(count(of, |e| matches!(e, Event::Received { .. })), sent);
+            assert_eq!(count(of, |e| matches!(e, Event::Retrying { .. })), sent - 1);
+            assert_eq!(count(of, |e| matches!(e, Event::Completed { .. })), 1);
+            assert!(
+                matches!(of.last(), Some(Event::Completed { attempts, .. }) if *attempts as usize == sent),
+                "{of:#?}"
+            );
+            sent
+        })
+        .collect();
+    sends.sort_unstable();
+    assert_eq!(sends, [1, 1, 2, 2], "{events:#?}");
+}

@@ -89,6 +89,8 @@ pub(crate) struct Inner {
 
 /// One call's progress through its attempts.
 pub(crate) struct Call {
+    /// The call's number, on every event of it ([`Event::call`]).
+    pub(crate) id: u64,
     method: Method,
     url: reqwest::Url,
     /// The call's own deadline, as an instant and the limit it came from.
@@ -110,9 +112,13 @@ pub(crate) struct Call {
     pub(crate) last_status: Option<StatusCode>,
 }
 
+/// The number the next call gets ([`Event::call`]).
+static NEXT_CALL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 impl Call {
     pub(crate) fn new(request: &Request, deadline: Option<Duration>, priority: Priority) -> Call {
         Call {
+            id: NEXT_CALL.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             method: request.method().clone(),
             url: request.url().clone(),
             deadline: deadline.map(|d| (Instant::now() + d, d)),
@@ -394,6 +400,7 @@ impl Pacer {
                         return Err(open);
                     }
                     self.emit(Event::Retrying {
+                        call: call.id,
                         attempt: call.attempt,
                         delay,
                         from_server,
@@ -512,6 +519,7 @@ impl Pacer {
         Fut: Future<Output = Result<Response, SendFailure>>,
     {
         self.emit_with(tracing::Level::DEBUG, || Event::Sent {
+            call: call.id,
             attempt: call.attempt,
             method: request.method().to_string(),
             url: request.url().to_string(),
@@ -533,6 +541,7 @@ impl Pacer {
     ) -> Read {
         if let Ok(response) = result {
             self.emit_with(tracing::Level::DEBUG, || Event::Received {
+                call: call.id,
                 attempt: call.attempt,
                 status: response.status().as_u16(),
             });
@@ -624,6 +633,7 @@ impl Pacer {
         match result {
             Ok(response) => {
                 self.emit_with(tracing::Level::DEBUG, || Event::Completed {
+                    call: call.id,
                     attempts: call.attempt,
                     status: response.status().as_u16(),
                 });
@@ -668,6 +678,7 @@ impl Pacer {
 
     pub(crate) fn report_give_up(&self, call: &Call, reason: GiveUp) {
         self.emit(Event::GaveUp {
+            call: call.id,
             attempts: call.attempt,
             reason,
             status: call.last_status.map(|s| s.as_u16()),

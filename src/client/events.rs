@@ -18,6 +18,8 @@ pub enum Event {
     /// with scope `robots`, for the interval its host's robots.txt asks).
     #[non_exhaustive]
     Waited {
+        /// The call it belongs to ([`Event::call`]).
+        call: u64,
         /// The scope's name (`robots` for a robots.txt's interval).
         scope: String,
         /// The bucket's key within the scope.
@@ -28,6 +30,8 @@ pub enum Event {
     /// An attempt went out.
     #[non_exhaustive]
     Sent {
+        /// The call it belongs to ([`Event::call`]).
+        call: u64,
         /// 1 for the first attempt.
         attempt: u32,
         /// The request's method.
@@ -38,6 +42,8 @@ pub enum Event {
     /// An attempt got a response (any status).
     #[non_exhaustive]
     Received {
+        /// The call it belongs to ([`Event::call`]).
+        call: u64,
         /// 1 for the first attempt.
         attempt: u32,
         /// The response status.
@@ -48,6 +54,8 @@ pub enum Event {
     /// ([`RateLimitSignal::is_throttled`](crate::headers::RateLimitSignal::is_throttled)).
     #[non_exhaustive]
     Throttled {
+        /// The call it belongs to ([`Event::call`]).
+        call: u64,
         /// The scope's name.
         scope: String,
         /// The bucket's key.
@@ -70,6 +78,8 @@ pub enum Event {
     /// A retry is scheduled after `delay`.
     #[non_exhaustive]
     Retrying {
+        /// The call it belongs to ([`Event::call`]).
+        call: u64,
         /// The attempt that failed (1 for the first).
         attempt: u32,
         /// The sleep before the next attempt.
@@ -82,6 +92,8 @@ pub enum Event {
     /// The request failed for good.
     #[non_exhaustive]
     GaveUp {
+        /// The call it belongs to ([`Event::call`]).
+        call: u64,
         /// Attempts made.
         attempts: u32,
         /// Why: the same reason the call's error gives
@@ -93,6 +105,8 @@ pub enum Event {
     /// The request completed with a final response.
     #[non_exhaustive]
     Completed {
+        /// The call it belongs to ([`Event::call`]).
+        call: u64,
         /// Attempts made.
         attempts: u32,
         /// The final status.
@@ -113,6 +127,64 @@ pub enum Event {
         /// The state it entered.
         to: crate::CircuitState,
     },
+}
+
+impl Event {
+    /// The logical call the event belongs to: a number the client gives
+    /// each call when it starts (unique within the process, increasing),
+    /// the same on every event of the call, its waits, attempts and
+    /// retries included, so that a hook can follow one call among many
+    /// running at once. `None` for the events of a key rather than a call
+    /// ([`Event::Paced`], [`Event::Circuit`]).
+    ///
+    /// ```
+    /// # #[cfg(feature = "testing")]
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), reqwest_pace::Error> {
+    /// use std::sync::{Arc, Mutex};
+    /// use reqwest_pace::testing::RateLimitedServer;
+    /// use reqwest_pace::{Event, Rate, ThrottledClient};
+    ///
+    /// let server = RateLimitedServer::builder()
+    ///     .limit(Rate::per_second(100)?)
+    ///     .start()
+    ///     .await?;
+    /// let seen = Arc::new(Mutex::new(Vec::new()));
+    /// let log = Arc::clone(&seen);
+    /// let client = ThrottledClient::builder(reqwest::Client::new())
+    ///     .on_event(move |event| {
+    ///         if let (Event::Sent { .. } | Event::Completed { .. }, Some(call)) =
+    ///             (event, event.call())
+    ///         {
+    ///             log.lock().unwrap().push(call);
+    ///         }
+    ///     })
+    ///     .build()?;
+    /// client.get(server.url()).send().await?;
+    /// client.get(server.url()).send().await?;
+    /// let seen = seen.lock().unwrap().clone();
+    /// // Each call's send and completion carry its number; the two differ.
+    /// assert_eq!(seen.len(), 4);
+    /// assert_eq!((seen[0], seen[2]), (seen[1], seen[3]));
+    /// assert!(seen[0] < seen[2]);
+    /// # server.shutdown().await;
+    /// # Ok(())
+    /// # }
+    /// # #[cfg(not(feature = "testing"))]
+    /// # fn main() {}
+    /// ```
+    pub fn call(&self) -> Option<u64> {
+        match self {
+            Event::Waited { call, .. }
+            | Event::Sent { call, .. }
+            | Event::Received { call, .. }
+            | Event::Throttled { call, .. }
+            | Event::Retrying { call, .. }
+            | Event::GaveUp { call, .. }
+            | Event::Completed { call, .. } => Some(*call),
+            Event::Paced { .. } | Event::Circuit { .. } => None,
+        }
+    }
 }
 
 pub(crate) type Hook = Arc<dyn Fn(&Event) + Send + Sync>;
@@ -136,24 +208,36 @@ pub(crate) fn listened(hook: Option<&Hook>, level: tracing::Level) -> bool {
 
 pub(crate) fn emit(hook: Option<&Hook>, event: Event) {
     match &event {
-        Event::Waited { scope, key, waited } => {
-            tracing::debug!(target: "reqwest_pace", scope, key, waited_ms = waited.as_millis() as u64, "waited for bucket")
+        Event::Waited {
+            call,
+            scope,
+            key,
+            waited,
+        } => {
+            tracing::debug!(target: "reqwest_pace", call, scope, key, waited_ms = waited.as_millis() as u64, "waited for bucket")
         }
         Event::Sent {
+            call,
             attempt,
             method,
             url,
-        } => tracing::debug!(target: "reqwest_pace", attempt, method, url, "sent"),
-        Event::Received { attempt, status } => {
-            tracing::debug!(target: "reqwest_pace", attempt, status, "received")
+        } => tracing::debug!(target: "reqwest_pace", call, attempt, method, url, "sent"),
+        Event::Received {
+            call,
+            attempt,
+            status,
+        } => {
+            tracing::debug!(target: "reqwest_pace", call, attempt, status, "received")
         }
         Event::Throttled {
+            call,
             scope,
             key,
             status,
             retry_after,
         } => tracing::info!(
             target: "reqwest_pace",
+            call,
             scope,
             key,
             status,
@@ -166,12 +250,14 @@ pub(crate) fn emit(hook: Option<&Hook>, event: Event) {
             per_second,
         } => tracing::debug!(target: "reqwest_pace", scope, key, per_second, "re-paced"),
         Event::Retrying {
+            call,
             attempt,
             delay,
             from_server,
             status,
         } => tracing::info!(
             target: "reqwest_pace",
+            call,
             attempt,
             delay_ms = delay.as_millis() as u64,
             from_server,
@@ -179,14 +265,19 @@ pub(crate) fn emit(hook: Option<&Hook>, event: Event) {
             "retrying"
         ),
         Event::GaveUp {
+            call,
             attempts,
             reason,
             status,
         } => {
-            tracing::warn!(target: "reqwest_pace", attempts, %reason, status, "gave up")
+            tracing::warn!(target: "reqwest_pace", call, attempts, %reason, status, "gave up")
         }
-        Event::Completed { attempts, status } => {
-            tracing::debug!(target: "reqwest_pace", attempts, status, "completed")
+        Event::Completed {
+            call,
+            attempts,
+            status,
+        } => {
+            tracing::debug!(target: "reqwest_pace", call, attempts, status, "completed")
         }
         Event::Circuit {
             scope,

@@ -65,7 +65,7 @@ impl Pacer {
         for (i, (m, &seq)) in members.iter().zip(&sent.seqs).enumerate() {
             m.state.seen_response.store(true, Ordering::Release);
             match signal.filter(|_| targets.contains(&m.scope)) {
-                Some(signal) if self.learn_concurrency(m, (sent, seq), signal, cost) => {
+                Some(signal) if self.learn_concurrency(m, (call, sent, seq), signal, cost) => {
                     taught.paced |=
                         self.inner.scopes[m.scope].adaptive() && m.state.adapt().server_admits();
                 }
@@ -101,7 +101,7 @@ impl Pacer {
     fn learn_concurrency(
         &self,
         m: &Member,
-        (sent, seq): (&Sent<'_>, u64),
+        (call, sent, seq): (&Call, &Sent<'_>, u64),
         signal: &RateLimitSignal,
         cost: &Cost,
     ) -> bool {
@@ -114,6 +114,7 @@ impl Pacer {
         }
         m.state.adapt().on_no_response(seq);
         self.emit(Event::Throttled {
+            call: call.id,
             scope: scope.config.name.clone(),
             key: m.state.key.clone(),
             status: signal.status,
@@ -291,6 +292,7 @@ impl Pacer {
         let wait = verdict.server_wait;
         if signal.is_throttled() {
             self.emit(Event::Throttled {
+                call: call.id,
                 scope: scope.config.name.clone(),
                 key: m.state.key.clone(),
                 status: signal.status,

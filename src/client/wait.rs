@@ -144,7 +144,7 @@ impl Pacer {
         let until = call.limit(self.inner.policy.max_elapsed());
         let queued = *call.queued.get_or_insert_with(Instant::now);
         let sent = match self
-            .wait_for_members(members, gate, until, (call.priority, queued))
+            .wait_for_members(members, gate, until, (call.id, call.priority, queued))
             .await
         {
             Ok(sent) => sent,
@@ -282,7 +282,7 @@ impl Pacer {
         members: &'m [Member],
         gate: Option<&Gate>,
         until: Option<(Instant, Duration)>,
-        (priority, queued): (Priority, Instant),
+        (id, priority, queued): (u64, Priority, Instant),
     ) -> Result<Sent<'m>, WaitError> {
         let mut probes = Vec::new();
         let mut permits = Vec::new();
@@ -311,7 +311,10 @@ impl Pacer {
                     }
                 }
             }
-            let grant = match self.wait_for_member(m, until, arrived, &mut probes).await {
+            let grant = match self
+                .wait_for_member(m, (id, until), arrived, &mut probes)
+                .await
+            {
                 Ok(grant) => grant,
                 Err(e) => {
                     no_longer_in_flight(members, &seqs);
@@ -337,6 +340,7 @@ impl Pacer {
             let waited = t0.elapsed();
             if !waited.is_zero() {
                 self.emit_with(tracing::Level::DEBUG, || Event::Waited {
+                    call: id,
                     scope: "robots".to_owned(),
                     key: origin.clone(),
                     waited,
@@ -357,7 +361,7 @@ impl Pacer {
     async fn wait_for_member<'m>(
         &self,
         m: &'m Member,
-        until: Option<(Instant, Duration)>,
+        (id, until): (u64, Option<(Instant, Duration)>),
         arrived: Option<Instant>,
         probes: &mut Vec<ProbeGuard<'m>>,
     ) -> Result<Grant, WaitError> {
@@ -393,6 +397,7 @@ impl Pacer {
         let waited = t0.map(|t0| t0.elapsed());
         if let Some(waited) = waited.filter(|w| !w.is_zero()) {
             self.emit_with(tracing::Level::DEBUG, || Event::Waited {
+                call: id,
                 scope: scope.config.name.clone(),
                 key: m.state.key.clone(),
                 waited,
