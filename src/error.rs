@@ -82,6 +82,9 @@ pub enum Error {
         cap: Duration,
         /// The status of the response that asked for it.
         status: reqwest::StatusCode,
+        /// Attempts this call made before it, the first included (0: the
+        /// key was held before the call sent anything).
+        attempts: u32,
         /// The last response (status, headers, the first bytes of its
         /// body), when an attempt of this call got one.
         last_response: Option<Box<LastResponse>>,
@@ -125,6 +128,9 @@ pub enum Error {
         cap: Duration,
         /// The status of the response that said the quota was spent.
         status: reqwest::StatusCode,
+        /// Attempts this call made before it, the first included (0: the
+        /// key was held before the call sent anything).
+        attempts: u32,
     },
 
     /// A priority class outside the classes there are
@@ -223,6 +229,8 @@ pub enum Error {
     NotRetried {
         /// Why it could not be retried.
         reason: NotRetriedReason,
+        /// Attempts made, the first included.
+        attempts: u32,
         /// The response's status, if there was a response.
         last_status: Option<reqwest::StatusCode>,
         /// The transport error, if there was no response.
@@ -281,13 +289,16 @@ pub enum Error {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ErrorKind {
-    /// A setting is out of range, or a call asked for what the
-    /// configuration can never give (a weight over a limiter's capacity,
-    /// a priority class that does not exist). Retrying does not help.
+    /// A setting is out of range, or a call asked for what can never be
+    /// given (a weight over a limiter's capacity, configured or stated by
+    /// the server; a priority class that does not exist). Retrying does
+    /// not help.
     Config,
-    /// A limiter of this process refused a call that would not wait
-    /// ([`Limiter::try_acquire`](crate::Limiter::try_acquire)): it would
-    /// be admitted after `wait` if nothing else changed.
+    /// A limiter refused a call that would not wait
+    /// ([`Limiter::try_acquire`](crate::Limiter::try_acquire)), or not
+    /// past the instant it was given
+    /// ([`Bounds::by`](crate::limiter::Bounds::by)): it would be admitted
+    /// after `wait` if nothing else changed.
     #[non_exhaustive]
     NotYet {
         /// Time until the call would be admitted.
@@ -310,7 +321,7 @@ pub enum ErrorKind {
     /// A retry was due, but the retry budget is spent.
     BudgetExhausted,
     /// A wait would have ended past the call's time limit (its
-    /// [`Deadline`](crate::Deadline) or the policy's `max_elapsed`).
+    /// `Deadline` or the policy's `max_elapsed`).
     #[non_exhaustive]
     TimeLimit {
         /// How long the wait would have been, when known.
@@ -465,14 +476,16 @@ impl Error {
         }
     }
 
-    /// The attempts the call made before it failed, the first included,
-    /// where the error counts them (0: nothing was sent); `None` for
-    /// errors that come before any attempt is counted (a limiter's, the
-    /// configuration's) or that do not count them.
+    /// The attempts the call made before it failed, the first included
+    /// (0: nothing was sent), for every error a call returns; `None` for
+    /// a limiter's errors and the configuration's, which no call counts.
     #[cfg(feature = "client")]
     pub fn attempts(&self) -> Option<u32> {
         match self {
-            Error::DeadlineExceeded { attempts, .. }
+            Error::RetryAfterTooLong { attempts, .. }
+            | Error::QuotaExhausted { attempts, .. }
+            | Error::NotRetried { attempts, .. }
+            | Error::DeadlineExceeded { attempts, .. }
             | Error::CircuitOpen { attempts, .. }
             | Error::RetriesExhausted { attempts, .. }
             | Error::BudgetExhausted { attempts, .. }
@@ -556,6 +569,7 @@ impl Error {
                 wait,
                 cap,
                 status: last_status.unwrap_or(reqwest::StatusCode::TOO_MANY_REQUESTS),
+                attempts,
                 last_response,
             },
             (GiveUp::TimeLimit { wait, limit }, _) => Error::DeadlineExceeded {
@@ -573,12 +587,14 @@ impl Error {
             },
             (GiveUp::NotIdempotent, source) => Error::NotRetried {
                 reason: NotRetriedReason::NonIdempotent,
+                attempts,
                 last_status,
                 source,
                 last_response,
             },
             (GiveUp::BodyNotCloneable, source) => Error::NotRetried {
                 reason: NotRetriedReason::BodyNotCloneable,
+                attempts,
                 last_status,
                 source,
                 last_response,
@@ -594,6 +610,19 @@ impl Error {
 
     pub(crate) fn config(message: impl Into<String>) -> Self {
         Error::InvalidConfig(message.into())
+    }
+
+    /// The same error, counting `made` attempts where it counts them and
+    /// was made before the count was known (a server's wait beyond the
+    /// cap, found in the wait step).
+    #[cfg(feature = "client")]
+    pub(crate) fn after_attempts(mut self, made: u32) -> Self {
+        if let Error::RetryAfterTooLong { attempts, .. } | Error::QuotaExhausted { attempts, .. } =
+            &mut self
+        {
+            *attempts = made;
+        }
+        self
     }
 
     /// [`Error::Throttled`]: refused now, and admitted after `wait` if
@@ -710,7 +739,7 @@ mod tests {
                     wait: 90 * S,
                     cap: 60 * S,
                 },
-                None,
+                Some(3),
             ),
             (
                 time_limit,
@@ -726,8 +755,8 @@ mod tests {
                 Some(3),
             ),
             (GiveUp::BudgetExhausted, ErrorKind::BudgetExhausted, Some(3)),
-            (GiveUp::NotIdempotent, ErrorKind::NotRetried, None),
-            (GiveUp::BodyNotCloneable, ErrorKind::NotRetried, None),
+            (GiveUp::NotIdempotent, ErrorKind::NotRetried, Some(3)),
+            (GiveUp::BodyNotCloneable, ErrorKind::NotRetried, Some(3)),
         ] {
             let error = gave_up(reason);
             assert_eq!(error.kind(), kind, "{error:?}");
@@ -739,8 +768,11 @@ mod tests {
             wait: 90 * S,
             cap: 60 * S,
             status: reqwest::StatusCode::OK,
-        };
+            attempts: 0,
+        }
+        .after_attempts(2);
         assert_eq!(quota.kind(), gave_up(server_wait).kind());
+        assert_eq!(quota.attempts(), Some(2));
         let open = Error::CircuitOpen {
             key: "https://api.example.com:443".into(),
             retry_in: Some(S),

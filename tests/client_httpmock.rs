@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use httpmock::prelude::*;
 use reqwest_pace::retry::{Backoff, GiveUp, Jitter, Outcome, RetryBudget, RetryPolicy};
-use reqwest_pace::{Error, Event, NotRetriedReason, ThrottledClient};
+use reqwest_pace::{Error, ErrorKind, Event, NotRetriedReason, ThrottledClient};
 
 fn fast_backoff() -> Backoff {
     Backoff::exponential(Duration::from_millis(5)).with_jitter(Jitter::None)
@@ -206,6 +206,9 @@ async fn a_retry_after_past_the_cap_is_returned_at_once_without_sleeping() {
             assert_eq!(wait, Duration::from_secs(3600));
             assert_eq!(cap, Duration::from_secs(30));
             assert_eq!(status, 429);
+            // One attempt, answered with the 429: one of its kind.
+            assert_eq!(err.attempts(), Some(1));
+            assert!(matches!(err.kind(), ErrorKind::ServerWait { wait: w, .. } if w == wait));
             // What the server said is kept: its headers and body.
             let last = last_response.as_deref().expect("the 429 is kept");
             assert_eq!(last.status, 429);
@@ -242,6 +245,7 @@ async fn a_retry_after_past_the_cap_is_returned_at_once_without_sleeping() {
         .await
         .unwrap_err();
     assert!(matches!(again, Error::RetryAfterTooLong { .. }));
+    assert_eq!(again.attempts(), Some(0), "it sent nothing");
     assert_eq!(mock.calls_async().await, 1);
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use reqwest_pace::retry::{Backoff, Jitter, ReleaseJitter, RetryPolicy};
 use reqwest_pace::testing::{Dialect, Fault, RateLimitedServer, RetryAfter};
-use reqwest_pace::{Error, Event, Rate, Scope, ThrottledClient};
+use reqwest_pace::{Error, ErrorKind, Event, Rate, Scope, ThrottledClient};
 
 fn no_jitter() -> RetryPolicy {
     RetryPolicy::default()
@@ -682,13 +682,17 @@ async fn a_spent_quota_closes_the_key_with_the_servers_status_and_clear_key_reop
     for _ in 0..2 {
         assert_eq!(client.get(server.url()).send().await.unwrap().status(), 200);
     }
-    match client.get(server.url()).send().await {
-        Err(Error::QuotaExhausted { wait, status, .. }) => {
+    let spent = client.get(server.url()).send().await.unwrap_err();
+    match &spent {
+        Error::QuotaExhausted { wait, status, .. } => {
             assert_eq!(status.as_u16(), 200);
-            assert!(wait > Duration::from_secs(7_000), "{wait:?}");
+            assert!(*wait > Duration::from_secs(7_000), "{wait:?}");
         }
         other => panic!("unexpected {other:?}"),
     }
+    // Found spent before it sent: none of its own attempts.
+    assert_eq!(spent.attempts(), Some(0));
+    assert!(matches!(spent.kind(), ErrorKind::ServerWait { .. }));
     let status = client.key_status("host", &server.url()).unwrap();
     assert_eq!(status.closed_by.map(|s| s.as_u16()), Some(200));
     assert!(status.closed_for.is_some());
@@ -973,8 +977,8 @@ async fn a_refusal_the_key_paces_costs_the_call_no_attempt() {
 async fn each_call_s_events_carry_its_number() {
     let server = server(Dialect::None, 1000, 1000).await;
     server.inject(Fault::service_unavailable().times(2));
-    let events = Arc::new(Mutex::new(Vec::new()));
-    let log = Arc::clone(&events);
+    let recorded = Arc::new(Mutex::new(Vec::new()));
+    let log = Arc::clone(&recorded);
     let client = ThrottledClient::builder(reqwest::Client::new())
         .retry(no_jitter())
         .on_event(move |event| log.lock().unwrap().push(event.clone()))
@@ -990,7 +994,7 @@ async fn each_call_s_events_carry_its_number() {
     for call in calls {
         assert_eq!(call.await.unwrap().unwrap(), 200);
     }
-    let events = events.lock().unwrap().clone();
+    let events = std::mem::take(&mut *recorded.lock().unwrap());
     let mut by_call: std::collections::BTreeMap<u64, Vec<&Event>> = Default::default();
     for event in &events {
         match event.call() {
@@ -1016,4 +1020,50 @@ async fn each_call_s_events_carry_its_number() {
         .collect();
     sends.sort_unstable();
     assert_eq!(sends, [1, 1, 2, 2], "{events:#?}");
+
+    // A refusal with a wait, then a call that gives up: their throttles,
+    // retries and give-up carry the number of the call they belong to.
+    let of_next_call = || {
+        let events = std::mem::take(&mut *recorded.lock().unwrap());
+        let calls: std::collections::BTreeSet<u64> =
+            events.iter().filter_map(Event::call).collect();
+        assert_eq!(calls.len(), 1, "{events:#?}");
+        events
+    };
+    server.inject(Fault::too_many_requests().retry_after(RetryAfter::Seconds(1)));
+    assert_eq!(client.get(server.url()).send().await.unwrap().status(), 200);
+    let told_to_wait = of_next_call();
+    for kind in [
+        |e: &Event| matches!(e, Event::Throttled { status: 429, .. }),
+        |e: &Event| {
+            matches!(
+                e,
+                Event::Retrying {
+                    from_server: true,
+                    ..
+                }
+            )
+        },
+        |e: &Event| matches!(e, Event::Completed { attempts: 2, .. }),
+    ] {
+        assert_eq!(
+            told_to_wait.iter().filter(|e| kind(e)).count(),
+            1,
+            "{told_to_wait:#?}"
+        );
+    }
+    server.inject(Fault::service_unavailable().times(1_000));
+    assert!(client.get(server.url()).send().await.is_err());
+    let failed = of_next_call();
+    assert!(
+        matches!(failed.last(), Some(Event::GaveUp { .. })),
+        "{failed:#?}"
+    );
+    assert!(
+        failed
+            .iter()
+            .filter(|e| matches!(e, Event::Sent { .. }))
+            .count()
+            >= 2
+    );
 }

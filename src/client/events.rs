@@ -135,7 +135,9 @@ impl Event {
     /// the same on every event of the call, its waits, attempts and
     /// retries included, so that a hook can follow one call among many
     /// running at once. `None` for the events of a key rather than a call
-    /// ([`Event::Paced`], [`Event::Circuit`]).
+    /// ([`Event::Paced`], [`Event::Circuit`]). A robots.txt the client
+    /// fetches before a call (feature `robots`) is fetched by a call of its
+    /// own, with a number of its own.
     ///
     /// ```
     /// # #[cfg(feature = "testing")]

@@ -120,8 +120,9 @@ impl Pacer {
             status: signal.status,
             retry_after: signal.retry_after,
         });
-        // The refused call's number tells a refusal of the calls sent
-        // before the last cut (the same episode) from a new one.
+        // The refused send's place in the key's count of sends tells a
+        // refusal of the calls sent before the last cut (the same episode)
+        // from a new one.
         let cut = match sent.permit_of(in_flight) {
             Some(permit) => permit.refused(),
             None => in_flight.refused(0),

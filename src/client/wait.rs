@@ -240,8 +240,10 @@ impl Pacer {
         });
     }
 
-    /// Report a call's give-up when `error` is one.
+    /// Report a call's give-up when `error` is one, counting the
+    /// attempts it made before this wait.
     fn fail(&self, call: &Call, error: Error) -> Error {
+        let error = error.after_attempts(call.attempt.saturating_sub(1));
         if let Some(reason) = error.gave_up() {
             self.report_give_up(call, reason);
         }
@@ -529,12 +531,18 @@ impl Pacer {
 fn refusal(status: u16, spent_quota: bool, wait: Duration, cap: Duration) -> Error {
     let status = status_or_429(status);
     if spent_quota {
-        Error::QuotaExhausted { wait, cap, status }
+        Error::QuotaExhausted {
+            wait,
+            cap,
+            status,
+            attempts: 0,
+        }
     } else {
         Error::RetryAfterTooLong {
             wait,
             cap,
             status,
+            attempts: 0,
             last_response: None,
         }
     }
