@@ -122,13 +122,13 @@ fn summary(runs: &[(ServerSpec, RunFigures)]) {
 /// 1 % of responses refused, with rate-limit headers or without (over the
 /// 60 s); no failed logical request.
 #[tokio::test(start_paused = true)]
-#[ignore = "known gap: on seeds 0..500 the default client misses the goal on 108 servers, \
-            besides the 4 buckets of one the timer cannot pace at it (held to the goal in \
-            buckets_of_one_faster_than_the_timer) (goodput min 0.62, p10 0.931, median 0.975; \
-            refused p90 1.8 %, max 13.6 %; 3 failed logical requests; seeds 500..1000: 123 \
-            and 6, p10 0.933, 7 failed): buckets of one (25 of 62 besides those 4: slow \
-            start's refusals cost more than a slow one's 1 %, and above 60 a second a \
-            millisecond timer cannot space sends exactly), no headers or Retry-After alone (39 \
+#[ignore = "known gap: on seeds 0..500 the default client misses the goal on 110 servers, \
+            besides 2 buckets of one the timer cannot pace at it that meet it scaled to what \
+            the timer allows (buckets_of_one_faster_than_the_timer) (goodput min 0.62, p10 \
+            0.931, median 0.975; refused p90 1.8 %, max 13.6 %; 3 failed logical requests; \
+            seeds 500..1000: 124 and 5, p10 0.933, 7 failed): buckets of one (27 of 62 besides \
+            those 2: slow start's refusals cost more than a slow one's 1 %, and above 60 a \
+            second a millisecond timer cannot space sends exactly), no headers or Retry-After alone (39 \
             of 71 and 32 of 60: each slow start and probe costs a refusal, a Retry-After's \
             second each, and a slow server's 1 % is one or two refusals a minute), and a \
             header-less front limiter (32 of 90)"]
@@ -144,7 +144,8 @@ async fn server_space() {
 /// more requests than slow start's. About 45 s on two threads.
 #[tokio::test(start_paused = true)]
 #[ignore = "known gap: on seeds 0..500, 28 servers miss the goal over ten minutes, besides \
-            the 4 buckets of one the timer cannot pace at it (seeds 500..1000: 30 and 6) (goodput \
+            4 buckets of one the timer cannot pace at it that meet it scaled to what the timer \
+            allows (seeds 500..1000: 30 and 6) (goodput \
             min 0.62, p10 0.969, median 0.985; refused p90 0.5 %, max 4.4 %; 3 failed logical \
             requests, all on a counter of 131 per 58 s that slow start spends in its first \
             second: the calls refused then wait out most of a minute, and the queue behind \
@@ -174,10 +175,11 @@ async fn server_space_over_ten_minutes() {
 /// says remains, and the wait it asks for, run from that decision
 /// (`SPACE_LATENCY_MS` sets another round trip).
 #[tokio::test(start_paused = true)]
-#[ignore = "known gap: with a round trip of 20 ms, 144 of seeds 0..500 miss the goal (178 \
-            before what is left and a Retry-After's wait were placed at the send; 112 with no \
-            round trip), goodput p10 0.91-0.92, median 0.97, 11 failed calls (15 before a \
-            retry after a Retry-After kept its call's place); 156 of seeds 500..1000 (p10 \
+#[ignore = "known gap: with a round trip of 20 ms, 143 of seeds 0..500 miss the goal, \
+            besides a bucket of one the timer cannot pace at it that meets it scaled to what \
+            the timer allows (178 in all before what is left and a Retry-After's wait were \
+            placed at the send; 110 and 2 with no round trip), goodput p10 0.91-0.92, median 0.97, 11 failed calls (15 before a \
+            retry after a Retry-After kept its call's place); 150 and 6 of seeds 500..1000 (p10 \
             0.91-0.93, 20 failed calls): what the space misses without a round \
             trip, and buckets with a burst of one or two that say nothing is left after each \
             admission, whose pace runs past the refill while those answers are on their way \
@@ -229,9 +231,8 @@ fn assert_goal_on_space(first: u64, count: u64, latency: Duration, workload: Wor
     }
     summary(&runs);
     // A bucket of one faster than the paused clock's timer can pace at the
-    // goal has a test of its own (`buckets_of_one_faster_than_the_timer`),
-    // for servers that answer at once: a round trip costs some of them far
-    // more than the timer does.
+    // goal is held to the goal scaled to what the timer allows
+    // (`meets_goal_on_the_timer`), and listed apart when it meets that.
     let (mut misses, mut timer_bound) = (Vec::new(), Vec::new());
     for (spec, f) in runs.iter().filter(|(_, f)| !meets_goal(f)) {
         let allows = share_the_timer_allows(spec);
@@ -239,14 +240,15 @@ fn assert_goal_on_space(first: u64, count: u64, latency: Duration, workload: Wor
             "#{} {spec}: {f:?} (the timer allows {allows:.3})",
             spec.seed
         );
-        if allows < 0.95 && latency.is_zero() {
+        if meets_goal_on_the_timer(spec, f) {
             timer_bound.push(line);
         } else {
             misses.push(line);
         }
     }
     println!(
-        "{} of {count} servers miss the goal, and {} buckets of one faster than the timer:\n{}",
+        "{} of {count} servers miss the goal, and {} buckets of one faster than the timer meet \
+         it scaled to what the timer allows:\n{}",
         misses.len(),
         timer_bound.len(),
         timer_bound.join("\n")
@@ -348,47 +350,77 @@ async fn a_small_bucket_answering_a_round_trip_later_meets_the_goal() {
 /// nginx's leaky bucket without one) refuses any gap shorter than its
 /// interval, so it admits at most one request per whole milliseconds of
 /// its interval rounded up: 142.9 a second of a bucket of 156 (0.916), 111.1
-/// of 124 (0.896). 1.0 for any other server, and where a limiter in front
-/// binds below that.
+/// of 124 (0.896). The server's own limiter and a limiter in front, each
+/// so bounded; 1.0 where neither is a bucket of one.
 fn share_the_timer_allows(spec: &ServerSpec) -> f64 {
-    let rate = match spec.algorithm {
-        Algorithm::TokenBucket { rate, burst: 1 }
-        | Algorithm::Gcra { rate, burst: 1 }
-        | Algorithm::LeakyBucket { rate, burst: 0 } => rate,
-        _ => return 1.0,
+    let on_the_timer = |algorithm: &Algorithm| match *algorithm {
+        Algorithm::TokenBucket { rate, burst: 0 | 1 }
+        | Algorithm::Gcra { rate, burst: 0 | 1 }
+        | Algorithm::LeakyBucket { rate, burst: 0 } => {
+            let millis = rate.interval_nanos().div_ceil(1_000_000).max(1);
+            (1_000.0 / millis as f64).min(algorithm.sustained_per_second())
+        }
+        _ => algorithm.sustained_per_second(),
     };
-    let millis = rate.interval_nanos().div_ceil(1_000_000).max(1);
-    (1_000.0 / millis as f64 / spec.sustained_per_second()).min(1.0)
+    let most = match &spec.front {
+        Some(front) => on_the_timer(&spec.algorithm).min(on_the_timer(&front.algorithm)),
+        None => on_the_timer(&spec.algorithm),
+    };
+    (most / spec.sustained_per_second()).min(1.0)
 }
 
-/// The buckets of one of seeds 0..500 that the timer cannot pace at 0.95
-/// of their rate ([`share_the_timer_allows`]): the goal over a minute.
-/// The space's goal runs on servers that answer at once leave them out,
-/// and this test holds them to it. (Answering a round trip later, they
-/// stay in `server_space_answering_a_round_trip_later`: there a bucket of
-/// 124 a second reads 0.19 of its limit, far below what the timer
-/// allows.)
+/// The goal, scaled where the timer cannot pace the server at it to what
+/// the timer lets any client reach ([`share_the_timer_allows`] below
+/// 0.95): at least 0.95 of that, at most 1 % refused, no failed logical
+/// request.
+fn meets_goal_on_the_timer(spec: &ServerSpec, f: &RunFigures) -> bool {
+    let allows = share_the_timer_allows(spec);
+    let least = if allows < 0.95 { 0.95 * allows } else { 0.95 };
+    f.goodput >= least && f.refused <= 0.01 && f.failed == 0
+}
+
+/// The buckets of one of the space (seeds 0..500, or `SPACE_SEED` and
+/// `SPACE_COUNT`) that the timer cannot pace at 0.95 of their rate
+/// ([`share_the_timer_allows`]), each held over a minute to the goal
+/// scaled to what the timer allows ([`meets_goal_on_the_timer`]). The
+/// space's goal runs list those that meet it apart from their misses.
 #[tokio::test(start_paused = true)]
-#[ignore = "known gap: no pace can meet it on the paused clock, whose timer wakes on whole \
-            milliseconds: a GCRA of 99 a second without a burst admits at most 90.9 a second \
-            (0.918; the key reaches 0.903), token buckets of 71, 124 and 156 a second 0.939, \
-            0.896 and 0.916 (0.851, 0.863 and 0.865 over a minute; 0.929, 0.892 and 0.910 over \
-            ten minutes)"]
+#[ignore = "known gap: of seeds 0..500, a token bucket of 71 a second without a burst that \
+            answers only Retry-After (whole seconds, rounded up) reaches 0.851 of its limit \
+            where the timer allows 0.939 (slow start's refusal blocks it for a second, and it \
+            climbs back for seconds), and one of 156 a second (GitHub's headers, a quota of \
+            one) 0.865 of 0.916, its first seconds short of the rate; a GCRA of 99 a \
+            second (0.903 of 0.918) and a token bucket of 124 a second (0.863 of 0.896) meet \
+            it. Over ten minutes all four meet it (0.916, 0.929, 0.892, 0.910)"]
 async fn buckets_of_one_faster_than_the_timer() {
-    let seeds: Vec<u64> = (0..500)
-        .filter(|&seed| share_the_timer_allows(&ServerSpec::generate(seed)) < 0.95)
+    let first = env_u64("SPACE_SEED", 0);
+    let count = env_u64("SPACE_COUNT", 500);
+    let specs: Vec<ServerSpec> = (first..first + count)
+        .map(ServerSpec::generate)
+        .filter(|spec| share_the_timer_allows(spec) < 0.95)
         .collect();
-    assert_eq!(
-        seeds,
-        [54, 182, 282, 407],
-        "the space's buckets of one changed"
-    );
-    assert_goal_on(
-        seeds
-            .into_iter()
-            .map(|seed| (ServerSpec::generate(seed), Duration::from_secs(60))),
-    )
-    .await;
+    assert!(!specs.is_empty(), "no bucket of one faster than the timer");
+    let mut short = Vec::new();
+    for spec in specs {
+        let figures = spec
+            .run(&Workload::new(16, Duration::from_secs(60)), |server| {
+                Ok(PaceLayer::new(client()?).layer(server))
+            })
+            .await
+            .unwrap();
+        let allows = share_the_timer_allows(&spec);
+        println!(
+            "#{} {spec}: {figures:?} (the timer allows {allows:.3})",
+            spec.seed
+        );
+        if !meets_goal_on_the_timer(&spec, &figures) {
+            short.push(format!(
+                "#{} {spec}: {figures:?} (the timer allows {allows:.3})",
+                spec.seed
+            ));
+        }
+    }
+    assert!(short.is_empty(), "{}", short.join("\n"));
 }
 
 /// Asserts the goal on each server over its run, 16 tasks against the
