@@ -235,11 +235,7 @@ fn assert_goal_on_space(first: u64, count: u64, latency: Duration, workload: Wor
     // (`meets_goal_on_the_timer`), and listed apart when it meets that.
     let (mut misses, mut timer_bound) = (Vec::new(), Vec::new());
     for (spec, f) in runs.iter().filter(|(_, f)| !meets_goal(f)) {
-        let allows = share_the_timer_allows(spec);
-        let line = format!(
-            "#{} {spec}: {f:?} (the timer allows {allows:.3})",
-            spec.seed
-        );
+        let line = on_the_timer_line(spec, f);
         if meets_goal_on_the_timer(spec, f) {
             timer_bound.push(line);
         } else {
@@ -379,6 +375,15 @@ fn meets_goal_on_the_timer(spec: &ServerSpec, f: &RunFigures) -> bool {
     f.goodput >= least && f.refused <= 0.01 && f.failed == 0
 }
 
+/// A run's line: the server, its figures and what the timer allows it.
+fn on_the_timer_line(spec: &ServerSpec, f: &RunFigures) -> String {
+    let allows = share_the_timer_allows(spec);
+    format!(
+        "#{} {spec}: {f:?} (the timer allows {allows:.3})",
+        spec.seed
+    )
+}
+
 /// The buckets of one of the space (seeds 0..500, or `SPACE_SEED` and
 /// `SPACE_COUNT`) that the timer cannot pace at 0.95 of their rate
 /// ([`share_the_timer_allows`]), each held over a minute to the goal
@@ -408,16 +413,10 @@ async fn buckets_of_one_faster_than_the_timer() {
             })
             .await
             .unwrap();
-        let allows = share_the_timer_allows(&spec);
-        println!(
-            "#{} {spec}: {figures:?} (the timer allows {allows:.3})",
-            spec.seed
-        );
+        let line = on_the_timer_line(&spec, &figures);
+        println!("{line}");
         if !meets_goal_on_the_timer(&spec, &figures) {
-            short.push(format!(
-                "#{} {spec}: {figures:?} (the timer allows {allows:.3})",
-                spec.seed
-            ));
+            short.push(line);
         }
     }
     assert!(short.is_empty(), "{}", short.join("\n"));

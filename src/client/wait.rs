@@ -14,7 +14,7 @@ use super::concurrency::{InFlight, Permit};
 use super::engine::{Call, Gate, Pacer};
 use super::events::listened;
 use super::scope::KeyState;
-use super::{Event, Priority};
+use super::Event;
 use crate::headers::MAX_WAIT;
 use crate::limiter::{Adjustment, Bounds, Grant, Limiter};
 use crate::Error;
@@ -144,7 +144,7 @@ impl Pacer {
         let until = call.limit(self.inner.policy.max_elapsed());
         let queued = *call.queued.get_or_insert_with(Instant::now);
         let sent = match self
-            .wait_for_members(members, gate, until, (call.id, call.priority, queued))
+            .wait_for_members(members, gate, until, (call, queued))
             .await
         {
             Ok(sent) => sent,
@@ -272,7 +272,7 @@ impl Pacer {
     }
 
     /// Wait for every bucket of the request (and for each key's first
-    /// response, when it learns), each in its key's queue by `priority`
+    /// response, when it learns), each in its key's queue by the call's priority
     /// and the instant the call queued ([`Call::queued`]: its first, for a
     /// retry after the server's own wait), then count the request as sent
     /// on each;
@@ -284,7 +284,7 @@ impl Pacer {
         members: &'m [Member],
         gate: Option<&Gate>,
         until: Option<(Instant, Duration)>,
-        (id, priority, queued): (u64, Priority, Instant),
+        (call, queued): (&Call, Instant),
     ) -> Result<Sent<'m>, WaitError> {
         let mut probes = Vec::new();
         let mut permits = Vec::new();
@@ -297,13 +297,14 @@ impl Pacer {
             // call waits for on the key: only the call holding the turn
             // waits for those, so who goes next is chosen when the key can
             // take a call. The turn goes back once the key's waits are over.
-            let _turn = match by_deadline(until, m.state.turns.take_as_of(priority, queued)).await {
-                Ok(turn) => turn,
-                Err(e) => {
-                    no_longer_in_flight(members, &seqs);
-                    return Err(e);
-                }
-            };
+            let _turn =
+                match by_deadline(until, m.state.turns.take_as_of(call.priority, queued)).await {
+                    Ok(turn) => turn,
+                    Err(e) => {
+                        no_longer_in_flight(members, &seqs);
+                        return Err(e);
+                    }
+                };
             if let Some(in_flight) = &m.state.in_flight {
                 match take_permit(in_flight.semaphore(), until).await {
                     Ok(permit) => permits.push(in_flight.hold(permit)),
@@ -314,7 +315,7 @@ impl Pacer {
                 }
             }
             let grant = match self
-                .wait_for_member(m, (id, until), arrived, &mut probes)
+                .wait_for_member(m, call.id, until, arrived, &mut probes)
                 .await
             {
                 Ok(grant) => grant,
@@ -342,7 +343,7 @@ impl Pacer {
             let waited = t0.elapsed();
             if !waited.is_zero() {
                 self.emit_with(tracing::Level::DEBUG, || Event::Waited {
-                    call: id,
+                    call: call.id,
                     scope: "robots".to_owned(),
                     key: origin.clone(),
                     waited,
@@ -363,7 +364,8 @@ impl Pacer {
     async fn wait_for_member<'m>(
         &self,
         m: &'m Member,
-        (id, until): (u64, Option<(Instant, Duration)>),
+        call: u64,
+        until: Option<(Instant, Duration)>,
         arrived: Option<Instant>,
         probes: &mut Vec<ProbeGuard<'m>>,
     ) -> Result<Grant, WaitError> {
@@ -399,7 +401,7 @@ impl Pacer {
         let waited = t0.map(|t0| t0.elapsed());
         if let Some(waited) = waited.filter(|w| !w.is_zero()) {
             self.emit_with(tracing::Level::DEBUG, || Event::Waited {
-                call: id,
+                call,
                 scope: scope.config.name.clone(),
                 key: m.state.key.clone(),
                 waited,
