@@ -387,8 +387,10 @@ fn on_the_timer_line(spec: &ServerSpec, f: &RunFigures) -> String {
 /// The buckets of one of the space (seeds 0..500, or `SPACE_SEED` and
 /// `SPACE_COUNT`) that the timer cannot pace at 0.95 of their rate
 /// ([`share_the_timer_allows`]), each held over a minute to the goal
-/// scaled to what the timer allows ([`meets_goal_on_the_timer`]). The
-/// space's goal runs list those that meet it apart from their misses.
+/// scaled to what the timer allows ([`meets_goal_on_the_timer`]), and then
+/// to the goal itself, which no pace can meet on this clock. The space's
+/// goal runs list those that meet the scaled goal apart from their
+/// misses.
 #[tokio::test(start_paused = true)]
 #[ignore = "known gap: of seeds 0..500, a token bucket of 71 a second without a burst that \
             answers only Retry-After (whole seconds, rounded up) reaches 0.851 of its limit \
@@ -396,7 +398,8 @@ fn on_the_timer_line(spec: &ServerSpec, f: &RunFigures) -> String {
             climbs back for seconds), and one of 156 a second (GitHub's headers, a quota of \
             one) 0.865 of 0.916, its first seconds short of the rate; a GCRA of 99 a \
             second (0.903 of 0.918) and a token bucket of 124 a second (0.863 of 0.896) meet \
-            it. Over ten minutes all four meet it (0.916, 0.929, 0.892, 0.910)"]
+            it. Over ten minutes all four meet it (0.916, 0.929, 0.892, 0.910). The goal \
+            itself (0.95 of the limit) no pace reaches on a clock that wakes on the millisecond"]
 async fn buckets_of_one_faster_than_the_timer() {
     let first = env_u64("SPACE_SEED", 0);
     let count = env_u64("SPACE_COUNT", 500);
@@ -405,7 +408,7 @@ async fn buckets_of_one_faster_than_the_timer() {
         .filter(|spec| share_the_timer_allows(spec) < 0.95)
         .collect();
     assert!(!specs.is_empty(), "no bucket of one faster than the timer");
-    let mut short = Vec::new();
+    let (mut short, mut beyond_the_timer) = (Vec::new(), Vec::new());
     for spec in specs {
         let figures = spec
             .run(&Workload::new(16, Duration::from_secs(60)), |server| {
@@ -417,9 +420,16 @@ async fn buckets_of_one_faster_than_the_timer() {
         println!("{line}");
         if !meets_goal_on_the_timer(&spec, &figures) {
             short.push(line);
+        } else if !meets_goal(&figures) {
+            beyond_the_timer.push(line);
         }
     }
     assert!(short.is_empty(), "{}", short.join("\n"));
+    assert!(
+        beyond_the_timer.is_empty(),
+        "the goal itself:\n{}",
+        beyond_the_timer.join("\n")
+    );
 }
 
 /// Asserts the goal on each server over its run, 16 tasks against the
