@@ -590,8 +590,15 @@ impl Series {
     /// a second", a whole second rounded up, or an epoch read against a
     /// `Date` in whole seconds, may be a bucket of one refilling a hundred
     /// times a second). Such a key is paced by what is admitted, as a
-    /// server without headers is.
+    /// server without headers is. A window the server states (IETF `w`,
+    /// Spring Cloud Gateway's replenish rate) says how fast, even of a
+    /// quota of one: it is no reset rounded to a second. (Read as saying
+    /// nothing, a Spring bucket of one a second was paced as a server
+    /// without headers: 0.817 of its limit with 15.6 % refused.)
     pub(crate) fn says_nothing_of_pace(&self, pace: &Pace) -> bool {
+        if pace.shape == Shape::Stated {
+            return false;
+        }
         let window_of_one = self.quota <= 1 && self.longest_reset <= T.quota_of_one_resolution;
         self.top <= 1 && (pace.shape == Shape::Bucket || window_of_one)
     }
