@@ -72,12 +72,12 @@ async fn kong_stating_an_hour_by_its_unit_alone() {
 }
 
 /// 10 a second, aligned to the clock's seconds, stated by its unit alone:
-/// the window's length is known, its edges are not.
+/// the window's length is known, its edges are not. The first calls, two
+/// of them sent together before any reading, overrun the first window
+/// once; that refusal, with the whole quota admitted in the second before
+/// it, keeps the quota stated. (Read as the server allowing less than it
+/// states, it cut the pace to 8.7 a second for good: 0.862 of the limit.)
 #[tokio::test(start_paused = true)]
-#[ignore = "known gap: 0.862 of the limit, 0.19 % refused: paced at 0.97 of 10 a second, a \
-            refusal in the first second (the window the first calls shared) cuts the pace to \
-            8.7 a second for good; without a reset the key cannot tell a window's edge from \
-            too fast a pace (0.898 with 1.07 % refused when the unit was not read)"]
 async fn kong_stating_a_second_by_its_unit_alone() {
     assert_goal_at_every_phase(|| kong_units_only(fixed(10, 1))).await;
 }

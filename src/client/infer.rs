@@ -87,7 +87,10 @@ pub(crate) struct Tuning {
     /// spreads, where the quota is above 2: a sliding counter stating its
     /// quota sustains one unit less (its weighted count of the last window
     /// rounds a steady sender over at the window's edges), and a window a
-    /// late answer was refused at loses a unit of its quota for good.
+    /// late answer was refused at loses a unit of its quota for good. A
+    /// refusal with the whole quota admitted to the key in the window
+    /// before it does not count: the key ran past the statement (see
+    /// `Series::spent_by_own`).
     pub(crate) stated_refusals: u32,
     /// Whole-second resets are up to this much late.
     pub(crate) reset_resolution: Duration,
@@ -603,6 +606,28 @@ impl Series {
         self.top <= 1 && (pace.shape == Shape::Bucket || window_of_one)
     }
 
+    /// Whether this key's own admissions within the stated window before
+    /// `now` spent its whole quota: a refusal then is the key running past
+    /// the window (the first calls of a run, sent together before any
+    /// reading), which the statement explains, not the server allowing
+    /// less than it states (a sliding counter refuses with less spent in
+    /// the window before). Not read where other processes spend the count.
+    /// (Counted as disproving the statement, the first second's overrun
+    /// took a unit off a Kong window of 10 a second for good: 0.862 of
+    /// its limit.)
+    fn spent_by_own(&self, now: Instant) -> bool {
+        let Some(window) = self.stated.filter(|_| self.shared != Some(true)) else {
+            return false;
+        };
+        let within = self
+            .admissions
+            .iter()
+            .rev()
+            .take_while(|&&(_, at)| now.saturating_duration_since(at) < window)
+            .count();
+        within as u64 >= self.quota.max(1)
+    }
+
     /// Keep an admission at `position`, in the order of the count (a
     /// shared count's grants may be answered out of order).
     fn record_admission(&mut self, position: u64, at: Instant) {
@@ -862,7 +887,7 @@ impl Series {
     /// not yet settled: see [`pace`](Self::pace)).
     fn shaped_pace(&mut self, now: Instant, reading: &Reading) -> Option<Pace> {
         let left = reading.remaining.saturating_sub(reading.ahead);
-        if !reading.admitted && self.stated.is_some() {
+        if !reading.admitted && self.stated.is_some() && !self.spent_by_own(now) {
             self.refused_while_stated = self.refused_while_stated.saturating_add(1);
         }
         // A stated window that refuses the pace it states (a sliding
@@ -1672,6 +1697,38 @@ mod tests {
         assert_eq!((pace.shape, pace.per_second), (Shape::Stated, 8.0));
         let pace = series.observe(stated(1_400, 0, false));
         assert_ne!(pace.map(|p| p.shape), Some(Shape::Stated), "{pace:?}");
+    }
+
+    /// A stated window of 10 a second that the key's own first calls
+    /// overran (two sent together, then eight more within the second): a
+    /// refusal with the whole quota admitted in the window before it is
+    /// the key running past the statement, which keeps its quota; one
+    /// with less admitted still takes a unit off.
+    #[test]
+    fn a_stated_window_the_key_itself_overran_keeps_its_quota() {
+        let start = Instant::now();
+        let stated = |ms: u64, remaining: u64, admitted: bool| Reading {
+            at: start + Duration::from_millis(ms),
+            limit: Some(10),
+            remaining,
+            ahead: 0,
+            reset: None,
+            window: Some(Duration::from_secs(1)),
+            admitted,
+            counted: None,
+            weight: 1,
+        };
+        let mut series = Series::default();
+        series.observe(stated(0, 9, true));
+        for (i, remaining) in (0..9).rev().enumerate() {
+            series.observe(stated(100 * i as u64, remaining, true));
+        }
+        let pace = series.observe(stated(900, 0, false)).expect("paced");
+        assert_eq!((pace.shape, pace.per_second), (Shape::Stated, 10.0));
+        // Two seconds on, one admitted in the second before the refusal.
+        series.observe(stated(2_500, 9, true));
+        let pace = series.observe(stated(2_600, 0, false)).expect("paced");
+        assert_eq!((pace.shape, pace.per_second), (Shape::Stated, 9.0));
     }
 
     /// A stated window of 100 a minute that other clients spent but two:
