@@ -1267,6 +1267,15 @@ impl Adaptive {
             // the next one is a whole interval of the cold start away, not
             // at once (a bucket of one would refuse it).
             out.push(Adjustment::LimitRemaining(0));
+            if self.header_rate.is_some() {
+                // Taking over from the headers' pace (a bucket of one
+                // whose readings say nothing of it): a refusal of a
+                // request sent at that pace, still on its way, names no
+                // rate of slow start's. (Cut for it, a bucket of 124 a
+                // second answering 20 ms after each request held 0.19 of
+                // its limit.)
+                self.congestion.decreased_at = Some(self.sent);
+            }
         }
     }
 }
