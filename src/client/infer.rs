@@ -1224,7 +1224,12 @@ impl Series {
         // must not hold the key for long.
         let exhausted_until = (left == 0).then(|| {
             let rate = b.unit_rate(self.refill.lo);
-            let unit = Duration::from_secs_f64((1.0 / rate).min(60.0));
+            // No slower than the slowest pace the header-less regime
+            // keeps: a measure taken to nothing by refusals in a row (a
+            // limiter that counts them) held a GCRA of 3 a second a
+            // minute at a time.
+            let rate = rate.max(super::tuning::TUNING.header_less.min_rate);
+            let unit = Duration::from_secs_f64(1.0 / rate);
             now + reading
                 .reset
                 .filter(|r| !r.is_zero())
@@ -2093,6 +2098,55 @@ mod tests {
         assert_eq!(whole_seconds(s(1.5), Some(s(3.2))), None);
         assert_eq!(whole_seconds(s(2.1), Some(s(2.9))), None);
         assert_eq!(whole_seconds(s(2.1), None), None);
+    }
+
+    /// Whatever a bucket's readings (admitted or refused, nothing or one
+    /// left, a request still in flight or none, no reset to cap the wait),
+    /// nothing left never holds the key longer than a unit at the slowest
+    /// pace the header-less regime keeps: refusals in a row can take the
+    /// measured refill to nothing, and a wait for a unit at that measure
+    /// held a GCRA of 3 a second a minute at a time.
+    #[test]
+    fn nothing_left_of_a_bucket_waits_no_longer_than_the_slowest_pace() {
+        let longest =
+            Duration::from_secs_f64(1.0 / super::super::tuning::TUNING.header_less.min_rate);
+        let origin = Instant::now();
+        let mut series = Series::default();
+        let mut at = origin;
+        let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut waits = 0;
+        for _ in 0..20_000 {
+            // A fixed sequence of draws (xorshift), so that a failure
+            // reproduces.
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            at += Duration::from_millis(1 + state % 400);
+            let reading = Reading {
+                at,
+                limit: Some(183),
+                remaining: (state >> 20) % 2,
+                ahead: (state >> 24) % 2,
+                reset: None,
+                window: None,
+                admitted: !(state >> 28).is_multiple_of(4),
+                counted: None,
+                weight: 1,
+            };
+            let Some(pace) = series.observe(reading) else {
+                continue;
+            };
+            if let (Shape::Bucket, Some(until)) = (pace.shape, pace.exhausted_until) {
+                waits += 1;
+                assert!(
+                    until <= at + longest,
+                    "{:?} at {:?}",
+                    until - at,
+                    at - origin
+                );
+            }
+        }
+        assert!(waits > 0, "read as a bucket with nothing left");
     }
 
     #[test]
