@@ -1676,6 +1676,27 @@ mod tests {
         assert!(refused <= 0.05, "{refused}");
     }
 
+    /// A reading of a window stated as `(quota, seconds)`, without a reset,
+    /// taken at `at`.
+    fn stated_reading(
+        at: Instant,
+        (quota, secs): (u64, u64),
+        remaining: u64,
+        admitted: bool,
+    ) -> Reading {
+        Reading {
+            at,
+            limit: Some(quota),
+            remaining,
+            ahead: 0,
+            reset: None,
+            window: Some(Duration::from_secs(secs)),
+            admitted,
+            counted: None,
+            weight: 1,
+        }
+    }
+
     /// A window stated as 9 a second is paced at 9 a second until a
     /// refusal, then at 8: a sliding counter stating its quota sustains a
     /// unit less. A second refusal disproves the claim.
@@ -1683,15 +1704,13 @@ mod tests {
     fn a_stated_window_refused_once_is_paced_a_unit_short() {
         let start = Instant::now();
         let stated = |ms: u64, remaining: u64, admitted: bool| Reading {
-            at: start + Duration::from_millis(ms),
-            limit: Some(9),
-            remaining,
-            ahead: 0,
             reset: Some(Duration::from_secs(1)),
-            window: Some(Duration::from_secs(1)),
-            admitted,
-            counted: None,
-            weight: 1,
+            ..stated_reading(
+                start + Duration::from_millis(ms),
+                (9, 1),
+                remaining,
+                admitted,
+            )
         };
         let mut series = Series::default();
         let pace = series.observe(stated(0, 8, true)).expect("paced");
@@ -1712,16 +1731,13 @@ mod tests {
     #[test]
     fn a_stated_window_the_key_itself_overran_keeps_its_quota() {
         let start = Instant::now();
-        let stated = |ms: u64, remaining: u64, admitted: bool| Reading {
-            at: start + Duration::from_millis(ms),
-            limit: Some(10),
-            remaining,
-            ahead: 0,
-            reset: None,
-            window: Some(Duration::from_secs(1)),
-            admitted,
-            counted: None,
-            weight: 1,
+        let stated = |ms: u64, remaining: u64, admitted: bool| {
+            stated_reading(
+                start + Duration::from_millis(ms),
+                (10, 1),
+                remaining,
+                admitted,
+            )
         };
         let mut series = Series::default();
         series.observe(stated(0, 9, true));
