@@ -484,6 +484,16 @@ fn given_back(
         - from_ahead.saturating_sub(ahead) as f64
 }
 
+/// How many of `admissions` (this process's, oldest first) came within
+/// `span` before `now`.
+fn admitted_in_last(admissions: &VecDeque<(u64, Instant)>, span: Duration, now: Instant) -> usize {
+    admissions
+        .iter()
+        .rev()
+        .take_while(|&&(_, at)| now.saturating_duration_since(at) < span)
+        .count()
+}
+
 /// How many readings [`RefillBounds`] keeps at most.
 const REFILL_READINGS: usize = 64;
 
@@ -619,13 +629,7 @@ impl Series {
         let Some(window) = self.stated.filter(|_| self.shared != Some(true)) else {
             return false;
         };
-        let within = self
-            .admissions
-            .iter()
-            .rev()
-            .take_while(|&&(_, at)| now.saturating_duration_since(at) < window)
-            .count();
-        within as u64 >= self.quota.max(1)
+        admitted_in_last(&self.admissions, window, now) as u64 >= self.quota.max(1)
     }
 
     /// Keep an admission at `position`, in the order of the count (a
@@ -1090,12 +1094,8 @@ impl Series {
             self.refill = RefillBounds::default();
         }
         let refused_floor = (!admitted).then(|| {
-            let admitted_lately = self
-                .admissions
-                .iter()
-                .rev()
-                .take_while(|&&(_, at)| now.saturating_duration_since(at) < Duration::from_secs(1))
-                .count() as f64;
+            let admitted_lately =
+                admitted_in_last(&self.admissions, Duration::from_secs(1), now) as f64;
             self.refill.lo.max(admitted_lately) / 2f64.powi(in_a_row.min(2) as i32)
         });
         b.refused_in_a_row = if own_refusal {
