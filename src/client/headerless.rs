@@ -90,11 +90,20 @@
 //!   `probe_sends` sends, up to [`Tuning::max_sends_hold`], below
 //!   `probe_sends / max_hold` a second). A refusal elsewhere (the server
 //!   changed) starts the holds over, as does a refusal at or below the target that
-//!   finds it far too high ([`Tuning::holds_over_below`]). A refusal that
+//!   finds it far too high ([`Tuning::holds_over_below`]). A probe refused
+//!   far above the ceiling reads as a server that grew, until a refusal at
+//!   or below the new target within [`Tuning::first_hold`] disproves that
+//!   (a bucket's burst let the probe run that far): what the server
+//!   admitted since (the key sent faster all along) is its rate, and the
+//!   target goes to just under it, no lower than the one held before; the
+//!   hold doubles, and a probe refused where that one was found the same
+//!   ceiling. A refusal that
 //!   holds the key (`Retry-After`)
 //!   puts the next probe at least [`Tuning::blocked_hold`] times as far off,
 //!   doubled as often as the hold was, up to [`Tuning::max_sends_hold`]:
-//!   such a probe's refusal costs the block's traffic too.
+//!   such a probe's refusal costs the block's traffic too. A refusal that
+//!   asks for no wait ends that: the server's refusals cost no block now,
+//!   whatever slow start's overrun of a log once did.
 //! - **Failing, not limiting.** A server that has never admitted the key is
 //!   cut once and then left to the retry policy's backoff and budget: the
 //!   caller, which knows whether it ever did, cuts no more.
@@ -422,8 +431,24 @@ pub(crate) struct Congestion {
     /// well above what the server was seen to admit: recovered, the rate
     /// climbs to it (see [`Tuning::guess_climb`]).
     guess: Option<f64>,
+    /// After a probe refused far above the ceiling held before it (read as
+    /// a server that grew: the target went to just under the rate
+    /// refused), that ceiling's target, when the probe was refused and the
+    /// key's [`admissions`](Self::admissions) then: until
+    /// [`Tuning::first_hold`] has passed, a refusal at or below the new
+    /// target disproves the growth (see `cut`).
+    grown_from: Option<(f64, Instant, u64)>,
+    /// The server's admissions of the key, all told (see
+    /// [`admitted_for`](Self::admitted_for)).
+    admissions: u64,
     /// How long the target is held before a probe.
     hold: Duration,
+    /// How long the blocks since the last refusal that brought none put
+    /// the next probe off (see [`blocked_for`](Self::blocked_for)): what a
+    /// refused probe costs now, not what slow start's overrun of a log once
+    /// did. The target is held for the longer of this and
+    /// [`hold`](Self::hold).
+    block_hold: Duration,
     /// When the rate reached its target, if it has since the last cut.
     held_since: Option<Instant>,
     /// Whether a request was admitted since the last cut.
@@ -546,7 +571,10 @@ impl Congestion {
             cut_at: None,
             ceiling_sightings: 0,
             guess: None,
+            grown_from: None,
+            admissions: 0,
             hold: super::tuning::TUNING.header_less.first_hold,
+            block_hold: Duration::ZERO,
             held_since: None,
             admitted_since_cut: true,
             climb_hold: Duration::ZERO,
@@ -607,6 +635,7 @@ impl Congestion {
     /// limiter: the fleet's admissions since this process's previous one).
     pub(crate) fn admitted_for(&mut self, now: Instant, admissions: u64, t: &Tuning) {
         self.admitted_since_cut = true;
+        self.admissions = self.admissions.saturating_add(admissions.max(1));
         let cycle = self.cycle.unwrap_or(Cycle::starting(now, 0));
         let (since, admitted) = (cycle.since, cycle.admitted);
         if !self.locked {
@@ -725,6 +754,13 @@ impl Congestion {
         let held = self.target;
         let probe_read = self.probe_read.take();
         let mut guess = None;
+        let mut grown_from = None;
+        // A growth read within the first hold, and what the server
+        // admitted since, where enough came to measure it.
+        let grew = self
+            .grown_from
+            .filter(|&(_, at, _)| now.saturating_duration_since(at) < t.first_hold)
+            .and_then(|g| Some((g.0, self.admitted_since(g, now, t)?)));
         let (too_fast, target, rate) = match self.phase {
             Phase::Open | Phase::SlowStart => {
                 // The limit lies between what was admitted and the rate
@@ -839,7 +875,38 @@ impl Congestion {
                     f64::INFINITY
                 };
                 let target = (delivered * t.recover_to).clamp(held, most);
+                if !same && target > held {
+                    grown_from = Some((held, now, self.admissions));
+                }
                 (delivered, target, target * t.later_decrease)
+            }
+            // Refused at or below a target a refused probe read as growth,
+            // before it was held for a first hold: the server did not grow
+            // that far. A bucket's burst let the probe run far past its
+            // rate (a leaky bucket of 6 a second with a burst of 4 refused
+            // probes at 7.9 a second, 1.29 times the ceiling, and the key
+            // stepped back down from 7.7 a refusal at a time, six refusals
+            // a probe). The key has sent past the server's rate since the
+            // probe, so what the server admitted since measures that rate:
+            // the target goes to just under it, and no lower than the one
+            // held before the probe (which the burst's overrun says nothing
+            // against), and the hold doubles. (Back to the target held
+            // before, a leaky bucket of 147 a second whose probe had found
+            // it far above a low guess fell back to that guess: 0.83 of its
+            // limit.) The rate the probe was refused at stays the rate that
+            // was too fast: a probe refused there again found the same
+            // ceiling, and the target rises a step at a time (a log echoes
+            // the key's own sends of a window before, and what it admitted
+            // since measures those: read as another growth each time, a log
+            // of 100 per 5 s probed from a low target went back to it every
+            // 23 s, 0.89 of its limit). Too few admitted to measure, the
+            // refusal reads as any other at or below the target.
+            Phase::Steady if grew.is_some() => {
+                let (before, admitted) = grew.unwrap_or((held, 0.0));
+                let target = (admitted * t.recover_to).clamp(before, held.max(before));
+                self.ceiling_read(true, t.first_hold, t);
+                let from = self.rate.min(measured);
+                (self.too_fast, target, from * t.first_decrease)
             }
             // Refused at or below the target: it was too high (the server
             // tightened, or the rate refused was overestimated).
@@ -885,6 +952,7 @@ impl Congestion {
                 // was for a probe past a target thought right.
                 if from * t.recover_to < held * t.holds_over_below {
                     self.hold = t.first_hold;
+                    self.block_hold = Duration::ZERO;
                     self.ceiling_sightings = 0;
                 }
                 // Refused while recovering, the rate may still pay for
@@ -909,6 +977,7 @@ impl Congestion {
             cut_to: rate,
             cut_at: Some(now),
             guess,
+            grown_from,
             held_since: None,
             admitted_since_cut: false,
             climb_hold: Duration::ZERO,
@@ -917,6 +986,20 @@ impl Congestion {
             ..*self
         };
         rate
+    }
+
+    /// What the server admitted per second since a growth was read
+    /// (`grown_from`), where enough admissions came to measure it
+    /// ([`Tuning::min_sample`]).
+    fn admitted_since(
+        &self,
+        (_, at, admissions): (f64, Instant, u64),
+        now: Instant,
+        t: &Tuning,
+    ) -> Option<f64> {
+        let since = self.admissions.saturating_sub(admissions) as f64;
+        let span = now.saturating_duration_since(at).as_secs_f64();
+        (since >= t.min_sample && span > 0.0).then(|| since / span)
     }
 
     /// What a probe refused now, from the target `held`, reads over.
@@ -943,6 +1026,7 @@ impl Congestion {
         } else {
             self.ceiling_sightings = 0;
             self.hold = fresh_hold;
+            self.block_hold = Duration::ZERO;
         }
         self.refused_below = None;
     }
@@ -975,8 +1059,11 @@ impl Congestion {
     /// next probe is no sooner than [`Tuning::blocked_hold`] times that.
     pub(crate) fn blocked_for(&mut self, now: Instant, wait: Duration, t: &Tuning) {
         // A wait of nothing (`Retry-After: 0`, a few milliseconds rounded
-        // down) holds nothing, and costs a refused probe nothing either.
+        // down) holds nothing, and costs a refused probe nothing either:
+        // the server's refusals cost no block now, whatever an earlier one
+        // (slow start's overrun of a log) did.
         if wait.is_zero() {
+            self.block_hold = Duration::ZERO;
             return;
         }
         self.block_ends_cycle(now, wait, t);
@@ -984,7 +1071,7 @@ impl Congestion {
         let wait = wait.min(t.max_hold);
         let factor = t.blocked_hold * f64::from(1u32 << self.ceiling_sightings.min(8));
         let hold = wait.mul_f64(factor).min(t.max_sends_hold);
-        self.hold = self.hold.max(hold);
+        self.block_hold = self.block_hold.max(hold);
         // Climbing to slow start's guess is a probe, and a refused probe
         // here costs the block. Held at the target, the key loses the
         // share of the guess the target lies below: the climb waits until
@@ -1123,12 +1210,18 @@ impl Congestion {
     /// hold is all a probe waits.
     fn hold_at(&self, target: f64, t: &Tuning) -> Duration {
         if self.ceiling_sightings == 0 {
-            return self.hold;
+            return self.held_for();
         }
         let sends = Duration::try_from_secs_f64(t.probe_sends / target.max(t.min_rate))
             .unwrap_or(t.max_hold)
             .min(t.max_sends_hold);
-        self.hold.max(sends)
+        self.held_for().max(sends)
+    }
+
+    /// The hold before a probe: the probes' own, or the latest block's if
+    /// longer.
+    fn held_for(&self) -> Duration {
+        self.hold.max(self.block_hold)
     }
 
     /// The rate after a success at `now`, from `current`, with `dt` seconds
@@ -1226,12 +1319,13 @@ impl Congestion {
         // where the lockouts showed one: a window admits any rate until
         // its quota is spent).
         let reached = *self.reached_at.get_or_insert(now);
-        let long_enough = self.hold.max(self.window.unwrap_or(Duration::ZERO));
+        let long_enough = self.held_for().max(self.window.unwrap_or(Duration::ZERO));
         if now.saturating_duration_since(reached) >= long_enough {
             self.target = reach;
             self.too_fast = self.too_fast.max(reach / t.recover_to);
             self.held_since = Some(now);
             self.hold = t.first_hold;
+            self.block_hold = Duration::ZERO;
             self.ceiling_sightings = 0;
             self.reached_at = None;
         }
@@ -1470,7 +1564,7 @@ mod tests {
         assert_eq!(c.hold, T.first_hold * 2);
         c.blocked_for(start, Duration::from_secs(1), &T);
         let blocked = Duration::from_secs(1).mul_f64(T.blocked_hold * 2.0);
-        assert_eq!(c.hold, blocked.min(T.max_sends_hold));
+        assert_eq!(c.held_for(), blocked.min(T.max_sends_hold));
         // Refused between the two, the climb found a new ceiling: the
         // first hold, and a block's own.
         let (start, mut c, _) = slow_start_cut_at_11_of_20();
@@ -1488,7 +1582,7 @@ mod tests {
         );
         assert_eq!(c.hold, T.first_hold);
         c.blocked_for(start, Duration::from_secs(1), &T);
-        assert_eq!(c.hold, Duration::from_secs(1).mul_f64(T.blocked_hold));
+        assert_eq!(c.held_for(), Duration::from_secs(1).mul_f64(T.blocked_hold));
     }
 
     /// A block of seconds puts the next probe off by
@@ -1501,9 +1595,84 @@ mod tests {
         c.blocked_for(start, Duration::from_secs(5), &T);
         let hold = Duration::from_secs(5).mul_f64(T.blocked_hold);
         assert!(hold > T.max_hold);
-        assert_eq!(c.hold, hold.min(T.max_sends_hold));
+        assert_eq!(c.held_for(), hold.min(T.max_sends_hold));
         c.blocked_for(start, Duration::from_secs(60), &T);
-        assert_eq!(c.hold, T.max_sends_hold);
+        assert_eq!(c.held_for(), T.max_sends_hold);
+    }
+
+    /// Slow start's overrun of a log of 3,181 per 19 s blocked the key for
+    /// 14 s; the refusals after it ask for no wait (a log frees a slot at
+    /// a time): a probe's refusal costs no block now, and the next probe
+    /// waits the probes' own hold, not the 256 s the first block brought.
+    /// (Held by it, the key sat at 0.66 of the log's limit for four
+    /// minutes.) A later block brings its hold back.
+    #[test]
+    fn a_refusal_without_a_wait_ends_the_hold_an_earlier_block_brought() {
+        let (start, mut c, _) = slow_start_cut_at_11_of_20();
+        c.blocked_for(start, Duration::from_secs(14), &T);
+        assert_eq!(c.held_for(), T.max_sends_hold);
+        c.blocked_for(start, Duration::ZERO, &T);
+        assert_eq!(c.held_for(), c.hold);
+        assert!(c.held_for() < T.max_sends_hold);
+        c.blocked_for(start, Duration::from_secs(2), &T);
+        assert_eq!(c.held_for(), Duration::from_secs(2).mul_f64(T.blocked_hold));
+    }
+
+    /// A leaky bucket of 6 a second with a burst of 4: a probe from a
+    /// target of 5.87 runs to 7.9 a second on the burst before it is
+    /// refused, past the overrun a burst is allowed, and reads as a server
+    /// that grew (the target goes to just under 7.9). Refused again at 7.3
+    /// within the first hold, with five admissions in the 0.9 s since (5.6
+    /// a second: the key sent faster than that all along), the growth is
+    /// disproved: the target goes back to the one held before, and the
+    /// hold doubles. Seven admitted in that time (7.8 a second) measure the
+    /// server's rate: the target goes to just under it. Too few to measure,
+    /// or past the first hold, the refusal is read as any other.
+    #[test]
+    fn a_probe_read_as_growth_and_refused_soon_after_is_measured() {
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        let refused_after = |admitted: u64, refused_at: u64| {
+            let mut c = Congestion::resumed(Phase::Steady, 5.87, 6.05);
+            c.rate = 8.0;
+            c.admitted(at(0), &T);
+            c.cut(at(100), 1, (7.9, None), &T);
+            assert!(
+                (c.target() - 7.9 * T.recover_to).abs() < 1e-9,
+                "{}",
+                c.target()
+            );
+            assert_eq!(c.hold, T.first_hold);
+            c.rate = 7.3;
+            for k in 0..admitted {
+                c.admitted(at(200 + k * 100), &T);
+            }
+            c.cut(at(refused_at), 2, (7.3, None), &T);
+            c
+        };
+        let held = Congestion::resumed(Phase::Steady, 5.87, 6.05).target();
+        let c = refused_after(5, 1_000);
+        assert_eq!(c.target(), held);
+        assert_eq!(c.hold, T.first_hold * 2);
+        let c = refused_after(7, 1_000);
+        assert!(
+            (c.target() - 7.0 / 0.9 * T.recover_to).abs() < 1e-9,
+            "{}",
+            c.target()
+        );
+        assert_eq!(c.hold, T.first_hold * 2);
+        let c = refused_after(3, 1_000);
+        assert!(
+            (c.target() - 7.3 * T.recover_to).abs() < 1e-9,
+            "{}",
+            c.target()
+        );
+        let c = refused_after(7, 9_000);
+        assert!(
+            (c.target() - 7.3 * T.recover_to).abs() < 1e-9,
+            "{}",
+            c.target()
+        );
     }
 
     /// A `Retry-After: 0` (a wait of milliseconds rounded down) holds
@@ -1612,7 +1781,7 @@ mod tests {
     fn a_target_found_far_too_high_starts_the_holds_over() {
         let (start, mut c, _) = slow_start_cut_at_11_of_20();
         c.blocked_for(start, Duration::from_secs(1), &T);
-        assert!(c.hold > T.first_hold);
+        assert!(c.held_for() > T.first_hold);
         c.admitted(start + Duration::from_millis(100), &T);
         let held = c.target();
         c.cut(
@@ -1621,7 +1790,10 @@ mod tests {
             (held * 0.6, None),
             &T,
         );
-        assert!(c.hold > T.first_hold, "a small correction keeps the hold");
+        assert!(
+            c.held_for() > T.first_hold,
+            "a small correction keeps the hold"
+        );
         c.admitted(start + Duration::from_millis(300), &T);
         c.cut(
             start + Duration::from_millis(400),
@@ -1629,7 +1801,7 @@ mod tests {
             (held * 0.2, None),
             &T,
         );
-        assert_eq!(c.hold, T.first_hold);
+        assert_eq!(c.held_for(), T.first_hold);
     }
 
     #[test]
