@@ -1218,8 +1218,8 @@ impl Congestion {
         self.held_for().max(sends)
     }
 
-    /// The hold before a probe: the probes' own, or the latest block's if
-    /// longer.
+    /// The hold before a probe: the probes' own, or the one the blocks
+    /// since the last refusal without a wait bring, if longer.
     fn held_for(&self) -> Duration {
         self.hold.max(self.block_hold)
     }
