@@ -951,9 +951,7 @@ impl Congestion {
                 // starts the holds over: the hold an earlier block brought
                 // was for a probe past a target thought right.
                 if from * t.recover_to < held * t.holds_over_below {
-                    self.hold = t.first_hold;
-                    self.block_hold = Duration::ZERO;
-                    self.ceiling_sightings = 0;
+                    self.holds_over(t.first_hold);
                 }
                 // Refused while recovering, the rate may still pay for
                 // what the cut before it sent (a queue in front full of
@@ -1024,11 +1022,17 @@ impl Congestion {
             self.ceiling_sightings = self.ceiling_sightings.saturating_add(1);
             self.hold = (self.hold * 2).min(t.max_hold);
         } else {
-            self.ceiling_sightings = 0;
-            self.hold = fresh_hold;
-            self.block_hold = Duration::ZERO;
+            self.holds_over(fresh_hold);
         }
         self.refused_below = None;
+    }
+
+    /// The holds start over from `fresh_hold`: no ceiling sighted, and no
+    /// block's hold (it was for a probe past a ceiling no longer held).
+    fn holds_over(&mut self, fresh_hold: Duration) {
+        self.ceiling_sightings = 0;
+        self.hold = fresh_hold;
+        self.block_hold = Duration::ZERO;
     }
 
     /// Evidence disagreed with the window: what the lockouts measured goes
@@ -1324,9 +1328,7 @@ impl Congestion {
             self.target = reach;
             self.too_fast = self.too_fast.max(reach / t.recover_to);
             self.held_since = Some(now);
-            self.hold = t.first_hold;
-            self.block_hold = Duration::ZERO;
-            self.ceiling_sightings = 0;
+            self.holds_over(t.first_hold);
             self.reached_at = None;
         }
         reach
