@@ -917,49 +917,79 @@ async fn sweep_drops_idle_state_and_keeps_what_it_learned() {
 
 /// A refusal the key's model paces (its server admitted the key before,
 /// and the key goes slower after it) is the pacing's miss, not the call's:
-/// it costs no attempt, for up to as many such refusals as the policy
-/// allows attempts. A call that five `Retry-After: 0` refusals in a row
-/// fall on, after the key was admitted, is sent a sixth time and succeeds;
-/// one that eight fall on has spent its four attempts and the four free
-/// ones. A server that has never admitted the key is failing, not
-/// limiting: its refusals cost an attempt each, as before.
+/// it costs no attempt. A call with a time limit (the policy's
+/// `max_elapsed`, a minute by default) has that limit bound such
+/// refusals: one that five or eight `Retry-After: 0` refusals in a row
+/// fall on, after the key was admitted, is sent a sixth or a ninth time
+/// and succeeds, and one refused without end is sent at the key's pace
+/// until the next send would pass its minute. Without a time limit, a
+/// call takes as many such refusals as it has attempts: eight spend its
+/// four attempts and the four free ones. A server that has never admitted
+/// the key is failing, not limiting: its refusals cost an attempt each.
 #[tokio::test(start_paused = true)]
 async fn a_refusal_the_key_paces_costs_the_call_no_attempt() {
+    let refusals = |n| {
+        Fault::too_many_requests()
+            .times(n)
+            .retry_after(RetryAfter::Seconds(0))
+    };
     let server = server(Dialect::None, 1000, 1000).await;
     let client = exact_client();
     assert_eq!(client.get(server.url()).send().await.unwrap().status(), 200);
+    for n in [5, 8] {
+        let before = server.requests().len();
+        server.inject(refusals(n));
+        let response = client.get(server.url()).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(server.requests().len() - before, n as usize + 1);
+    }
 
-    server.inject(
-        Fault::too_many_requests()
-            .times(5)
-            .retry_after(RetryAfter::Seconds(0)),
-    );
-    let response = client.get(server.url()).send().await.unwrap();
-    assert_eq!(response.status(), 200);
-    assert_eq!(server.requests().len(), 1 + 6);
-
-    server.inject(
-        Fault::too_many_requests()
-            .times(8)
-            .retry_after(RetryAfter::Seconds(0)),
-    );
+    let before = server.requests().len();
+    server.inject(refusals(100_000));
     let error = client.get(server.url()).send().await.unwrap_err();
+    assert!(
+        matches!(
+            error.gave_up(),
+            Some(reqwest_pace::retry::GiveUp::TimeLimit { .. })
+        ),
+        "{error}"
+    );
+    let sends = times(&server).split_off(before);
+    let (first, last) = (sends[0], sends[sends.len() - 1]);
+    assert!(last - first <= Duration::from_secs(60), "{sends:?}");
+    assert!(
+        sends.windows(2).all(|w| w[1] > w[0]),
+        "one send at a time, at the key's pace: {sends:?}"
+    );
+
+    let unlimited = RateLimitedServer::builder()
+        .dialect(Dialect::None)
+        .start()
+        .await
+        .unwrap();
+    let client = ThrottledClient::builder(reqwest::Client::new())
+        .retry(no_jitter().with_max_elapsed(None))
+        .release_jitter(ReleaseJitter::none())
+        .build()
+        .unwrap();
+    assert_eq!(
+        client.get(unlimited.url()).send().await.unwrap().status(),
+        200
+    );
+    unlimited.inject(refusals(8));
+    let error = client.get(unlimited.url()).send().await.unwrap_err();
     assert_eq!(
         error.gave_up(),
         Some(reqwest_pace::retry::GiveUp::AttemptsExhausted)
     );
-    assert_eq!(server.requests().len(), 1 + 6 + 8);
+    assert_eq!(unlimited.requests().len(), 1 + 8);
 
     let never = RateLimitedServer::builder()
         .dialect(Dialect::None)
         .start()
         .await
         .unwrap();
-    never.inject(
-        Fault::too_many_requests()
-            .times(8)
-            .retry_after(RetryAfter::Seconds(0)),
-    );
+    never.inject(refusals(8));
     let error = exact_client().get(never.url()).send().await.unwrap_err();
     assert_eq!(
         error.gave_up(),

@@ -127,9 +127,10 @@ fn common_limiters_meet_the_goal_over_ten_minutes() {
 /// behind the fifteen others at the window's new pace, about 5 a second,
 /// it passed the policy's time limit of a minute and failed). Without it,
 /// the key holds its calls and probes the lockout one request at a time;
-/// those retries queue as new arrivals, so the probes fall on the calls in
-/// turn (kept at the front, one call took every probe's refusal and ran
-/// out of attempts).
+/// the probes' refusals cost no attempt while the call's time limit runs,
+/// so the call refused keeps its place and takes the next probe (kept at
+/// the front when each refusal cost an attempt, one call took every
+/// probe's refusal and ran out of attempts).
 #[tokio::test(start_paused = true)]
 async fn a_window_of_a_minute_spent_early_loses_no_call() {
     let window = Algorithm::FixedWindow {
@@ -153,6 +154,35 @@ async fn a_window_of_a_minute_spent_early_loses_no_call() {
         assert!(refused_early, "the window was spent early");
         assert_eq!(f.failed, 0, "retry-after {retry_after}: {f:?}");
     }
+}
+
+/// A sliding counter of 131 a 58 s without headers, spent by slow start in
+/// its first two seconds, locks the key out for most of a minute; the
+/// probes of that lockout fall on the calls already refused, which keep
+/// their place and take the next probe at once, and no call fails. (Each
+/// probe sent as a new arrival's first request started that call's time
+/// limit; at the lockout's end, a little over one send a second, three of
+/// them passed their minute and failed.)
+#[tokio::test(start_paused = true)]
+async fn a_counter_spent_in_slow_start_loses_no_call() {
+    let server = RateLimitedServer::builder()
+        .algorithm(Algorithm::SlidingCounter {
+            limit: 131,
+            window: Duration::from_secs(58),
+        })
+        .dialect(Dialect::None)
+        .refusal_status(reqwest::StatusCode::SERVICE_UNAVAILABLE)
+        .start()
+        .await
+        .expect("server starts");
+    let f = space::default_client_in_process_on(&server, 16, Duration::from_secs(120)).await;
+    println!("{f:?}");
+    let refused_early = server
+        .requests()
+        .iter()
+        .any(|r| !r.status.is_success() && r.at < Duration::from_secs(10));
+    assert!(refused_early, "the counter was spent early");
+    assert_eq!(f.failed, 0, "{f:?}");
 }
 
 /// Limiters whose refusal carries `Retry-After`, which holds the key for

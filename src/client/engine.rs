@@ -134,16 +134,28 @@ impl Call {
 
     /// The attempts the policy's `max_attempts` counts: a refusal the
     /// key's model paces (its server admitted the key before, and the key
-    /// now goes slower) is the pacing's miss, not the call's failure, and
-    /// costs no attempt, for up to as many such refusals as the policy
-    /// allows attempts (the call's time limit bounds them too). A log read
-    /// as a refilling bucket refused a quarter of a key's sends for
-    /// seconds, each with `Retry-After: 0`, and a call that four of them
-    /// fell on failed while the others went through.
-    pub(crate) fn counted_attempts(&self, max_attempts: u32) -> u32 {
-        self.attempt
-            .saturating_sub(self.paced_refusals.min(max_attempts))
-            .max(1)
+    /// now goes slower, or probes a lockout) is the pacing's miss, not the
+    /// call's failure, and costs no attempt. A call with a time limit (a
+    /// deadline, or `max_elapsed` from its first send) has that limit bound
+    /// them; one without may have as many as the policy allows attempts.
+    /// A log read as a refilling bucket refused a quarter of a key's sends
+    /// for seconds, each with `Retry-After: 0`, and a call that four of
+    /// them fell on failed while the others went through.
+    pub(crate) fn counted_attempts(&self, policy: &RetryPolicy) -> u32 {
+        let free = if self.limit(policy.max_elapsed()).is_some() {
+            self.paced_refusals
+        } else {
+            self.paced_refusals.min(policy.max_attempts())
+        };
+        self.attempt.saturating_sub(free).max(1)
+    }
+
+    /// Whether a refusal the key's model paced leaves the call free to
+    /// take the key's next send at once, in its place at its keys: its
+    /// time limit, not its attempts, bounds how many such refusals it
+    /// takes ([`Call::counted_attempts`]).
+    fn keeps_place_after_paced(&self, policy: &RetryPolicy) -> bool {
+        self.limit(policy.max_elapsed()).is_some()
     }
 
     /// The call's route, as far as server buckets go: method and path.
@@ -393,6 +405,24 @@ impl Pacer {
                 }
                 Decision::GiveUp(reason) => return Err(self.give_up(&call, reason, result).await),
                 Decision::Retry { delay, from_server } => {
+                    // Told by the server when to come back, the call
+                    // keeps its place at its keys (its time limit runs
+                    // while it waits). So does a call refused by a send
+                    // the key's model paced (a probe of a lockout) while
+                    // its time limit bounds such refusals, and it goes
+                    // back at once: the key's pace, not the backoff, says
+                    // when it is sent again, and it takes the next probe,
+                    // so that the calls behind it do not start their time
+                    // limits on probes of their own (sent back behind the
+                    // others when a lockout of most of a minute ended,
+                    // such calls passed their limits at the key's new
+                    // pace). Any other retry the client chose the delay of
+                    // queues as a new arrival, so that refusals that cost
+                    // attempts fall on the calls in turn.
+                    let back_at_once =
+                        !from_server && paced && call.keeps_place_after_paced(&self.inner.policy);
+                    let keeps_place = from_server || back_at_once;
+                    let delay = if back_at_once { Duration::ZERO } else { delay };
                     // A breaker this attempt opened fails the call now,
                     // not after the delay.
                     let made = (call.attempt, call.last_status);
@@ -406,17 +436,14 @@ impl Pacer {
                         from_server,
                         status: call.last_status.map(|s| s.as_u16()),
                     });
-                    // Told by the server when to come back, the call
-                    // keeps its place at its keys (its time limit runs
-                    // while it waits); a retry the client chose the delay
-                    // of queues as a new arrival, so that the probes of a
-                    // key its server locks out fall on the calls in turn
-                    // and do not use up one call's attempts.
-                    if !from_server {
+                    if !keeps_place {
                         call.queued = None;
                     }
                     tokio::time::sleep(delay).await;
-                    call.previous_delay = Some(delay);
+                    // The backoff's next delay grows from its own last one.
+                    if !back_at_once {
+                        call.previous_delay = Some(delay);
+                    }
                 }
             }
             // `Retry` is decided only for a request that can be sent again.
@@ -437,7 +464,7 @@ impl Pacer {
     fn replay(&self, call: &Call, request: &Request) -> Option<Request> {
         let policy = &self.inner.policy;
         let may_retry = policy.allows_method(&call.method)
-            && call.counted_attempts(policy.max_attempts()) < policy.max_attempts();
+            && call.counted_attempts(policy) < policy.max_attempts();
         may_retry.then(|| request.try_clone()).flatten()
     }
 
@@ -607,7 +634,7 @@ impl Pacer {
         }
         let now = Instant::now();
         let attempted = Attempted {
-            number: call.counted_attempts(policy.max_attempts()),
+            number: call.counted_attempts(policy),
             outcome: read.outcome,
             method: &call.method,
             replayable,

@@ -85,9 +85,13 @@ pub(crate) const DEFAULT_AGING: Duration = Duration::from_secs(10);
 /// as of its call's arrival, so it goes ahead of the calls of its class
 /// that arrived after the call: a call that waited out the server's wait
 /// is not sent to the back of a backlog, where its time limit could run
-/// out before its turn. Any other retry queues again as a new arrival of
-/// its class: the probes of a key its server locks out fall on the calls
-/// in turn, not all on the one at the front.
+/// out before its turn. So does a retry after a refusal the key's pacing
+/// answers (a probe of a lockout), while the call has a time limit: it goes
+/// back at once and takes the key's next probe, so that a lockout's probes
+/// start no other call's time limit (such refusals cost the call no
+/// attempt; its time limit bounds them). Any other retry queues again as
+/// a new arrival of its class: refusals that cost attempts fall on the
+/// calls in turn, not all on the one at the front.
 ///
 /// # Out of range
 ///
