@@ -145,15 +145,22 @@ async fn a_window_of_a_minute_spent_early_loses_no_call() {
             .start()
             .await
             .expect("server starts");
-        let f = space::default_client_in_process_on(&server, 16, Duration::from_secs(120)).await;
-        println!("retry-after {retry_after}: {f:?}");
-        let refused_early = server
-            .requests()
-            .iter()
-            .any(|r| !r.status.is_success() && r.at < Duration::from_secs(10));
-        assert!(refused_early, "the window was spent early");
+        let f = two_minutes_spent_early(&server).await;
         assert_eq!(f.failed, 0, "retry-after {retry_after}: {f:?}");
     }
+}
+
+/// The default client's figures over two minutes on `server`, whose limit
+/// it spent (a refusal) in its first 10 s.
+async fn two_minutes_spent_early(server: &RateLimitedServer) -> RunFigures {
+    let f = space::default_client_in_process_on(server, 16, Duration::from_secs(120)).await;
+    println!("{:?}: {f:?}", server.algorithm());
+    let refused_early = server
+        .requests()
+        .iter()
+        .any(|r| !r.status.is_success() && r.at < Duration::from_secs(10));
+    assert!(refused_early, "the limit was spent early: {f:?}");
+    f
 }
 
 /// A sliding counter of 131 a 58 s without headers, spent by slow start in
@@ -175,13 +182,7 @@ async fn a_counter_spent_in_slow_start_loses_no_call() {
         .start()
         .await
         .expect("server starts");
-    let f = space::default_client_in_process_on(&server, 16, Duration::from_secs(120)).await;
-    println!("{f:?}");
-    let refused_early = server
-        .requests()
-        .iter()
-        .any(|r| !r.status.is_success() && r.at < Duration::from_secs(10));
-    assert!(refused_early, "the counter was spent early");
+    let f = two_minutes_spent_early(&server).await;
     assert_eq!(f.failed, 0, "{f:?}");
 }
 
