@@ -142,7 +142,7 @@ impl Call {
     /// for seconds, each with `Retry-After: 0`, and a call that four of
     /// them fell on failed while the others went through.
     pub(crate) fn counted_attempts(&self, policy: &RetryPolicy) -> u32 {
-        let free = if self.limit(policy.max_elapsed()).is_some() {
+        let free = if self.time_bounds_paced_refusals(policy) {
             self.paced_refusals
         } else {
             self.paced_refusals.min(policy.max_attempts())
@@ -150,11 +150,11 @@ impl Call {
         self.attempt.saturating_sub(free).max(1)
     }
 
-    /// Whether a refusal the key's model paced leaves the call free to
-    /// take the key's next send at once, in its place at its keys: its
-    /// time limit, not its attempts, bounds how many such refusals it
-    /// takes ([`Call::counted_attempts`]).
-    fn keeps_place_after_paced(&self, policy: &RetryPolicy) -> bool {
+    /// Whether the call's time limit, not its attempts, bounds the
+    /// refusals its keys' models paced ([`Call::counted_attempts`]): such a
+    /// refusal then leaves the call free to take the key's next send at
+    /// once, in its place at its keys.
+    fn time_bounds_paced_refusals(&self, policy: &RetryPolicy) -> bool {
         self.limit(policy.max_elapsed()).is_some()
     }
 
@@ -419,8 +419,9 @@ impl Pacer {
                     // pace). Any other retry the client chose the delay of
                     // queues as a new arrival, so that refusals that cost
                     // attempts fall on the calls in turn.
-                    let back_at_once =
-                        !from_server && paced && call.keeps_place_after_paced(&self.inner.policy);
+                    let back_at_once = !from_server
+                        && paced
+                        && call.time_bounds_paced_refusals(&self.inner.policy);
                     let keeps_place = from_server || back_at_once;
                     let delay = if back_at_once { Duration::ZERO } else { delay };
                     // A breaker this attempt opened fails the call now,
