@@ -2,9 +2,6 @@
 
 use std::time::Duration;
 
-#[cfg(feature = "client")]
-use crate::retry::GiveUp;
-
 /// Everything that can go wrong in `reqwest-pace`.
 ///
 /// Variants are named for the situation, carry the figures that explain it
@@ -331,7 +328,11 @@ pub enum ErrorKind {
     },
     /// An attempt failed in a way that is retried, but the request cannot
     /// be sent again (a method that is not idempotent, a streamed body).
-    NotRetried,
+    #[non_exhaustive]
+    NotRetried {
+        /// Why it could not be sent again.
+        reason: NotRetriedReason,
+    },
     /// The client's own policy kept the call from being sent: its key's
     /// circuit breaker is open, or robots.txt disallows the URL.
     Withheld,
@@ -343,8 +344,33 @@ pub enum ErrorKind {
     Transport,
 }
 
+impl ErrorKind {
+    /// A short, stable name for the kind, without its fields: the `reason`
+    /// label of the `reqwest_pace_gave_up_total` metric (feature
+    /// `metrics`), and a key to count failures by.
+    ///
+    /// ```
+    /// use reqwest_pace::ErrorKind;
+    ///
+    /// assert_eq!(ErrorKind::AttemptsExhausted.label(), "attempts_exhausted");
+    /// ```
+    pub fn label(&self) -> &'static str {
+        match self {
+            ErrorKind::Config => "config",
+            ErrorKind::NotYet { .. } => "not_yet",
+            ErrorKind::ServerWait { .. } => "server_wait",
+            ErrorKind::AttemptsExhausted => "attempts_exhausted",
+            ErrorKind::BudgetExhausted => "budget_exhausted",
+            ErrorKind::TimeLimit { .. } => "time_limit",
+            ErrorKind::NotRetried { .. } => "not_retried",
+            ErrorKind::Withheld => "withheld",
+            ErrorKind::Backend => "backend",
+            ErrorKind::Transport => "transport",
+        }
+    }
+}
+
 /// Why a retryable failure was not retried.
-#[cfg(feature = "client")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum NotRetriedReason {
@@ -464,7 +490,7 @@ impl Error {
             #[cfg(feature = "client")]
             Error::BudgetExhausted { .. } => ErrorKind::BudgetExhausted,
             #[cfg(feature = "client")]
-            Error::NotRetried { .. } => ErrorKind::NotRetried,
+            Error::NotRetried { reason, .. } => ErrorKind::NotRetried { reason: *reason },
             #[cfg(feature = "client")]
             Error::CircuitOpen { .. } => ErrorKind::Withheld,
             #[cfg(feature = "robots")]
@@ -526,80 +552,71 @@ impl Error {
         }
     }
 
-    /// Why the call gave up, when it gave up retrying: the same reason its
-    /// [`Event::GaveUp`](crate::Event::GaveUp) carried.
+    /// The kind of this error where it ends a call that gave up retrying
+    /// (what its [`Event::GaveUp`](crate::Event::GaveUp) says); `None` for
+    /// an error that ends a call before or beside the retries (a setting,
+    /// the circuit breaker, robots.txt, the shared limiter's store).
     #[cfg(feature = "client")]
-    pub fn gave_up(&self) -> Option<GiveUp> {
-        Some(match self {
-            Error::RetryAfterTooLong { wait, cap, .. }
-            | Error::QuotaExhausted { wait, cap, .. } => GiveUp::ServerWaitTooLong {
-                wait: *wait,
-                cap: *cap,
-            },
-            Error::DeadlineExceeded { wait, limit, .. } => GiveUp::TimeLimit {
-                wait: *wait,
-                limit: *limit,
-            },
-            Error::RetriesExhausted { .. } => GiveUp::AttemptsExhausted,
-            Error::BudgetExhausted { .. } => GiveUp::BudgetExhausted,
-            Error::NotRetried { reason, .. } => match reason {
-                NotRetriedReason::NonIdempotent => GiveUp::NotIdempotent,
-                NotRetriedReason::BodyNotCloneable => GiveUp::BodyNotCloneable,
-            },
-            Error::Transport { attempts, .. } if *attempts > 0 => GiveUp::NotRetryable,
-            _ => return None,
-        })
+    pub(crate) fn gave_up(&self) -> Option<ErrorKind> {
+        let gave_up = match self {
+            Error::RetryAfterTooLong { .. }
+            | Error::QuotaExhausted { .. }
+            | Error::DeadlineExceeded { .. }
+            | Error::RetriesExhausted { .. }
+            | Error::BudgetExhausted { .. }
+            | Error::NotRetried { .. } => true,
+            Error::Transport { attempts, .. } => *attempts > 0,
+            _ => false,
+        };
+        gave_up.then(|| self.kind())
     }
 
-    /// The error a call that gave up for `reason` returns, after `attempts`
-    /// attempts, with what its last attempt left (`source`: the transport
-    /// error when the last attempt got no response).
+    /// The error a call that gave up, as the retry decision said (`kind`),
+    /// returns after `attempts` attempts, with what its last attempt left
+    /// (`source`: the transport error when the last attempt got no
+    /// response). Its [`kind`](Error::kind) is `kind`, but for a kind no
+    /// retry decision gives (a setting, "not yet", a call withheld, the
+    /// store) and a transport failure without its error: those read as
+    /// attempts exhausted.
     #[cfg(feature = "client")]
     pub(crate) fn giving_up(
-        reason: GiveUp,
+        kind: ErrorKind,
         attempts: u32,
         last_status: Option<reqwest::StatusCode>,
         last_response: Option<LastResponse>,
         source: Option<reqwest::Error>,
     ) -> Error {
         let last_response = last_response.map(Box::new);
-        match (reason, source) {
-            (GiveUp::NotRetryable, Some(source)) => Error::Transport { attempts, source },
-            (GiveUp::ServerWaitTooLong { wait, cap }, _) => Error::RetryAfterTooLong {
+        match (kind, source) {
+            (ErrorKind::Transport, Some(source)) => Error::Transport { attempts, source },
+            (ErrorKind::ServerWait { wait, cap }, _) => Error::RetryAfterTooLong {
                 wait,
                 cap,
                 status: last_status.unwrap_or(reqwest::StatusCode::TOO_MANY_REQUESTS),
                 attempts,
                 last_response,
             },
-            (GiveUp::TimeLimit { wait, limit }, _) => Error::DeadlineExceeded {
+            (ErrorKind::TimeLimit { wait, limit }, _) => Error::DeadlineExceeded {
                 wait,
                 limit,
                 attempts,
                 last_status,
                 last_response,
             },
-            (GiveUp::BudgetExhausted, source) => Error::BudgetExhausted {
+            (ErrorKind::BudgetExhausted, source) => Error::BudgetExhausted {
                 attempts,
                 last_status,
                 source,
                 last_response,
             },
-            (GiveUp::NotIdempotent, source) => Error::NotRetried {
-                reason: NotRetriedReason::NonIdempotent,
+            (ErrorKind::NotRetried { reason }, source) => Error::NotRetried {
+                reason,
                 attempts,
                 last_status,
                 source,
                 last_response,
             },
-            (GiveUp::BodyNotCloneable, source) => Error::NotRetried {
-                reason: NotRetriedReason::BodyNotCloneable,
-                attempts,
-                last_status,
-                source,
-                last_response,
-            },
-            (GiveUp::AttemptsExhausted | GiveUp::NotRetryable, source) => Error::RetriesExhausted {
+            (_, source) => Error::RetriesExhausted {
                 attempts,
                 last_status,
                 source,
@@ -721,47 +738,40 @@ mod tests {
 
     #[cfg(feature = "client")]
     #[test]
-    fn a_call_that_gave_up_reports_the_kind_of_its_reason_and_its_attempts() {
+    fn a_call_that_gave_up_reports_the_kind_it_gave_up_for_and_its_attempts() {
         let status = Some(reqwest::StatusCode::SERVICE_UNAVAILABLE);
-        let gave_up = |reason| Error::giving_up(reason, 3, status, None, None);
-        let server_wait = GiveUp::ServerWaitTooLong {
+        let gave_up = |kind| Error::giving_up(kind, 3, status, None, None);
+        let server_wait = ErrorKind::ServerWait {
             wait: 90 * S,
             cap: 60 * S,
         };
-        let time_limit = GiveUp::TimeLimit {
-            wait: Some(2 * S),
-            limit: 5 * S,
-        };
-        for (reason, kind, attempts) in [
-            (
-                server_wait,
-                ErrorKind::ServerWait {
-                    wait: 90 * S,
-                    cap: 60 * S,
-                },
-                Some(3),
-            ),
-            (
-                time_limit,
-                ErrorKind::TimeLimit {
-                    wait: Some(2 * S),
-                    limit: 5 * S,
-                },
-                Some(3),
-            ),
-            (
-                GiveUp::AttemptsExhausted,
-                ErrorKind::AttemptsExhausted,
-                Some(3),
-            ),
-            (GiveUp::BudgetExhausted, ErrorKind::BudgetExhausted, Some(3)),
-            (GiveUp::NotIdempotent, ErrorKind::NotRetried, Some(3)),
-            (GiveUp::BodyNotCloneable, ErrorKind::NotRetried, Some(3)),
+        // Every kind a retry decision gives comes back from the error
+        // built for it, and the error says it gave up.
+        for kind in [
+            server_wait,
+            ErrorKind::TimeLimit {
+                wait: Some(2 * S),
+                limit: 5 * S,
+            },
+            ErrorKind::AttemptsExhausted,
+            ErrorKind::BudgetExhausted,
+            ErrorKind::NotRetried {
+                reason: NotRetriedReason::NonIdempotent,
+            },
+            ErrorKind::NotRetried {
+                reason: NotRetriedReason::BodyNotCloneable,
+            },
         ] {
-            let error = gave_up(reason);
+            let error = gave_up(kind);
             assert_eq!(error.kind(), kind, "{error:?}");
-            assert_eq!(error.attempts(), attempts, "{error:?}");
+            assert_eq!(error.gave_up(), Some(kind), "{error:?}");
+            assert_eq!(error.attempts(), Some(3), "{error:?}");
         }
+        // A kind no decision gives reads as attempts exhausted.
+        assert_eq!(
+            gave_up(ErrorKind::Withheld).kind(),
+            ErrorKind::AttemptsExhausted
+        );
         // A spent quota beyond the cap is the same situation as a
         // `Retry-After` beyond it.
         let quota = Error::QuotaExhausted {
@@ -780,8 +790,8 @@ mod tests {
             last_status: None,
         };
         assert_eq!(
-            (open.kind(), open.attempts()),
-            (ErrorKind::Withheld, Some(0))
+            (open.kind(), open.attempts(), open.gave_up()),
+            (ErrorKind::Withheld, Some(0), None)
         );
         assert_eq!(
             Error::PriorityOutOfRange { class: 9, max: 2 }.kind(),

@@ -84,9 +84,9 @@ pub use client::{
     FromHeaders, IntoRequest, KeyStatus, PaceBuilder, PacedRequestBuilder, Pacer, Priority,
     Reconcile, Scope, ThrottledClient, ThrottledClientBuilder, UsageBody,
 };
-pub use error::{Error, ErrorKind};
 #[cfg(feature = "client")]
-pub use error::{LastResponse, NotRetriedReason};
+pub use error::LastResponse;
+pub use error::{Error, ErrorKind, NotRetriedReason};
 pub use limiter::{
     Adjustment, FixedWindowLimiter, KeyedLimiter, Limiter, Rate, RateLimiter,
     SlidingCounterLimiter, SlidingLogLimiter, TokenBucket,

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use httpmock::prelude::*;
-use reqwest_pace::retry::{Backoff, GiveUp, Jitter, Outcome, RetryBudget, RetryPolicy};
+use reqwest_pace::retry::{Backoff, Jitter, Outcome, RetryBudget, RetryPolicy};
 use reqwest_pace::{Error, ErrorKind, Event, NotRetriedReason, ThrottledClient};
 
 fn fast_backoff() -> Backoff {
@@ -215,10 +215,10 @@ async fn a_retry_after_past_the_cap_is_returned_at_once_without_sleeping() {
             assert_eq!(last.headers["x-request-id"], "abc");
             assert_eq!(last.body, b"hourly quota spent");
             assert!(!last.truncated);
-            match err.gave_up() {
-                Some(GiveUp::ServerWaitTooLong {
+            match err.kind() {
+                ErrorKind::ServerWait {
                     wait: w, cap: c, ..
-                }) => {
+                } => {
                     assert_eq!((w, c), (wait, cap))
                 }
                 other => panic!("unexpected {other:?}"),
@@ -229,16 +229,16 @@ async fn a_retry_after_past_the_cap_is_returned_at_once_without_sleeping() {
     assert_eq!(mock.calls_async().await, 1);
     assert!(retry_delays(&log).is_empty(), "it must not sleep");
     // The event says why in the error's own terms.
-    let reasons: Vec<GiveUp> = log
+    let kinds: Vec<ErrorKind> = log
         .lock()
         .unwrap()
         .iter()
         .filter_map(|e| match e {
-            Event::GaveUp { reason, .. } => Some(*reason),
+            Event::GaveUp { kind, .. } => Some(*kind),
             _ => None,
         })
         .collect();
-    assert_eq!(reasons, err.gave_up().into_iter().collect::<Vec<_>>());
+    assert_eq!(kinds, vec![err.kind()]);
     // The key is closed: the next call fails fast without a request.
     let again = client
         .send(client.get(server.url("/slow-down")))

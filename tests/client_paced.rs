@@ -948,10 +948,7 @@ async fn a_refusal_the_key_paces_costs_the_call_no_attempt() {
     server.inject(refusals(100_000));
     let error = client.get(server.url()).send().await.unwrap_err();
     assert!(
-        matches!(
-            error.gave_up(),
-            Some(reqwest_pace::retry::GiveUp::TimeLimit { .. })
-        ),
+        matches!(error.kind(), reqwest_pace::ErrorKind::TimeLimit { .. }),
         "{error}"
     );
     let sends = times(&server).split_off(before);
@@ -978,10 +975,7 @@ async fn a_refusal_the_key_paces_costs_the_call_no_attempt() {
     );
     unlimited.inject(refusals(8));
     let error = client.get(unlimited.url()).send().await.unwrap_err();
-    assert_eq!(
-        error.gave_up(),
-        Some(reqwest_pace::retry::GiveUp::AttemptsExhausted)
-    );
+    assert_eq!(error.kind(), reqwest_pace::ErrorKind::AttemptsExhausted);
     assert_eq!(unlimited.requests().len(), 1 + 8);
 
     let never = RateLimitedServer::builder()
@@ -991,10 +985,7 @@ async fn a_refusal_the_key_paces_costs_the_call_no_attempt() {
         .unwrap();
     never.inject(refusals(8));
     let error = exact_client().get(never.url()).send().await.unwrap_err();
-    assert_eq!(
-        error.gave_up(),
-        Some(reqwest_pace::retry::GiveUp::AttemptsExhausted)
-    );
+    assert_eq!(error.kind(), reqwest_pace::ErrorKind::AttemptsExhausted);
     assert_eq!(never.requests().len(), 4);
 }
 

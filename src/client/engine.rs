@@ -24,10 +24,10 @@ use super::scope::BuiltScope;
 use super::server_clock::ServerClocks;
 use super::wait::{status_or_429, time_limit, BaseKey, Member, Sent};
 use super::{scope, CircuitState, Cost, Event, KeyStatus, Priority, SendFailure};
-use crate::error::LastResponse;
+use crate::error::{ErrorKind, LastResponse, NotRetriedReason};
 use crate::headers::RateLimitSignal;
 use crate::limiter::Adjustment;
-use crate::retry::{Attempted, Decision, GiveUp, Outcome, ReleaseJitter, RetryBudget, RetryPolicy};
+use crate::retry::{Attempted, Decision, Outcome, ReleaseJitter, RetryBudget, RetryPolicy};
 use crate::Error;
 
 /// What an attempt's result says of its server's health, for the circuit
@@ -403,7 +403,7 @@ impl Pacer {
                     let result = self.with_charge(result, cost, &members, &taught.followed);
                     return self.finish(&call, result);
                 }
-                Decision::GiveUp(reason) => return Err(self.give_up(&call, reason, result).await),
+                Decision::GiveUp(kind) => return Err(self.give_up(&call, kind, result).await),
                 Decision::Retry { delay, from_server } => {
                     // Told by the server when to come back, the call
                     // keeps its place at its keys (its time limit runs
@@ -450,7 +450,9 @@ impl Pacer {
             // `Retry` is decided only for a request that can be sent again.
             let Some(next) = replay else {
                 return Err(Error::giving_up(
-                    GiveUp::BodyNotCloneable,
+                    ErrorKind::NotRetried {
+                        reason: NotRetriedReason::BodyNotCloneable,
+                    },
                     call.attempt,
                     call.last_status,
                     None,
@@ -668,28 +670,29 @@ impl Pacer {
                 Ok(response)
             }
             Err(source) => {
-                self.report_give_up(call, GiveUp::NotRetryable);
-                Err(Error::giving_up(
-                    GiveUp::NotRetryable,
+                let error = Error::giving_up(
+                    ErrorKind::Transport,
                     call.attempt,
                     call.last_status,
                     None,
                     Some(source),
-                ))
+                );
+                self.report_give_up(call, error.kind());
+                Err(error)
             }
         }
     }
 
-    /// The error of a call that gives up for `reason`, keeping what its last
-    /// attempt left: the response's status, headers and first bytes of
-    /// body (read by the call's time limit), or the transport error.
+    /// The error of a call that gives up as the retry decision said
+    /// (`kind`), keeping what its last attempt left: the response's status,
+    /// headers and first bytes of body (read by the call's time limit), or
+    /// the transport error. The event says the error's kind.
     async fn give_up(
         &self,
         call: &Call,
-        reason: GiveUp,
+        kind: ErrorKind,
         result: Result<Response, reqwest::Error>,
     ) -> Error {
-        self.report_give_up(call, reason);
         let (last, source) = match result {
             Ok(response) => {
                 let time = call
@@ -701,14 +704,16 @@ impl Pacer {
             }
             Err(source) => (None, Some(source)),
         };
-        Error::giving_up(reason, call.attempt, call.last_status, last, source)
+        let error = Error::giving_up(kind, call.attempt, call.last_status, last, source);
+        self.report_give_up(call, error.kind());
+        error
     }
 
-    pub(crate) fn report_give_up(&self, call: &Call, reason: GiveUp) {
+    pub(crate) fn report_give_up(&self, call: &Call, kind: ErrorKind) {
         self.emit(Event::GaveUp {
             call: call.id,
             attempts: call.attempt,
-            reason,
+            kind,
             status: call.last_status.map(|s| s.as_u16()),
         });
     }

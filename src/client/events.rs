@@ -96,9 +96,9 @@ pub enum Event {
         call: u64,
         /// Attempts made.
         attempts: u32,
-        /// Why: the same reason the call's error gives
-        /// ([`Error::gave_up`](crate::Error::gave_up)).
-        reason: crate::retry::GiveUp,
+        /// Why: the kind of the error the call returns
+        /// ([`Error::kind`](crate::Error::kind)).
+        kind: crate::ErrorKind,
         /// The last status, if any.
         status: Option<u16>,
     },
@@ -269,10 +269,11 @@ pub(crate) fn emit(hook: Option<&Hook>, event: Event) {
         Event::GaveUp {
             call,
             attempts,
-            reason,
+            kind,
             status,
         } => {
-            tracing::warn!(target: "reqwest_pace", call, attempts, %reason, status, "gave up")
+            let kind = kind.label();
+            tracing::warn!(target: "reqwest_pace", call, attempts, kind, status, "gave up")
         }
         Event::Completed {
             call,

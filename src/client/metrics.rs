@@ -54,7 +54,8 @@ const CIRCUITS_OPEN: &str = "reqwest_pace_circuits_open";
 /// `scope` is the [`Scope`](crate::Scope)'s name; `class` a status class
 /// (`1xx` to `5xx`, or `other`); `status` a throttled response's code (429,
 /// 503 or 403); `source` is `server` (the server's `Retry-After`) or
-/// `backoff`; `reason` is [`GiveUp::label`](crate::retry::GiveUp::label);
+/// `backoff`; `reason` is [`ErrorKind::label`](crate::ErrorKind::label) of
+/// the kind given up for;
 /// `state` is [`CircuitState::label`](crate::CircuitState::label).
 /// No metric is labelled by a bucket's key or a URL.
 pub fn describe_metrics() {
@@ -140,8 +141,8 @@ pub(crate) fn record(event: &Event) {
             counter!(RETRIES, "source" => source).increment(1);
             histogram!(RETRY_DELAY, "source" => source).record(*delay);
         }
-        Event::GaveUp { reason, .. } => {
-            counter!(GAVE_UP, "reason" => reason.label()).increment(1);
+        Event::GaveUp { kind, .. } => {
+            counter!(GAVE_UP, "reason" => kind.label()).increment(1);
         }
         Event::Completed { status, .. } => {
             counter!(COMPLETED, "class" => class(*status)).increment(1);

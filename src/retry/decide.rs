@@ -12,76 +12,7 @@ use std::time::Duration;
 use reqwest::Method;
 
 use super::{Outcome, ReleaseJitter, RetryPolicy};
-
-/// Why a call stopped retrying: the one reason type of
-/// [`Event::GaveUp`](crate::Event::GaveUp) and of the [`Error`](crate::Error)
-/// the call returns (see [`Error::gave_up`](crate::Error::gave_up)).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum GiveUp {
-    /// The classifier said the failure is final (a transport error that
-    /// retrying will not mend).
-    #[error("the failure is not retryable")]
-    NotRetryable,
-    /// The server asked for a wait longer than the policy's
-    /// [`max_retry_after`](RetryPolicy::max_retry_after).
-    #[error("the server asked for {wait:?}, over the cap of {cap:?}")]
-    #[non_exhaustive]
-    ServerWaitTooLong {
-        /// The wait the server asked for.
-        wait: Duration,
-        /// The policy's cap.
-        cap: Duration,
-    },
-    /// The method is not idempotent and the policy does not retry such
-    /// methods.
-    #[error("the method is not idempotent")]
-    NotIdempotent,
-    /// Every attempt the policy allows has been made.
-    #[error("attempts exhausted")]
-    AttemptsExhausted,
-    /// The body is a stream, which cannot be sent again.
-    #[error("the body cannot be cloned")]
-    BodyNotCloneable,
-    /// A wait (a retry's delay, a bucket's, a server's block) would end
-    /// past the call's time limit (its deadline, or the policy's
-    /// `max_elapsed` from the first send).
-    #[error("a wait would pass the time limit of {limit:?}")]
-    #[non_exhaustive]
-    TimeLimit {
-        /// How long the wait would have been, when known.
-        wait: Option<Duration>,
-        /// The limit it would have passed.
-        limit: Duration,
-    },
-    /// The retry budget is spent: many calls are failing, and retrying
-    /// would add to the upstream's load.
-    #[error("the retry budget is spent")]
-    BudgetExhausted,
-}
-
-impl GiveUp {
-    /// A short, stable name for the reason, without its fields: the
-    /// `reason` label of the `reqwest_pace_gave_up_total` metric (feature
-    /// `metrics`), and a key to count give-ups by.
-    ///
-    /// ```
-    /// use reqwest_pace::retry::GiveUp;
-    ///
-    /// assert_eq!(GiveUp::AttemptsExhausted.label(), "attempts_exhausted");
-    /// ```
-    pub fn label(&self) -> &'static str {
-        match self {
-            GiveUp::NotRetryable => "not_retryable",
-            GiveUp::ServerWaitTooLong { .. } => "server_wait_too_long",
-            GiveUp::NotIdempotent => "not_idempotent",
-            GiveUp::AttemptsExhausted => "attempts_exhausted",
-            GiveUp::BodyNotCloneable => "body_not_cloneable",
-            GiveUp::TimeLimit { .. } => "time_limit",
-            GiveUp::BudgetExhausted => "budget_exhausted",
-        }
-    }
-}
+use crate::error::{ErrorKind, NotRetriedReason};
 
 /// `Retry-After` counts whole seconds: a shorter wait says only that the
 /// server's own wait ends within a second.
@@ -119,7 +50,7 @@ pub struct Attempted<'a> {
 pub enum Decision {
     /// Return the attempt's result as it is: a success, or a failure the
     /// classifier says is final (a 404 is returned as a response, a final
-    /// transport error gives up with [`GiveUp::NotRetryable`]).
+    /// transport error gives up with [`ErrorKind::Transport`]).
     Return,
     /// Sleep `delay`, then send again.
     #[non_exhaustive]
@@ -130,8 +61,10 @@ pub enum Decision {
         /// the backoff schedule.
         from_server: bool,
     },
-    /// Stop, and fail the call for this reason.
-    GiveUp(GiveUp),
+    /// Stop, and fail the call with an error of this kind (its
+    /// [`Error::kind`](crate::Error::kind), and what the call's
+    /// [`Event::GaveUp`](crate::Event::GaveUp) says).
+    GiveUp(ErrorKind),
 }
 
 impl RetryPolicy {
@@ -141,7 +74,8 @@ impl RetryPolicy {
     /// ```
     /// use std::time::Duration;
     /// use reqwest::Method;
-    /// use reqwest_pace::retry::{Attempted, Decision, GiveUp, Outcome, ReleaseJitter, RetryPolicy};
+    /// use reqwest_pace::ErrorKind;
+    /// use reqwest_pace::retry::{Attempted, Decision, Outcome, ReleaseJitter, RetryPolicy};
     ///
     /// let policy = RetryPolicy::default();
     /// let attempt = Attempted {
@@ -162,7 +96,7 @@ impl RetryPolicy {
     /// let last = Attempted { number: 4, ..attempt };
     /// assert_eq!(
     ///     policy.decide(&last, ReleaseJitter::default()),
-    ///     Decision::GiveUp(GiveUp::AttemptsExhausted)
+    ///     Decision::GiveUp(ErrorKind::AttemptsExhausted)
     /// );
     /// ```
     pub fn decide(&self, attempt: &Attempted<'_>, jitter: ReleaseJitter) -> Decision {
@@ -191,14 +125,14 @@ impl RetryPolicy {
         };
         if let Some((left, limit)) = attempt.time_left {
             if delay > left {
-                return Decision::GiveUp(GiveUp::TimeLimit {
+                return Decision::GiveUp(ErrorKind::TimeLimit {
                     wait: Some(delay),
                     limit,
                 });
             }
         }
         if attempt.server_wait.is_none() && attempt.budget_allows == Some(false) {
-            return Decision::GiveUp(GiveUp::BudgetExhausted);
+            return Decision::GiveUp(ErrorKind::BudgetExhausted);
         }
         Decision::Retry {
             delay,
@@ -207,19 +141,23 @@ impl RetryPolicy {
     }
 
     /// The reasons to give up that do not depend on the delay.
-    fn refusal(&self, attempt: &Attempted<'_>) -> Option<GiveUp> {
+    fn refusal(&self, attempt: &Attempted<'_>) -> Option<ErrorKind> {
         let cap = self.max_retry_after();
         if let Some(wait) = attempt.server_wait.filter(|w| *w > cap) {
-            return Some(GiveUp::ServerWaitTooLong { wait, cap });
+            return Some(ErrorKind::ServerWait { wait, cap });
         }
         if !self.allows_method(attempt.method) {
-            return Some(GiveUp::NotIdempotent);
+            return Some(ErrorKind::NotRetried {
+                reason: NotRetriedReason::NonIdempotent,
+            });
         }
         if attempt.number >= self.max_attempts() {
-            return Some(GiveUp::AttemptsExhausted);
+            return Some(ErrorKind::AttemptsExhausted);
         }
         if !attempt.replayable {
-            return Some(GiveUp::BodyNotCloneable);
+            return Some(ErrorKind::NotRetried {
+                reason: NotRetriedReason::BodyNotCloneable,
+            });
         }
         None
     }
@@ -297,7 +235,7 @@ mod tests {
                     server_wait: Some(61 * S),
                     ..failed(1)
                 },
-                Decision::GiveUp(GiveUp::ServerWaitTooLong {
+                Decision::GiveUp(ErrorKind::ServerWait {
                     wait: 61 * S,
                     cap: 60 * S,
                 }),
@@ -308,12 +246,14 @@ mod tests {
                     method: &post,
                     ..failed(1)
                 },
-                Decision::GiveUp(GiveUp::NotIdempotent),
+                Decision::GiveUp(ErrorKind::NotRetried {
+                    reason: NotRetriedReason::NonIdempotent,
+                }),
             ),
             (
                 "last attempt",
                 failed(4),
-                Decision::GiveUp(GiveUp::AttemptsExhausted),
+                Decision::GiveUp(ErrorKind::AttemptsExhausted),
             ),
             (
                 "stream body",
@@ -321,7 +261,9 @@ mod tests {
                     replayable: false,
                     ..failed(1)
                 },
-                Decision::GiveUp(GiveUp::BodyNotCloneable),
+                Decision::GiveUp(ErrorKind::NotRetried {
+                    reason: NotRetriedReason::BodyNotCloneable,
+                }),
             ),
             (
                 "delay past the limit",
@@ -329,7 +271,7 @@ mod tests {
                     time_left: Some((99 * MS, 5 * S)),
                     ..failed(1)
                 },
-                Decision::GiveUp(GiveUp::TimeLimit {
+                Decision::GiveUp(ErrorKind::TimeLimit {
                     wait: Some(100 * MS),
                     limit: 5 * S,
                 }),
@@ -348,7 +290,7 @@ mod tests {
                     budget_allows: Some(false),
                     ..failed(1)
                 },
-                Decision::GiveUp(GiveUp::BudgetExhausted),
+                Decision::GiveUp(ErrorKind::BudgetExhausted),
             ),
             (
                 "budget spent, but the server invited the retry",
@@ -365,29 +307,34 @@ mod tests {
         }
     }
 
-    /// Every reason has its own label, and a reason's fields do not change
-    /// it (a metric's label set stays small).
+    /// Every kind a decision gives has its own label, and a kind's fields
+    /// do not change it (a metric's label set stays small).
     #[test]
-    fn each_reason_has_its_own_label() {
-        let reasons = [
-            GiveUp::NotRetryable,
-            GiveUp::ServerWaitTooLong { wait: S, cap: S },
-            GiveUp::NotIdempotent,
-            GiveUp::AttemptsExhausted,
-            GiveUp::BodyNotCloneable,
-            GiveUp::TimeLimit {
+    fn each_kind_given_up_for_has_its_own_label() {
+        let kinds = [
+            ErrorKind::Transport,
+            ErrorKind::ServerWait { wait: S, cap: S },
+            ErrorKind::NotRetried {
+                reason: NotRetriedReason::NonIdempotent,
+            },
+            ErrorKind::AttemptsExhausted,
+            ErrorKind::TimeLimit {
                 wait: None,
                 limit: S,
             },
-            GiveUp::BudgetExhausted,
+            ErrorKind::BudgetExhausted,
         ];
-        let labels: std::collections::HashSet<_> = reasons.iter().map(GiveUp::label).collect();
-        assert_eq!(labels.len(), reasons.len());
-        let longer = GiveUp::ServerWaitTooLong {
+        let labels: std::collections::HashSet<_> = kinds.iter().map(ErrorKind::label).collect();
+        assert_eq!(labels.len(), kinds.len());
+        let longer = ErrorKind::ServerWait {
             wait: 9 * S,
             cap: 2 * S,
         };
-        assert_eq!(longer.label(), "server_wait_too_long");
+        assert_eq!(longer.label(), "server_wait");
+        let stream = ErrorKind::NotRetried {
+            reason: NotRetriedReason::BodyNotCloneable,
+        };
+        assert_eq!(stream.label(), "not_retried");
     }
 
     /// The release jitter lengthens a server's wait by the draw's share and
@@ -421,7 +368,7 @@ mod tests {
         };
         assert_eq!(
             p.decide(&attempt, jitter),
-            Decision::GiveUp(GiveUp::TimeLimit {
+            Decision::GiveUp(ErrorKind::TimeLimit {
                 wait: Some(2 * S + 100 * MS),
                 limit: 10 * S
             })

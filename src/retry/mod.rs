@@ -14,5 +14,5 @@ mod release;
 pub use backoff::{Backoff, Jitter};
 pub use budget::RetryBudget;
 pub use classify::{is_idempotent, Classifier, DefaultClassifier, Outcome, RetryPolicy};
-pub use decide::{Attempted, Decision, GiveUp};
+pub use decide::{Attempted, Decision};
 pub use release::ReleaseJitter;
