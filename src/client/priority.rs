@@ -7,7 +7,8 @@
 //! others wait here, ordered by class. So who goes next is chosen when the
 //! turn comes free, that is when the key can take another call, and not
 //! when the calls arrived: a user-facing call that arrives behind a batch's
-//! backlog is next. The trade-off is one short lock per key per wait, and a
+//! backlog is next (it overtakes even the head, while the head still waits
+//! for the key's bucket). The trade-off is one short lock per key per wait, and a
 //! limiter that never sees more than one waiter of the key at a time (its
 //! own queue is then never the one that orders calls).
 //!
@@ -54,7 +55,12 @@ pub(crate) const DEFAULT_AGING: Duration = Duration::from_secs(10);
 /// waits for on that key: its in-flight permit
 /// ([`Scope::max_in_flight`](crate::Scope::max_in_flight)), the key's first
 /// response, its bucket. Only the call at the head waits for those; the
-/// next head is chosen when the key can take another call.
+/// next head is chosen when the key can take another call. A call ordered
+/// before the head that comes to wait while the head is still waiting for
+/// the key's bucket (or its permit) takes the head's place: the head gives
+/// its wait up, nothing spent, and queues again in its own place. (Not
+/// while the head waits for the key's first response, whose probe it may
+/// hold.)
 ///
 /// - **Higher classes first.** A call of class `c` arriving at `t` is
 ///   ordered as if it had arrived at `t − c × aging`
@@ -67,11 +73,12 @@ pub(crate) const DEFAULT_AGING: Duration = Duration::from_secs(10);
 ///   `BATCH` call goes before every call that arrives more than
 ///   `2 × aging` after it, whatever its class. A call that waited so long
 ///   goes in arrival order with the rest.
-/// - **What a high class waits for.** An `INTERACTIVE` call waits for the
-///   call at the head (which already holds the turn: one request's wait,
-///   at most one service time with a cap on requests in flight), then for
-///   its own turn at the key; only the calls of its class ahead of it, and
-///   lower ones that have waited longer than their head start, go first.
+/// - **What a high class waits for.** An `INTERACTIVE` call waits for its
+///   turn at the key; only the calls of its class ahead of it, and lower
+///   ones that have waited longer than their head start, go first. A call
+///   at the head that has been let through (sent, or granted its bucket's
+///   token) is not overtaken: at most that one request's wait, at most one
+///   service time with a cap on requests in flight.
 /// - **Cancel safety.** A call dropped while it waits leaves the queue; one
 ///   dropped just as the turn was handed to it hands it on. No wake-up is
 ///   lost.
@@ -85,7 +92,9 @@ pub(crate) const DEFAULT_AGING: Duration = Duration::from_secs(10);
 /// as of its call's arrival, so it goes ahead of the calls of its class
 /// that arrived after the call: a call that waited out the server's wait
 /// is not sent to the back of a backlog, where its time limit could run
-/// out before its turn. So does a retry after a refusal the key's pacing
+/// out before its turn. It comes back to its keys when the wait they hold
+/// for the server ends (they let their calls go past it with the release
+/// jitter), so it is the first of them to go. So does a retry after a refusal the key's pacing
 /// answers (a probe of a lockout), while the call has a time limit: it goes
 /// back at once and takes the key's next probe, so that a lockout's probes
 /// start no other call's time limit (such refusals cost the call no
@@ -180,6 +189,13 @@ struct Queue {
     waiting: BTreeMap<(i128, u64), Waker>,
     /// How many calls have queued: the next one's arrival number.
     arrivals: u64,
+    /// The order of the call holding the turn, while it may give it up to
+    /// a call ordered before it (see [`Turn::overtaken`]).
+    holder: Option<i128>,
+    /// Whether a call ordered before the holder waits for the turn.
+    overtaken: bool,
+    /// The holder's watch for that, woken when it becomes so.
+    watch: Option<Waker>,
 }
 
 impl Turns {
@@ -239,6 +255,9 @@ impl Turns {
     /// one thread deadlocks.
     #[must_use = "the call handed the turn is woken by the caller"]
     fn pass(&self, queue: &mut Queue) -> Option<Waker> {
+        queue.holder = None;
+        queue.overtaken = false;
+        queue.watch = None;
         match queue.waiting.pop_first() {
             Some(((_, arrival), waker)) => {
                 queue.handed = Some(arrival);
@@ -249,6 +268,16 @@ impl Turns {
                 None
             }
         }
+    }
+}
+
+impl Queue {
+    /// The turn is now held by a call of `order`: a call ordered before
+    /// it, waiting already, overtakes it.
+    fn hold(&mut self, order: i128) {
+        self.holder = Some(order);
+        self.overtaken = self.waiting.keys().next().is_some_and(|&(o, _)| o < order);
+        self.watch = None;
     }
 }
 
@@ -269,22 +298,37 @@ impl<'a> Future for Take<'a> {
         let this = &mut *self;
         let turns = this.turns;
         let mut queue = lock(&turns.queue);
+        let order = turns.order(this.priority, this.arrived);
         match this.slot {
             None if !queue.held => {
                 queue.held = true;
+                queue.hold(order);
                 Poll::Ready(Turn { turns })
             }
             None => {
                 let arrival = queue.arrivals;
                 queue.arrivals += 1;
-                let slot = (turns.order(this.priority, this.arrived), arrival);
+                let slot = (order, arrival);
                 queue.waiting.insert(slot, cx.waker().clone());
                 this.slot = Some(slot);
+                // A call ordered before the holder (a retry in its call's
+                // place, a higher class) asks it to give the turn up.
+                let watch = if queue.holder.is_some_and(|h| order < h) && !queue.overtaken {
+                    queue.overtaken = true;
+                    queue.watch.take()
+                } else {
+                    None
+                };
+                drop(queue);
+                if let Some(watch) = watch {
+                    watch.wake();
+                }
                 Poll::Pending
             }
             Some((_, arrival)) if queue.handed == Some(arrival) => {
                 queue.handed = None;
                 this.slot = None;
+                queue.hold(order);
                 Poll::Ready(Turn { turns })
             }
             Some(slot) => {
@@ -312,6 +356,10 @@ impl Drop for Take<'_> {
             self.turns.pass(&mut queue)
         } else {
             queue.waiting.remove(&(order, arrival));
+            // The holder is overtaken only while a call ordered before it
+            // still waits.
+            let first = queue.waiting.keys().next().map(|&(o, _)| o);
+            queue.overtaken = matches!((first, queue.holder), (Some(o), Some(h)) if o < h);
             None
         };
         drop(queue);
@@ -325,6 +373,38 @@ impl Drop for Take<'_> {
 /// order has it.
 pub(crate) struct Turn<'a> {
     turns: &'a Turns,
+}
+
+impl Turn<'_> {
+    /// Resolves once a call ordered before this one waits for the turn: a
+    /// retry back in its call's place (after the server's wait, which the
+    /// holder has been waiting out at the key), or a call of a higher
+    /// class. The holder that has not been let through yet gives the turn
+    /// up then, and queues again in its own place, behind it.
+    pub(crate) fn overtaken(&self) -> Overtaken<'_> {
+        Overtaken { turns: self.turns }
+    }
+}
+
+/// The wait of [`Turn::overtaken`].
+pub(crate) struct Overtaken<'a> {
+    turns: &'a Turns,
+}
+
+impl Future for Overtaken<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut queue = lock(&self.turns.queue);
+        if queue.overtaken {
+            return Poll::Ready(());
+        }
+        match &mut queue.watch {
+            Some(watch) if watch.will_wake(cx.waker()) => {}
+            watch => *watch = Some(cx.waker().clone()),
+        }
+        Poll::Pending
+    }
 }
 
 impl Drop for Turn<'_> {
@@ -412,6 +492,43 @@ mod tests {
         newer.await.unwrap();
         retry.await.unwrap();
         assert_eq!(*lock(&order), ["retry", "newer"]);
+    }
+
+    /// The holder is overtaken while a call ordered before it waits, and
+    /// only then: not by a call ordered after it, no longer once that call
+    /// has left, and the turn it gives up goes to that call.
+    #[tokio::test(start_paused = true)]
+    async fn a_holder_is_overtaken_by_a_call_ordered_before_it() {
+        use futures::FutureExt;
+
+        let turns = Arc::new(Turns::new(Duration::from_secs(10)));
+        let start = Instant::now();
+        tokio::time::sleep(10 * MS).await;
+        let holder = turns.take(Priority::NORMAL).await;
+        assert!(holder.overtaken().now_or_never().is_none());
+        // Later in its class: no.
+        tokio::time::sleep(MS).await;
+        let mut later = Box::pin(turns.take(Priority::NORMAL));
+        assert!(later.as_mut().now_or_never().is_none());
+        assert!(holder.overtaken().now_or_never().is_none());
+        // A retry in the place of a call that arrived before it: yes, until
+        // it leaves.
+        let mut retry = Box::pin(turns.take_as_of(Priority::NORMAL, start));
+        assert!(retry.as_mut().now_or_never().is_none());
+        assert!(holder.overtaken().now_or_never().is_some());
+        drop(retry);
+        assert!(holder.overtaken().now_or_never().is_none());
+        // A higher class: yes, and the turn given up is its.
+        let interactive = tokio::spawn({
+            let turns = Arc::clone(&turns);
+            async move {
+                let _turn = turns.take(Priority::INTERACTIVE).await;
+            }
+        });
+        holder.overtaken().await;
+        drop(holder);
+        interactive.await.unwrap();
+        assert!(later.await.overtaken().now_or_never().is_none());
     }
 
     #[tokio::test(start_paused = true)]

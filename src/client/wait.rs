@@ -297,31 +297,35 @@ impl Pacer {
             // call waits for on the key: only the call holding the turn
             // waits for those, so who goes next is chosen when the key can
             // take a call. The turn goes back once the key's waits are over.
-            let _turn =
-                match by_deadline(until, m.state.turns.take_as_of(call.priority, queued)).await {
+            let (_turn, grant) = loop {
+                let turn = match by_deadline(until, m.state.turns.take_as_of(call.priority, queued))
+                    .await
+                {
                     Ok(turn) => turn,
                     Err(e) => {
                         no_longer_in_flight(members, &seqs);
                         return Err(e);
                     }
                 };
-            if let Some(in_flight) = &m.state.in_flight {
-                match take_permit(in_flight.semaphore(), until).await {
-                    Ok(permit) => permits.push(in_flight.hold(permit)),
-                    Err(e) => {
+                let held = permits.len();
+                let waited = self
+                    .wait_at_turn(
+                        m,
+                        &turn,
+                        (call.id, until, arrived),
+                        &mut permits,
+                        &mut probes,
+                    )
+                    .await;
+                match waited {
+                    Some(Ok(grant)) => break (turn, grant),
+                    Some(Err(e)) => {
                         no_longer_in_flight(members, &seqs);
                         return Err(e);
                     }
-                }
-            }
-            let grant = match self
-                .wait_for_member(m, call.id, until, arrived, &mut probes)
-                .await
-            {
-                Ok(grant) => grant,
-                Err(e) => {
-                    no_longer_in_flight(members, &seqs);
-                    return Err(e);
+                    // Overtaken before anything was granted: its permit
+                    // goes back, and the call queues again in its place.
+                    None => permits.truncate(held),
                 }
             };
             let seq = m.state.adapt().on_send(Instant::now(), grant, m.weight);
@@ -356,6 +360,45 @@ impl Pacer {
             seqs,
             tickets: Vec::new(),
         })
+    }
+
+    /// Holding `turn` at `m`'s key, wait for its in-flight permit (pushed
+    /// on `permits`) and its bucket; `None` when a call ordered before
+    /// this one came to wait for the turn first (a retry back in its
+    /// call's place after the server's wait, a call of a higher class),
+    /// while this one was still waiting at this key (past its first
+    /// response: nothing to undo but the permit; what earlier members
+    /// granted stands, as it does while a call waits long at a later
+    /// one). The holder then gives the turn up.
+    /// Before, the call holding the turn went first whoever came to wait
+    /// behind it: a call refused 2 s into a window of 100 per 60 s, told to
+    /// wait 59 s of its minute, came back behind the call that had taken
+    /// the turn meanwhile, and passed its time limit by the key's interval.
+    async fn wait_at_turn<'m>(
+        &self,
+        m: &'m Member,
+        turn: &crate::client::priority::Turn<'_>,
+        (call, until, arrived): (u64, Option<(Instant, Duration)>, Option<Instant>),
+        permits: &mut Vec<Permit>,
+        probes: &mut Vec<ProbeGuard<'m>>,
+    ) -> Option<Result<Grant, WaitError>> {
+        // Not while it may take the key's first response (a probe it
+        // would have to hand back).
+        let yields = arrived.is_none() || !self.inner.scopes[m.scope].probes();
+        let waits = async {
+            if let Some(in_flight) = &m.state.in_flight {
+                permits.push(in_flight.hold(take_permit(in_flight.semaphore(), until).await?));
+            }
+            self.wait_for_member(m, call, until, arrived, probes).await
+        };
+        if !yields {
+            return Some(waits.await);
+        }
+        tokio::pin!(waits);
+        match futures::future::select(waits, turn.overtaken()).await {
+            futures::future::Either::Left((result, _)) => Some(result),
+            futures::future::Either::Right(((), _)) => None,
+        }
     }
 
     /// Wait for one member's bucket (after its key's first response, when
