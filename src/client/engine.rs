@@ -440,7 +440,7 @@ impl Pacer {
                     if !keeps_place {
                         call.queued = None;
                     }
-                    tokio::time::sleep(delay).await;
+                    tokio::time::sleep(self.retry_sleep(&members, delay, from_server)).await;
                     // The backoff's next delay grows from its own last one.
                     if !back_at_once {
                         call.previous_delay = Some(delay);
@@ -681,6 +681,29 @@ impl Pacer {
                 Err(error)
             }
         }
+    }
+
+    /// How long a retry sleeps before it waits at its keys again: its
+    /// `delay`, but a retry the server asked for (`from_server`) goes back
+    /// to its keys when the wait they hold for the server ends, if sooner:
+    /// they let their calls go past it with the release jitter (see
+    /// `learn`), and the call, back in its place, is the first of them
+    /// (it overtakes the call that took the key's turn meanwhile: see
+    /// `wait_at_turn`). Sleeping its own jittered delay, it woke as the
+    /// calls behind it were let go, and came after them.
+    fn retry_sleep(&self, members: &[Member], delay: Duration, from_server: bool) -> Duration {
+        if !from_server {
+            return delay;
+        }
+        let now = Instant::now();
+        let held_until = members
+            .iter()
+            .filter_map(|m| m.state.server_block(now))
+            .map(|block| block.until)
+            .max();
+        held_until.map_or(delay, |until| {
+            delay.min(until.saturating_duration_since(now))
+        })
     }
 
     /// The error of a call that gives up as the retry decision said
