@@ -57,10 +57,11 @@ pub(crate) const DEFAULT_AGING: Duration = Duration::from_secs(10);
 /// response, its bucket. Only the call at the head waits for those; the
 /// next head is chosen when the key can take another call. A call ordered
 /// before the head that comes to wait while the head is still waiting for
-/// the key's bucket (or its permit) takes the head's place: the head gives
-/// its wait up, nothing spent, and queues again in its own place. (Not
-/// while the head waits for the key's first response, whose probe it may
-/// hold.)
+/// the key's own bucket (or its permit) takes the head's place: the head
+/// gives its wait up, nothing spent, and queues again in its own place.
+/// (Not at a limiter of the caller's, such as a shared one, whose
+/// reservation given up may be lost to every process; nor while the head
+/// waits for the key's first response, whose probe it may hold.)
 ///
 /// - **Higher classes first.** A call of class `c` arriving at `t` is
 ///   ordered as if it had arrived at `t − c × aging`
