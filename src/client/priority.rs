@@ -93,15 +93,18 @@ pub(crate) const DEFAULT_AGING: Duration = Duration::from_secs(10);
 /// as of its call's arrival, so it goes ahead of the calls of its class
 /// that arrived after the call: a call that waited out the server's wait
 /// is not sent to the back of a backlog, where its time limit could run
-/// out before its turn. It comes back to its keys when the wait they hold
-/// for the server ends (they let their calls go past it with the release
-/// jitter), so it is the first of them to go. So does a retry after a refusal the key's pacing
+/// out before its turn. So does a retry after a refusal the key's pacing
 /// answers (a probe of a lockout), while the call has a time limit: it goes
 /// back at once and takes the key's next probe, so that a lockout's probes
 /// start no other call's time limit (such refusals cost the call no
 /// attempt; its time limit bounds them). Any other retry queues again as
 /// a new arrival of its class: refusals that cost attempts fall on the
 /// calls in turn, not all on the one at the front.
+///
+/// A retry after the server's wait comes back to its keys when the wait
+/// they hold for the server ends (they let their calls go past it with the
+/// release jitter), and at a key's own bucket overtakes the call that took
+/// the turn meanwhile: it is the first of them to go.
 ///
 /// # Out of range
 ///
