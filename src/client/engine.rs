@@ -677,7 +677,7 @@ impl Pacer {
                     None,
                     Some(source),
                 );
-                self.report_give_up(call, error.kind());
+                self.report_give_up(call, &error);
                 Err(error)
             }
         }
@@ -728,11 +728,16 @@ impl Pacer {
             Err(source) => (None, Some(source)),
         };
         let error = Error::giving_up(kind, call.attempt, call.last_status, last, source);
-        self.report_give_up(call, error.kind());
+        self.report_give_up(call, &error);
         error
     }
 
-    pub(crate) fn report_give_up(&self, call: &Call, kind: ErrorKind) {
+    /// Report `error`'s give-up ([`Event::GaveUp`], with its kind), when it
+    /// ends a call that gave up retrying ([`Error::gave_up`]).
+    pub(crate) fn report_give_up(&self, call: &Call, error: &Error) {
+        let Some(kind) = error.gave_up() else {
+            return;
+        };
         self.emit(Event::GaveUp {
             call: call.id,
             attempts: call.attempt,

@@ -280,8 +280,15 @@ impl Queue {
     /// it, waiting already, overtakes it.
     fn hold(&mut self, order: i128) {
         self.holder = Some(order);
-        self.overtaken = self.waiting.keys().next().is_some_and(|&(o, _)| o < order);
+        self.overtaken = self.first_waits_before_holder();
         self.watch = None;
+    }
+
+    /// Whether the first call waiting is ordered before the holder (and so
+    /// overtakes it).
+    fn first_waits_before_holder(&self) -> bool {
+        let first = self.waiting.keys().next().map(|&(order, _)| order);
+        matches!((first, self.holder), (Some(first), Some(holder)) if first < holder)
     }
 }
 
@@ -317,8 +324,9 @@ impl<'a> Future for Take<'a> {
                 this.slot = Some(slot);
                 // A call ordered before the holder (a retry in its call's
                 // place, a higher class) asks it to give the turn up.
-                let watch = if queue.holder.is_some_and(|h| order < h) && !queue.overtaken {
-                    queue.overtaken = true;
+                let was = queue.overtaken;
+                queue.overtaken = queue.first_waits_before_holder();
+                let watch = if queue.overtaken && !was {
                     queue.watch.take()
                 } else {
                     None
@@ -362,8 +370,7 @@ impl Drop for Take<'_> {
             queue.waiting.remove(&(order, arrival));
             // The holder is overtaken only while a call ordered before it
             // still waits.
-            let first = queue.waiting.keys().next().map(|&(o, _)| o);
-            queue.overtaken = matches!((first, queue.holder), (Some(o), Some(h)) if o < h);
+            queue.overtaken = queue.first_waits_before_holder();
             None
         };
         drop(queue);

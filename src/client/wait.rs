@@ -244,9 +244,7 @@ impl Pacer {
     /// attempts it made before this wait.
     fn fail(&self, call: &Call, error: Error) -> Error {
         let error = error.after_attempts(call.attempt.saturating_sub(1));
-        if let Some(kind) = error.gave_up() {
-            self.report_give_up(call, kind);
-        }
+        self.report_give_up(call, &error);
         error
     }
 
