@@ -110,6 +110,15 @@ async fn all_done(tasks: Vec<JoinHandle<(Duration, bool)>>) -> Duration {
     longest
 }
 
+/// A client whose keys send `per_second`, one at a time.
+fn paced_at(per_second: u64) -> ThrottledClient {
+    ThrottledClient::builder(reqwest::Client::new())
+        .rate(Rate::per_second(per_second).unwrap())
+        .burst(1)
+        .build()
+        .unwrap()
+}
+
 /// A key paced at 10 a second, one at a time: 100 batch calls are a
 /// backlog of 10 s; 20 interactive calls arrive during it, one every 400
 /// ms. Returns the interactive waits and the batch's longest wait.
@@ -118,11 +127,7 @@ async fn paced_run(
     interactive_class: Priority,
 ) -> (Vec<Duration>, Duration) {
     let server = server().await;
-    let client = ThrottledClient::builder(reqwest::Client::new())
-        .rate(Rate::per_second(10).unwrap())
-        .burst(1)
-        .build()
-        .unwrap();
+    let client = paced_at(10);
     let url = server.url();
     let tasks = batch(&client, &url, 100, batch_class);
     let waits = interactive(&client, &url, 1_050 * MS, 400 * MS, 20, interactive_class).await;
@@ -211,11 +216,7 @@ async fn interactive_calls_wait_at_most_two_service_times_behind_a_batch_holding
 #[tokio::test(start_paused = true)]
 async fn an_interactive_call_overtakes_a_batch_call_waiting_for_the_next_send() {
     let server = server().await;
-    let client = ThrottledClient::builder(reqwest::Client::new())
-        .rate(Rate::per_second(1).unwrap())
-        .burst(1)
-        .build()
-        .unwrap();
+    let client = paced_at(1);
     let url = server.url();
     let start = Instant::now();
     let first = batch(&client, &url, 1, Priority::BATCH);
