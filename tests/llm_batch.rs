@@ -8,10 +8,9 @@
 //! The goal: at least 0.95 of the binding limit (beyond the server's first
 //! full bucket), at most 1 % refused, no failed call; the interactive
 //! calls' p99 wait at most twice one call's service time; after the first
-//! refusal, never more calls in flight than the server's cap but by the
-//! learning's probes (`src/client/concurrency.rs`: one call above the cap
-//! after each run of 256 calls answered at it, the run doubling when the
-//! probe is refused, so at most 3 in 2 000 calls).
+//! refusal, never more calls in flight than the server's cap (a learned
+//! cap is not probed above what the server admitted unless the scope asks
+//! for it: `Scope::probe_cap`).
 #![cfg(feature = "testing")]
 
 #[path = "../examples/llm_batch/workload.rs"]
@@ -22,10 +21,6 @@ use std::time::Duration;
 use reqwest_pace::testing::llm::{LlmDialect, LlmLimit};
 
 use workload::{percentile, CALLS, INTERACTIVE, MAX_IN_FLIGHT, SERVICE};
-
-/// The probes a run of [`CALLS`] may send above the cap: after 256, 512
-/// and 1 024 calls answered at it.
-const PROBES: usize = 3;
 
 #[tokio::test(start_paused = true)]
 async fn the_llm_batch_meets_the_goal_in_both_dialects() {
@@ -79,8 +74,8 @@ async fn the_llm_batch_meets_the_goal_in_both_dialects() {
                 && run.refused() <= 0.01
                 && run.failed == 0
                 && interactive_p99 <= 2 * SERVICE
-                && run.watch.peak_after <= MAX_IN_FLIGHT + 1
-                && run.watch.over_after <= PROBES
+                && run.watch.peak_after <= MAX_IN_FLIGHT
+                && run.watch.over_after == 0
                 && run.learned_cap == Some(MAX_IN_FLIGHT);
             if !met {
                 missed.push(figures);
@@ -90,12 +85,11 @@ async fn the_llm_batch_meets_the_goal_in_both_dialects() {
     assert!(missed.is_empty(), "{missed:#?}");
 }
 
-/// The issue's goal read strictly: after the first refusal, never a call
-/// in flight above the server's cap, probes included.
+/// The issue's goal read strictly, with the server's clock 250 ms past a
+/// second: after the first refusal, never a call in flight above the
+/// server's cap. (With the cap probed, as it was by default before
+/// `Scope::probe_cap`: 2 sends above the cap of 32 in this run.)
 #[tokio::test(start_paused = true)]
-#[ignore = "known gap: the learned cap probes one call above the server's after each run of \
-            calls answered at it (2 sends above the cap of 32 in this run), to find a cap \
-            that grew; without probes a grown cap would never be found"]
 async fn the_llm_batch_never_passes_the_cap_after_the_first_refusal() {
     let wall = std::time::UNIX_EPOCH + Duration::from_millis(1_800_000_000_250);
     let server = workload::server(LlmDialect::OpenAi, 1, Some(wall))

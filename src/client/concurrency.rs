@@ -13,11 +13,13 @@
 //! flight when the episode of refusals began ([`Tuning::decrease`], never
 //! below one); below what the server was seen to admit it climbs back one
 //! call per round of calls at the cap ([`Tuning::recover_rounds`]), and
-//! above it is probed one call higher only after a long run of answered
-//! calls at the cap, a run that doubles each time a probe is refused. The
-//! trade-off: between probes the key stays at or under the server's cap
-//! (a server whose cap grows is found again late), and each probe costs
-//! one refused call.
+//! above it it goes no higher, unless the scope asks for probes
+//! ([`Scope::probe_cap`]): then it is probed one call higher only after a
+//! long run of answered calls at the cap, a run that doubles each time a
+//! probe is refused. The trade-off: without probes the key stays at or
+//! under the server's cap from its first refusal on, and a server whose
+//! cap grows is not found; with them, a grown cap is found, late, and each
+//! probe costs one refused call.
 //!
 //! The cap is enforced by [`InFlight`], a tokio semaphore whose permits are
 //! added or forgotten as the cap moves: it stays fair (first asked, first
@@ -26,6 +28,7 @@
 //! calls holding it complete.
 //!
 //! [`Scope::max_in_flight`]: crate::Scope::max_in_flight
+//! [`Scope::probe_cap`]: crate::Scope::probe_cap
 
 use std::sync::{Arc, Mutex};
 
@@ -144,13 +147,17 @@ pub(crate) struct Cap {
     admitted: usize,
     /// Whether the cap was last raised by a probe not yet borne out.
     probing: bool,
+    /// Whether the cap is probed above [`admitted`](Self::admitted) at all
+    /// ([`Scope::probe_cap`](crate::Scope::probe_cap)).
+    probes: bool,
     /// The least cap the current episode of refusals cuts to.
     floor: usize,
 }
 
 impl Cap {
-    /// A key's cap, `configured` or none.
-    pub(crate) fn new(configured: Option<usize>) -> Cap {
+    /// A key's cap, `configured` or none, probed above what the server
+    /// admitted if `probes`.
+    pub(crate) fn new(configured: Option<usize>, probes: bool) -> Cap {
         Cap {
             configured,
             current: configured,
@@ -158,6 +165,7 @@ impl Cap {
             probe_after: TUNING.concurrency.probe_after,
             admitted: 0,
             probing: false,
+            probes,
             floor: 1,
         }
     }
@@ -207,18 +215,18 @@ impl Cap {
     /// and not yet answered, itself among them. Only calls answered at the
     /// cap (as many in flight: the cap binds) count toward the probe; after
     /// the run (below what the server admitted, [`Tuning::recover_rounds`]
-    /// of the cap's calls; above, the probe's run), a learned cap goes one
-    /// higher (never above the configured one). Returns the new cap when
-    /// it went up.
+    /// of the cap's calls; above, the probe's run, where the cap is
+    /// probed), a learned cap goes one higher (never above the configured
+    /// one). Returns the new cap when it went up.
     pub(crate) fn answered(&mut self, in_flight: usize) -> Option<usize> {
         let t = &TUNING.concurrency;
         self.admitted = self.admitted.max(in_flight);
         let cap = self.current.filter(|_| self.learned())?;
-        if in_flight < cap {
+        let recovering = cap < self.admitted;
+        if in_flight < cap || !(recovering || self.probes) {
             return None;
         }
         self.run += 1;
-        let recovering = cap < self.admitted;
         let run = if recovering {
             (cap as u64).saturating_mul(t.recover_rounds)
         } else {
@@ -365,13 +373,14 @@ impl State {
 }
 
 impl InFlight {
-    /// The permits of a key whose scope configures `configured`.
-    pub(crate) fn new(configured: Option<usize>) -> InFlight {
+    /// The permits of a key whose scope configures `configured`, and
+    /// whether it probes a learned cap ([`Cap::new`]).
+    pub(crate) fn new(configured: Option<usize>, probes: bool) -> InFlight {
         let total = configured.unwrap_or(Semaphore::MAX_PERMITS);
         InFlight {
             permits: Arc::new(Semaphore::new(total)),
             state: Mutex::new(State {
-                cap: Cap::new(configured),
+                cap: Cap::new(configured, probes),
                 sent: 0,
                 total,
                 debt: 0,
@@ -440,8 +449,8 @@ impl InFlight {
     /// Forget what was learned: the cap is the configured one again.
     pub(crate) fn reset(&self) {
         let mut state = crate::sync::lock(&self.state);
-        let configured = state.cap.configured;
-        state.cap = Cap::new(configured);
+        let (configured, probes) = (state.cap.configured, state.cap.probes);
+        state.cap = Cap::new(configured, probes);
         self.set_total(&mut state, configured.unwrap_or(Semaphore::MAX_PERMITS));
     }
 
@@ -550,7 +559,7 @@ mod tests {
 
     #[test]
     fn a_refusal_caps_at_what_was_in_flight_less_the_refused_call_down_to_its_episodes_floor() {
-        let mut cap = Cap::new(None);
+        let mut cap = Cap::new(None, false);
         assert_eq!(cap.current(), None);
         // An episode opened with 5 in flight: 4, its floor 3.
         assert_eq!(cap.refused(5, true), Some(4));
@@ -572,7 +581,7 @@ mod tests {
     fn an_outage_of_refusals_halves_the_cap_once_a_round() {
         // 32 in flight, every call refused, each refusal read as one more
         // of the calls comes back: the first round ends at 16, not 1.
-        let mut cap = Cap::new(None);
+        let mut cap = Cap::new(None, false);
         let mut last = None;
         for in_flight in (1..=32).rev() {
             last = cap.refused(in_flight, in_flight == 32).or(last);
@@ -587,7 +596,7 @@ mod tests {
 
     #[test]
     fn a_cap_cut_to_one_is_back_at_32_in_a_round_at_each_cap() {
-        let mut cap = Cap::new(None);
+        let mut cap = Cap::new(None, true);
         // 32 in flight admitted, then an outage cuts the cap to 1.
         assert_eq!(cap.answered(32), None);
         cap.refused(2, true);
@@ -608,8 +617,29 @@ mod tests {
     }
 
     #[test]
+    fn without_probes_a_cap_climbs_back_to_what_was_admitted_and_no_higher() {
+        let mut cap = Cap::new(None, false);
+        // 32 in flight admitted, then an outage cuts the cap to 16.
+        assert_eq!(cap.answered(32), None);
+        assert_eq!(cap.refused(32, true), Some(31));
+        for in_flight in (1..31).rev() {
+            cap.refused(in_flight, false);
+        }
+        assert_eq!(cap.current(), Some(16));
+        while cap.current() < Some(32) {
+            let at = cap.current().unwrap_or(1);
+            assert!(cap.answered(at).is_none_or(|to| to == at + 1));
+        }
+        // Back at what the server admitted, and there it stays.
+        for _ in 0..10 * TUNING.concurrency.max_probe_after {
+            assert_eq!(cap.answered(32), None);
+        }
+        assert_eq!(cap.current(), Some(32));
+    }
+
+    #[test]
     fn a_configured_cap_is_lowered_but_never_raised_above() {
-        let mut cap = Cap::new(Some(3));
+        let mut cap = Cap::new(Some(3), false);
         assert!(!cap.learned());
         // Not learned: no probe, however long it runs at the cap.
         for _ in 0..1_000 {
@@ -631,7 +661,7 @@ mod tests {
     #[test]
     fn a_probe_comes_after_a_run_at_the_cap_that_doubles_when_refused() {
         let run = TUNING.concurrency.probe_after;
-        let mut cap = Cap::new(None);
+        let mut cap = Cap::new(None, true);
         assert_eq!(cap.refused(5, true), Some(4));
         // Answers below the cap do not count: it does not bind.
         for _ in 0..10 * run {
@@ -667,7 +697,7 @@ mod tests {
     #[test]
     fn the_run_doubles_up_to_its_longest() {
         let t = TUNING.concurrency;
-        let mut cap = Cap::new(None);
+        let mut cap = Cap::new(None, true);
         cap.refused(2, true);
         for _ in 0..64 {
             let mut answered = 0;
@@ -682,7 +712,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_lowered_cap_takes_back_what_is_held_as_it_comes_back() {
-        let limit = Arc::new(InFlight::new(None));
+        let limit = Arc::new(InFlight::new(None, false));
         let mut held = Vec::new();
         for _ in 0..6 {
             let permit = Arc::clone(limit.semaphore()).try_acquire_owned();
@@ -725,7 +755,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_probe_adds_a_permit_or_forgives_a_debt() {
-        let limit = Arc::new(InFlight::new(None));
+        let limit = Arc::new(InFlight::new(None, false));
         let take = || {
             let mut permit = limit.hold(Arc::clone(limit.semaphore()).try_acquire_owned().unwrap());
             permit.send();

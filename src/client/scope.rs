@@ -136,6 +136,9 @@ pub struct Scope {
     remember_for: Duration,
     /// The most requests of one key in flight at once (`None`: no cap).
     max_in_flight: Option<usize>,
+    /// Whether a learned cap on calls in flight is probed above what the
+    /// server was seen to admit ([`Scope::probe_cap`]).
+    probe_cap: bool,
     /// Each key's circuit breaker (`None`: none).
     breaker: Option<CircuitBreaker>,
     /// Each key's latency-aware politeness (`None`: none).
@@ -214,6 +217,7 @@ impl Scope {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             remember_for: DEFAULT_REMEMBER_FOR,
             max_in_flight: None,
+            probe_cap: false,
             breaker: None,
             auto_throttle: None,
             aging: super::priority::DEFAULT_AGING,
@@ -468,10 +472,10 @@ impl Scope {
     /// make two calls wait for each other). Below the most calls in flight
     /// the server was seen to admit, the cap climbs one call per cap's
     /// worth of calls answered at it (a cap an outage of 429s cut is back
-    /// in seconds); above, it is probed one call higher after 256 calls
-    /// answered at it, a run that doubles (up to 65 536) each time a probe
-    /// is refused: a server whose cap grows is found again, at one refused
-    /// call per probe. The permit covers a call until its response's
+    /// in seconds); it goes no higher, so that after its first concurrency
+    /// refusal the key never has more calls in flight than the server was
+    /// seen to admit ([`probe_cap`](Self::probe_cap) trades that for
+    /// finding a cap that grew). The permit covers a call until its response's
     /// headers, not its body: against a server that counts a streamed
     /// response until its end, the cap learned is below its own. A
     /// cap set here is lowered so, never raised above what was set.
@@ -486,6 +490,35 @@ impl Scope {
     /// ```
     pub fn max_in_flight(mut self, max: usize) -> Self {
         self.max_in_flight = Some(max);
+        self
+    }
+
+    /// Whether a learned cap on calls in flight (see
+    /// [`max_in_flight`](Self::max_in_flight)) is probed one call above the
+    /// most the server was seen to admit (default: no).
+    ///
+    /// Off, a learned cap climbs back after an episode of refusals no
+    /// higher than what the server admitted: from the first concurrency
+    /// refusal on, the key keeps under the server's cap, and a server whose
+    /// cap grows later (a plan upgraded mid-run) is not found until the
+    /// key is dropped ([`idle_timeout`](Self::idle_timeout)) or cleared
+    /// ([`clear_key`](crate::Pacer::clear_key)). On, the cap is probed one
+    /// call higher after 256 calls answered at it, a run that doubles (up
+    /// to 65 536) each time a probe is refused: a grown cap is found again,
+    /// at one refused call, and one call above the server's cap, per probe.
+    ///
+    /// ```
+    /// use reqwest_pace::{Pacer, Scope};
+    ///
+    /// // A cap learned from the server's refusals, probed now and then
+    /// // in case the server's grew.
+    /// let pacer = Pacer::builder()
+    ///     .host_scope(Scope::per_host().probe_cap(true))
+    ///     .build()?;
+    /// # Ok::<(), reqwest_pace::Error>(())
+    /// ```
+    pub fn probe_cap(mut self, probe: bool) -> Self {
+        self.probe_cap = probe;
         self
     }
 
@@ -1107,7 +1140,7 @@ impl KeyState {
             // `settle_permits`).
             in_flight: (config.max_in_flight.is_some()
                 || (config.learns() && *config.dimension_ref() == Dimension::Requests))
-                .then(|| Arc::new(InFlight::new(config.max_in_flight))),
+                .then(|| Arc::new(InFlight::new(config.max_in_flight, config.probe_cap))),
             turns: Turns::new(config.aging),
             breaker: config.breaker.map(|b| Mutex::new(Breaker::new(b))),
             politeness: config.auto_throttle.and_then(|tuning| {
