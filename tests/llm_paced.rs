@@ -537,7 +537,7 @@ async fn a_refusal_for_tokens_teaches_the_tokens_scope_only() {
         (stats.refused(LlmLimit::Tokens), stats.refused_total()),
         (1, 1)
     );
-    assert_eq!(*throttled.lock().unwrap(), ["tokens"]);
+    assert_eq!(*throttled.lock().unwrap(), [std::sync::Arc::from("tokens")]);
 }
 
 /// One acquisition per call, at exact times: a learning tokens scope under
@@ -709,5 +709,5 @@ async fn a_refusal_stating_no_limit_short_teaches_the_requests_scope() {
     assert!(refused.is_err() || refused.as_ref().unwrap().status() == 429);
     assert_eq!(first.await.unwrap().unwrap(), 200);
     assert_eq!(server.stats().refused(LlmLimit::Concurrency), 1);
-    assert_eq!(*throttled.lock().unwrap(), ["host"]);
+    assert_eq!(*throttled.lock().unwrap(), [std::sync::Arc::from("host")]);
 }

@@ -288,7 +288,7 @@ async fn learned_rates_are_gauged_per_layer_never_per_key() {
         }
     }
 
-    let paced: Vec<(String, String, f64)> = log
+    let paced: Vec<(std::sync::Arc<str>, std::sync::Arc<str>, f64)> = log
         .lock()
         .unwrap()
         .iter()
@@ -305,9 +305,9 @@ async fn learned_rates_are_gauged_per_layer_never_per_key() {
     // Each token learned a rate from its first response and a lower one
     // from its second; the one gauge holds the last learned (beta's).
     assert_eq!(paced.len(), 4);
-    let keys: std::collections::BTreeSet<&str> = paced.iter().map(|p| p.1.as_str()).collect();
+    let keys: std::collections::BTreeSet<&str> = paced.iter().map(|p| &*p.1).collect();
     assert_eq!(keys.len(), 2);
-    assert!(paced.iter().all(|p| p.0 == "token"));
+    assert!(paced.iter().all(|p| &*p.0 == "token"));
     let last = paced[3].2;
     assert_eq!(
         client.current_rate("token", &paced[3].1).map(|r| r > 0.0),

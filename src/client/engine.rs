@@ -184,7 +184,7 @@ impl Pacer {
     }
 
     fn scope(&self, name: &str) -> Option<&BuiltScope> {
-        self.inner.scopes.iter().find(|l| l.config.name == name)
+        self.inner.scopes.iter().find(|l| &*l.config.name == name)
     }
 
     /// The rate a scope's bucket for `key` currently applies, in tokens per
@@ -249,8 +249,8 @@ impl Pacer {
         state.reset(&built.config);
         if let Some(from) = circuit.filter(|c| !matches!(c, CircuitState::Closed { .. })) {
             self.emit(Event::Circuit {
-                scope: scope.to_owned(),
-                key: key.to_owned(),
+                scope: Arc::clone(&built.config.name),
+                key: Arc::clone(&state.key),
                 from,
                 to: CircuitState::Closed { failures: 0 },
             });
@@ -551,8 +551,8 @@ impl Pacer {
         self.emit_with(tracing::Level::DEBUG, || Event::Sent {
             call: call.id,
             attempt: call.attempt,
-            method: request.method().to_string(),
-            url: request.url().to_string(),
+            method: request.method().clone(),
+            url: request.url().clone(),
         });
         match send(request).await {
             Ok(response) => Ok(Ok(response)),

@@ -21,9 +21,9 @@ pub enum Event {
         /// The call it belongs to ([`Event::call`]).
         call: u64,
         /// The scope's name (`robots` for a robots.txt's interval).
-        scope: String,
+        scope: Arc<str>,
         /// The bucket's key within the scope.
-        key: String,
+        key: Arc<str>,
         /// How long it waited (tokio clock).
         waited: Duration,
     },
@@ -35,9 +35,9 @@ pub enum Event {
         /// 1 for the first attempt.
         attempt: u32,
         /// The request's method.
-        method: String,
+        method: reqwest::Method,
         /// The request's URL.
-        url: String,
+        url: reqwest::Url,
     },
     /// An attempt got a response (any status).
     #[non_exhaustive]
@@ -57,9 +57,9 @@ pub enum Event {
         /// The call it belongs to ([`Event::call`]).
         call: u64,
         /// The scope's name.
-        scope: String,
+        scope: Arc<str>,
         /// The bucket's key.
-        key: String,
+        key: Arc<str>,
         /// The response status.
         status: u16,
         /// The wait the server asked for, if any.
@@ -69,9 +69,9 @@ pub enum Event {
     #[non_exhaustive]
     Paced {
         /// The scope's name.
-        scope: String,
+        scope: Arc<str>,
         /// The bucket's key.
-        key: String,
+        key: Arc<str>,
         /// The new rate, requests (or tokens) per second.
         per_second: f64,
     },
@@ -119,9 +119,9 @@ pub enum Event {
     #[non_exhaustive]
     Circuit {
         /// The scope's name.
-        scope: String,
+        scope: Arc<str>,
         /// The key whose breaker changed.
-        key: String,
+        key: Arc<str>,
         /// The state it left.
         from: crate::CircuitState,
         /// The state it entered.
@@ -216,14 +216,16 @@ pub(crate) fn emit(hook: Option<&Hook>, event: Event) {
             key,
             waited,
         } => {
-            tracing::debug!(target: "reqwest_pace", call, scope, key, waited_ms = waited.as_millis() as u64, "waited for bucket")
+            tracing::debug!(target: "reqwest_pace", call, scope = &**scope, key = &**key, waited_ms = waited.as_millis() as u64, "waited for bucket")
         }
         Event::Sent {
             call,
             attempt,
             method,
             url,
-        } => tracing::debug!(target: "reqwest_pace", call, attempt, method, url, "sent"),
+        } => {
+            tracing::debug!(target: "reqwest_pace", call, attempt, method = method.as_str(), url = url.as_str(), "sent")
+        }
         Event::Received {
             call,
             attempt,
@@ -240,8 +242,8 @@ pub(crate) fn emit(hook: Option<&Hook>, event: Event) {
         } => tracing::info!(
             target: "reqwest_pace",
             call,
-            scope,
-            key,
+            scope = &**scope,
+            key = &**key,
             status,
             retry_after_ms = retry_after.map(|d| d.as_millis() as u64),
             "throttled by server"
@@ -250,7 +252,9 @@ pub(crate) fn emit(hook: Option<&Hook>, event: Event) {
             scope,
             key,
             per_second,
-        } => tracing::debug!(target: "reqwest_pace", scope, key, per_second, "re-paced"),
+        } => {
+            tracing::debug!(target: "reqwest_pace", scope = &**scope, key = &**key, per_second, "re-paced")
+        }
         Event::Retrying {
             call,
             attempt,
@@ -290,16 +294,16 @@ pub(crate) fn emit(hook: Option<&Hook>, event: Event) {
         } => match to {
             crate::CircuitState::Open { retry_in } => tracing::warn!(
                 target: "reqwest_pace",
-                scope,
-                key,
+                scope = &**scope,
+                key = &**key,
                 from = from.label(),
                 cool_down_ms = retry_in.as_millis() as u64,
                 "circuit opened"
             ),
             _ => tracing::info!(
                 target: "reqwest_pace",
-                scope,
-                key,
+                scope = &**scope,
+                key = &**key,
                 from = from.label(),
                 to = to.label(),
                 "circuit changed"

@@ -128,7 +128,7 @@ impl Pacer {
             None => in_flight.refused(0),
         };
         if let Some(cap) = cut {
-            tracing::debug!(target: "reqwest_pace", key = m.state.key, cap, "concurrency refusal: fewer calls in flight");
+            tracing::debug!(target: "reqwest_pace", key = &*m.state.key, cap, "concurrency refusal: fewer calls in flight");
         }
         true
     }
@@ -143,7 +143,7 @@ impl Pacer {
             return;
         }
         if let Some(cap) = in_flight.answered() {
-            tracing::debug!(target: "reqwest_pace", key = m.state.key, cap, "probing one more call in flight");
+            tracing::debug!(target: "reqwest_pace", key = &*m.state.key, cap, "probing one more call in flight");
         }
     }
 
@@ -332,7 +332,7 @@ impl Pacer {
             limiter.learn(batch).await
         };
         if let Err(e) = applied {
-            tracing::warn!(target: "reqwest_pace", key = m.state.key, error = %e, "could not adjust limiter");
+            tracing::warn!(target: "reqwest_pace", key = &*m.state.key, error = %e, "could not adjust limiter");
         }
         if relearned {
             // Kept beyond the key's state, so that it comes back paced.
@@ -475,7 +475,7 @@ impl Pacer {
             if let Some(delay) = m.state.measured(latency, ok) {
                 tracing::debug!(
                     target: "reqwest_pace",
-                    key = m.state.key,
+                    key = &*m.state.key,
                     latency_ms = latency.as_millis() as u64,
                     delay_ms = delay.as_millis() as u64,
                     "auto-throttle delay"

@@ -306,7 +306,7 @@ fn clamp(key: &ChargedKey, used: u64) -> u64 {
         weights.warned_usage = true;
         tracing::warn!(
             target: "reqwest_pace",
-            key = key.state.key,
+            key = &*key.state.key,
             used,
             estimate = key.weight,
             clamped_to = most,

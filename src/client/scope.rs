@@ -120,7 +120,8 @@ pub(crate) const DEFAULT_HEADROOM: f64 = 0.97;
 /// ```
 #[derive(Clone)]
 pub struct Scope {
-    pub(crate) name: String,
+    /// Shared with every event of the scope's keys.
+    pub(crate) name: Arc<str>,
     key: KeyRule,
     breadth: Breadth,
     rate: Option<Rate>,
@@ -203,7 +204,7 @@ impl Scope {
 
     fn with_rule(name: String, key: KeyRule) -> Self {
         Scope {
-            name,
+            name: Arc::from(name),
             key,
             breadth: Breadth::Partition,
             rate: None,
@@ -282,7 +283,7 @@ impl Scope {
     /// # Ok::<(), reqwest_pace::Error>(())
     /// ```
     pub fn named(mut self, name: impl Into<String>) -> Self {
-        self.name = name.into();
+        self.name = Arc::from(name.into());
         self
     }
 
@@ -878,7 +879,8 @@ fn spacing(delay: Duration) -> Result<Rate, Error> {
 
 /// One key's limiter and what has been learned about it.
 pub(crate) struct KeyState {
-    pub(crate) key: String,
+    /// Shared with every event of the key.
+    pub(crate) key: Arc<str>,
     pub(crate) limiter: Result<Arc<dyn Limiter>, String>,
     /// The key's own token bucket (the same as `limiter`), unless its
     /// scope makes limiters of the caller's.
@@ -1122,7 +1124,7 @@ impl KeyState {
             .is_none()
             .then(|| tokio::sync::Semaphore::new(BOOKINGS_PER_PROCESS));
         KeyState {
-            key: key.to_owned(),
+            key: Arc::from(key),
             limiter,
             local,
             adapt: Mutex::new(adapt),

@@ -203,7 +203,7 @@ impl Pacer {
             match (admission, tickets.as_deref_mut()) {
                 (Admission::Refuse { retry_in }, _) => {
                     return Some(Error::CircuitOpen {
-                        key: m.state.key.clone(),
+                        key: m.state.key.to_string(),
                         retry_in,
                         attempts,
                         last_status,
@@ -346,8 +346,8 @@ impl Pacer {
             if !waited.is_zero() {
                 self.emit_with(tracing::Level::DEBUG, || Event::Waited {
                     call: call.id,
-                    scope: "robots".to_owned(),
-                    key: origin.clone(),
+                    scope: Arc::from("robots"),
+                    key: Arc::from(origin.as_str()),
                     waited,
                 });
             }
@@ -745,7 +745,7 @@ async fn wait_for_probe(
             None => {
                 tracing::debug!(
                     target: "reqwest_pace",
-                    key = state.key,
+                    key = &*state.key,
                     "no first response yet; not waiting for the probe any longer"
                 );
                 Ok(None)
