@@ -695,7 +695,20 @@ impl Series {
         // gives back at least two at once (one is a bucket's trickle).
         let least = if self.quota == 1 { 1 } else { 2 };
         let half = i64::try_from(self.quota / 2).unwrap_or(i64::MAX);
-        let back_to_quota = moved_on && refill.is_some_and(|r| r >= least && (fresh || r >= half));
+        // More than a whole quota back between two readings closer than
+        // the longest reset named: a window gives back at most its quota
+        // at each end, and none ended twice in between, so this is a
+        // bucket refilling as it serves the grants in between. (A process
+        // of a fleet reads a quarter of the answers, and between two of
+        // them a small bucket serves many of the fleet's grants: read as a
+        // window's jump each time, a bucket of 39 a second stating its
+        // burst of 2 was read as a window of 2 per 17 s, and the fleet
+        // paced at 0.11 a second for half a minute.)
+        let quota = i64::try_from(self.quota).unwrap_or(i64::MAX);
+        let past_quota =
+            self.quota > 0 && self.gap < self.longest_reset && refill.is_some_and(|r| r > quota);
+        let back_to_quota =
+            !past_quota && moved_on && refill.is_some_and(|r| r >= least && (fresh || r >= half));
         if self.refilling {
             // Only a jump of several units tells a window from a small
             // bucket, which fills from empty between two readings.
@@ -810,6 +823,11 @@ impl Series {
         w.trickle = 0;
         if w.quiet_jumps >= T.quiet_jumps {
             self.refilling = false;
+            // The window this jump starts is the first of the window read
+            // again: a start from before the bucket was read is no start
+            // of one, and measured from it its length would span the
+            // whole time the key read a bucket.
+            w.start = None;
             self.bucket = BucketTrack::default();
             self.moving = MovingTrack::default();
             self.refill = RefillBounds::default();
@@ -1552,6 +1570,131 @@ mod tests {
         let (goodput, refused) = drive_fleet(&mut log, 30.0, 4);
         assert!(goodput >= 0.95 * 20.0, "{goodput}");
         assert!(refused <= 0.01, "{refused}");
+    }
+
+    /// The readings of one process of a fleet of four on a bucket of 39 a
+    /// second that states its burst of 2 as its `limit`, with GitHub's
+    /// whole-second epoch resets (the generated space's seed 245, through
+    /// the shared bucket's twin): the instant in milliseconds, what was
+    /// left, the reset in milliseconds and the fleet's count at each, and
+    /// whether it was admitted. Between two of them the bucket served up
+    /// to 43 of the fleet's grants, more than its whole quota, which no
+    /// window gives back before it ends: it is read as refilling, never
+    /// as a window, and paced no slower than the fleet was admitted. (Read
+    /// as a window's jump at each whole second, it was taken for a window
+    /// of 2 per 17 s at the last reading, and the fleet paced at 0.12 a
+    /// second for half a minute: 0.23 of the limit over a minute.)
+    #[test]
+    fn a_fleet_reads_a_small_bucket_stating_its_burst_as_refilling() {
+        #[rustfmt::skip]
+        const READINGS: [(u64, u64, u64, u64, bool); 70] = [
+            (0, 1, 1000, 1, true), (516, 1, 484, 2, true), (2578, 1, 422, 6, true),
+            (2836, 1, 1000, 7, true), (2965, 1, 871, 8, true), (3055, 1, 781, 9, true),
+            (3216, 1, 620, 11, true), (3265, 1, 571, 12, true), (3307, 1, 529, 13, true),
+            (3344, 1, 492, 14, true), (3378, 1, 458, 15, true), (3409, 1, 427, 16, true),
+            (3437, 1, 399, 17, true), (3463, 1, 373, 18, true), (3487, 0, 349, 19, true),
+            (3512, 0, 324, 20, true), (3539, 0, 297, 21, true), (3566, 1, 270, 22, true),
+            (3588, 0, 248, 23, true), (3615, 0, 221, 24, true), (3642, 0, 194, 25, true),
+            (3669, 1, 167, 26, true), (7452, 1, 384, 69, true), (7574, 1, 262, 73, true),
+            (7655, 0, 181, 76, true), (7809, 0, 1000, 82, true), (8225, 1, 584, 87, true),
+            (8358, 1, 451, 91, true), (8437, 0, 372, 95, true), (8533, 0, 276, 98, true),
+            (8882, 1, 927, 110, true), (8954, 0, 855, 113, true), (9021, 1, 788, 116, true),
+            (9089, 0, 720, 118, true), (9150, 0, 659, 121, true), (9265, 1, 544, 125, true),
+            (9312, 0, 497, 127, true), (9364, 0, 445, 129, true), (9420, 0, 389, 131, true),
+            (9478, 0, 331, 133, true), (9533, 0, 276, 135, true), (9634, 0, 175, 139, true),
+            (9676, 0, 1133, 141, true), (9924, 0, 885, 149, true), (11403, 1, 406, 164, true),
+            (11525, 1, 284, 168, true), (11572, 0, 237, 171, true), (11608, 1, 201, 173, true),
+            (11713, 0, 1000, 176, false), (11754, 1, 959, 178, true), (11820, 1, 893, 179, true),
+            (11882, 1, 831, 181, true), (11941, 1, 772, 183, true), (11994, 1, 719, 185, true),
+            (13432, 1, 281, 196, true), (13648, 1, 65, 201, true), (13737, 1, 976, 205, true),
+            (13829, 0, 884, 208, true), (13949, 1, 764, 214, true), (14014, 0, 699, 216, true),
+            (14087, 0, 626, 220, true), (14119, 0, 594, 222, true), (14150, 0, 563, 223, true),
+            (14182, 1, 531, 224, true), (14216, 0, 497, 225, true), (14366, 1, 347, 230, true),
+            (15649, 1, 64, 233, true), (16561, 1, 152, 241, true), (16816, 1, 897, 249, true),
+            (16955, 0, 758, 255, true),
+        ];
+        let origin = Instant::now();
+        let mut series = Series::default();
+        let mut pace = None;
+        for (ms, remaining, reset_ms, counted, admitted) in READINGS {
+            let reading = Reading {
+                at: origin + Duration::from_millis(ms),
+                limit: Some(2),
+                remaining,
+                ahead: 0,
+                reset: Some(Duration::from_millis(reset_ms)),
+                window: None,
+                admitted,
+                counted: Some(counted),
+                weight: 1,
+            };
+            pace = series.observe(reading).or(pace);
+        }
+        let pace = pace.expect("paced");
+        // What the server admitted of the fleet over the readings.
+        let seen = (255.0 - 1.0) / 16.955;
+        assert_eq!(pace.shape, Shape::Bucket, "{pace:?}");
+        assert!(pace.per_second >= seen, "{pace:?}");
+    }
+
+    /// A server read as a bucket for 10 s that then counts a fixed window
+    /// of 10 a second (a gateway's policy changed): once its quiet jumps
+    /// read it as a window again, that window starts at the jump, not
+    /// where the first reading once started one, so its rate is the
+    /// window's, never its quota over the whole time the bucket was read.
+    /// (Measured from that first start, the window read at the change was
+    /// 10 per 13 s.)
+    #[test]
+    fn a_window_read_again_after_a_bucket_starts_at_its_jump() {
+        let origin = Instant::now();
+        let mut bucket = Bucket {
+            capacity: 10.0,
+            rate: 10.0,
+            tokens: 10.0,
+            at: 0.0,
+        };
+        let mut fixed = Fixed {
+            limit: 10,
+            window: 1.0,
+            start: None,
+            count: 0,
+        };
+        let mut series = Series::default();
+        let mut slowest_as_a_window = f64::INFINITY;
+        let mut read_as_a_bucket = false;
+        // Ten sends a second to the bucket, twenty to the window (half of
+        // them refused).
+        for k in 0..400u32 {
+            let (t, decided, limit) = if k < 100 {
+                let t = f64::from(k) / 10.0;
+                (t, bucket.decide(t), bucket.limit())
+            } else {
+                let t = 10.0 + f64::from(k - 100) / 20.0;
+                (t, fixed.decide(t), fixed.limit())
+            };
+            let (remaining, admitted, reset) = decided;
+            let reading = Reading {
+                at: origin + Duration::from_secs_f64(t),
+                limit: Some(limit),
+                remaining,
+                ahead: 0,
+                reset: Some(Duration::from_secs_f64(reset.max(0.0).ceil())),
+                window: None,
+                admitted,
+                counted: None,
+                weight: 1,
+            };
+            let Some(pace) = series.observe(reading) else {
+                continue;
+            };
+            read_as_a_bucket |= pace.shape == Shape::Bucket;
+            if t >= 10.0 && pace.shape == Shape::FixedWindow {
+                slowest_as_a_window = slowest_as_a_window.min(pace.per_second);
+            }
+        }
+        assert!(read_as_a_bucket);
+        assert!(slowest_as_a_window.is_finite(), "never read as a window");
+        assert!(slowest_as_a_window >= 5.0, "{slowest_as_a_window}");
     }
 
     /// A bucket of two refilling at 17.6 a second whose `limit` states its
