@@ -1665,26 +1665,14 @@ mod tests {
         // Ten sends a second to the bucket, twenty to the window (half of
         // them refused).
         for k in 0..400u32 {
-            let (t, decided, limit) = if k < 100 {
-                let t = f64::from(k) / 10.0;
-                (t, bucket.decide(t), bucket.limit())
+            let (t, model): (f64, &mut dyn Model) = if k < 100 {
+                (f64::from(k) / 10.0, &mut bucket)
             } else {
-                let t = 10.0 + f64::from(k - 100) / 20.0;
-                (t, fixed.decide(t), fixed.limit())
+                (10.0 + f64::from(k - 100) / 20.0, &mut fixed)
             };
-            let (remaining, admitted, reset) = decided;
-            let reading = Reading {
-                at: origin + Duration::from_secs_f64(t),
-                limit: Some(limit),
-                remaining,
-                ahead: 0,
-                reset: Some(Duration::from_secs_f64(reset.max(0.0).ceil())),
-                window: None,
-                admitted,
-                counted: None,
-                weight: 1,
-            };
-            let Some(pace) = series.observe(reading) else {
+            let decided = model.decide(t);
+            let at = origin + Duration::from_secs_f64(t);
+            let Some(pace) = series.observe(reading(&*model, at, decided, None)) else {
                 continue;
             };
             read_as_a_bucket |= pace.shape == Shape::Bucket;
