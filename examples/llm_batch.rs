@@ -4,6 +4,8 @@
 //! ```sh
 //! cargo run --release --features testing --example llm_batch
 //! cargo run --release --features testing --example llm_batch -- --dialect anthropic
+//! # a fleet of 4 clients sharing the key's tokens and cap through Redis
+//! cargo run --release --features testing,redis --example llm_batch -- --fleet redis://127.0.0.1:6379/
 //! ```
 //!
 //! The server (`testing::llm`, on a loopback port) limits the key to 6 000
@@ -35,13 +37,31 @@ use reqwest_pace::testing::llm::LlmDialect;
 
 use workload::{percentile, Run, CALLS, INTERACTIVE, MAX_IN_FLIGHT, SERVICE};
 
-const USAGE: &str = "usage: llm_batch [--dialect openai|anthropic]";
+const USAGE: &str =
+    "usage: llm_batch [--dialect openai|anthropic] [--fleet REDIS_URL [--processes N]]";
 
-fn parse_args() -> Result<LlmDialect, String> {
+/// What the command line asks for.
+struct Args {
+    dialect: LlmDialect,
+    /// A fleet sharing its tokens and its cap through the Redis at this
+    /// URL (feature `redis`).
+    fleet: Option<String>,
+    processes: usize,
+}
+
+fn parse_args() -> Result<Args, String> {
     let mut dialect = LlmDialect::OpenAi;
+    let (mut fleet, mut processes) = (None, 4);
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         match flag.as_str() {
+            "--fleet" => fleet = Some(it.next().ok_or(USAGE)?),
+            "--processes" => {
+                processes = match it.next().and_then(|n| n.parse().ok()) {
+                    Some(n) if n > 0 => n,
+                    _ => return Err(format!("--processes needs a count above 0\n{USAGE}")),
+                }
+            }
             "--dialect" => {
                 dialect = match it.next().as_deref() {
                     Some("openai") => LlmDialect::OpenAi,
@@ -53,19 +73,26 @@ fn parse_args() -> Result<LlmDialect, String> {
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
     }
-    Ok(dialect)
+    if fleet.is_some() && !cfg!(feature = "redis") {
+        return Err("--fleet needs the `redis` feature: --features testing,redis".into());
+    }
+    Ok(Args {
+        dialect,
+        fleet,
+        processes,
+    })
 }
 
 #[tokio::main]
 async fn main() {
-    let dialect = match parse_args() {
-        Ok(dialect) => dialect,
+    let args = match parse_args() {
+        Ok(args) => args,
         Err(message) => {
             eprintln!("{message}");
             std::process::exit(2);
         }
     };
-    if let Err(e) = run(dialect).await {
+    if let Err(e) = run(args).await {
         eprintln!("llm_batch failed: {e}");
         let mut source = e.source();
         while let Some(s) = source {
@@ -76,7 +103,27 @@ async fn main() {
     }
 }
 
-async fn run(dialect: LlmDialect) -> Result<(), Box<dyn StdError>> {
+/// One connection per process of the fleet, to the Redis at `url`.
+#[cfg(feature = "redis")]
+async fn fleet(url: &str, processes: usize) -> Result<Vec<workload::Fleet>, Box<dyn StdError>> {
+    let mut fleet = Vec::new();
+    for _ in 0..processes {
+        fleet.push(workload::Fleet::connect(url).await?);
+    }
+    Ok(fleet)
+}
+
+#[cfg(not(feature = "redis"))]
+async fn fleet(_: &str, _: usize) -> Result<Vec<workload::Fleet>, Box<dyn StdError>> {
+    Err("--fleet needs the `redis` feature".into())
+}
+
+async fn run(args: Args) -> Result<(), Box<dyn StdError>> {
+    let dialect = args.dialect;
+    let fleet = match &args.fleet {
+        Some(url) => fleet(url, args.processes).await?,
+        None => Vec::new(),
+    };
     // The usage draws from a fixed seed; the wall clock is the system's.
     let server = workload::server(dialect, 1, None).start().await?;
     println!(
@@ -95,7 +142,15 @@ async fn run(dialect: LlmDialect) -> Result<(), Box<dyn StdError>> {
             .progress_chars("=> "),
     );
     let shown = bar.clone();
-    let run = workload::run(&server, None, move |watch| {
+    if !fleet.is_empty() {
+        println!(
+            "a fleet of {} clients sharing the key's tokens and cap on calls in flight \
+             through {}",
+            fleet.len(),
+            args.fleet.as_deref().unwrap_or_default(),
+        );
+    }
+    let run = workload::run_by(&server, None, &fleet, move |watch| {
         shown.inc(1);
         shown.set_message(format!("refused {}", watch.refusals));
     })

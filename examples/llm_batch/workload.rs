@@ -79,7 +79,8 @@ pub struct Watch {
     now: usize,
     /// Responses 429 so far (rate or concurrency).
     pub refusals: u64,
-    /// When the first refusal was received, since the run started.
+    /// When the first refusal was read and learned from (its `Throttled`
+    /// event), since the run started.
     pub first_refusal: Option<Duration>,
     /// The most attempts in flight at once (the new one among them).
     pub peak: usize,
@@ -165,14 +166,19 @@ fn client(
     seed: Option<u64>,
     watch: Arc<Mutex<Watch>>,
     start: Instant,
+    fleet: Option<&Fleet>,
 ) -> Result<ThrottledClient, reqwest_pace::Error> {
+    let tokens = Scope::per_host()
+        .named("tokens")
+        .dimension(Dimension::Tokens);
+    let (host, tokens) = match fleet {
+        Some(fleet) => fleet.scopes(tokens),
+        None => (Scope::per_host(), tokens),
+    };
     let builder = ThrottledClient::builder(reqwest::Client::new())
         .retry(RetryPolicy::default().with_retry_non_idempotent(true))
-        .scope(
-            Scope::per_host()
-                .named("tokens")
-                .dimension(Dimension::Tokens),
-        )
+        .host_scope(host)
+        .scope(tokens)
         .reconcile((FromHeaders, UsageBody))
         .on_event(move |event| {
             let mut watch = lock(&watch);
@@ -187,10 +193,12 @@ fn client(
                 }
                 Event::Received { status, .. } => {
                     watch.now = watch.now.saturating_sub(1);
-                    if *status == 429 {
-                        watch.refusals += 1;
-                        watch.first_refusal.get_or_insert_with(|| start.elapsed());
-                    }
+                    watch.refusals += u64::from(*status == 429);
+                }
+                // The refusal read and learned from: a fleet's shared cap
+                // is lowered in Redis before this event.
+                Event::Throttled { status: 429, .. } => {
+                    watch.first_refusal.get_or_insert_with(|| start.elapsed());
                 }
                 _ => {}
             }
@@ -211,6 +219,44 @@ fn client(
         None => builder,
     };
     builder.build()
+}
+
+/// A fleet's shared state: each process's own connection to one Redis,
+/// for the key's tokens (a shared bucket, which the rate each process
+/// reads from the headers paces) and its cap on calls in flight (learned
+/// for the fleet from any process's concurrency refusals).
+pub struct Fleet {
+    #[cfg(feature = "redis")]
+    backend: reqwest_pace::redis::RedisBackend,
+}
+
+impl Fleet {
+    /// One process's connection to the Redis at `url` (the example's; the
+    /// goal test runs one client).
+    #[cfg(feature = "redis")]
+    #[allow(dead_code)]
+    pub async fn connect(url: &str) -> Result<Fleet, reqwest_pace::Error> {
+        let backend = reqwest_pace::redis::RedisBackend::connect(url).await?;
+        Ok(Fleet { backend })
+    }
+
+    /// The host scope and the tokens scope, shared.
+    #[cfg(feature = "redis")]
+    fn scopes(&self, tokens: Scope) -> (Scope, Scope) {
+        let (a, b) = (self.backend.clone(), self.backend.clone());
+        let host = Scope::per_host().shared_in_flight(move |key| a.in_flight(key));
+        let tokens = tokens.limiter(move |key| {
+            let open = reqwest_pace::Rate::per_second(1_000_000)?;
+            let bucket = b.token_bucket(format!("tokens:{key}"), open, 1_000_000)?;
+            Ok(Arc::new(bucket) as Arc<dyn reqwest_pace::Limiter>)
+        });
+        (host, tokens)
+    }
+
+    #[cfg(not(feature = "redis"))]
+    fn scopes(&self, tokens: Scope) -> (Scope, Scope) {
+        (Scope::per_host(), tokens)
+    }
 }
 
 /// One call of `input` prompt tokens and `max_tokens`, paced on their sum
@@ -263,23 +309,46 @@ fn interactive_cost(i: usize) -> (u64, u64) {
 }
 
 /// Run the workload against `server`, calling `progress` after each call
-/// with the client's watch so far.
+/// with the client's watch so far (the goal test's entry; the example
+/// runs [`run_by`]).
+#[allow(dead_code)]
 pub async fn run(
     server: &LlmServer,
     seed: Option<u64>,
     progress: impl Fn(&Watch) + Send + Sync + 'static,
 ) -> Result<Run, Box<dyn StdError>> {
+    run_by(server, seed, &[], progress).await
+}
+
+/// Run the workload against `server` from as many clients as `fleet`
+/// holds processes' connections (one when it is empty), the batch's tasks
+/// and the interactive calls dealt among them in turn; one watch counts
+/// all their calls.
+pub async fn run_by(
+    server: &LlmServer,
+    seed: Option<u64>,
+    fleet: &[Fleet],
+    progress: impl Fn(&Watch) + Send + Sync + 'static,
+) -> Result<Run, Box<dyn StdError>> {
     let start = Instant::now();
     let watch = Arc::new(Mutex::new(Watch::default()));
-    let client = client(seed, Arc::clone(&watch), start)?;
+    let mut clients = Vec::new();
+    for (i, process) in fleet.iter().map(Some).enumerate() {
+        let seed = seed.map(|s| s + i as u64);
+        clients.push(client(seed, Arc::clone(&watch), start, process)?);
+    }
+    if clients.is_empty() {
+        clients.push(client(seed, Arc::clone(&watch), start, None)?);
+    }
     let url = format!("{}/v1/chat/completions", server.url());
     let progress = Arc::new(move |watch: &Mutex<Watch>| progress(&lock(watch)));
 
     let batch_calls = CALLS - INTERACTIVE;
     let next = Arc::new(AtomicUsize::new(0));
     let mut workers = Vec::new();
-    for _ in 0..WORKERS {
-        let (client, url, next) = (client.clone(), url.clone(), Arc::clone(&next));
+    for w in 0..WORKERS {
+        let client = clients[w % clients.len()].clone();
+        let (url, next) = (url.clone(), Arc::clone(&next));
         let (watch, progress) = (Arc::clone(&watch), Arc::clone(&progress));
         workers.push(tokio::spawn(async move {
             let mut waits = Vec::new();
@@ -304,7 +373,7 @@ pub async fn run(
         let at = INTERACTIVE_FIRST + INTERACTIVE_EVERY * i as u32;
         tokio::time::sleep_until(start + at).await;
         last_interactive_start = start.elapsed();
-        let (client, url) = (client.clone(), url.clone());
+        let (client, url) = (clients[i % clients.len()].clone(), url.clone());
         let (watch, progress) = (Arc::clone(&watch), Arc::clone(&progress));
         interactive.push(tokio::spawn(async move {
             let (input, max_tokens) = interactive_cost(i);
@@ -351,7 +420,7 @@ pub async fn run(
         let allowed = cap as f64 / SERVICE.as_secs_f64() * seconds;
         shares.push((LlmLimit::Concurrency, stats.admitted as f64 / allowed));
     }
-    let learned_cap = client
+    let learned_cap = clients[0]
         .key_status("host", &server.url())
         .and_then(|status| status.max_in_flight);
     let watch = lock(&watch).clone();

@@ -32,10 +32,40 @@
 
 use std::sync::{Arc, Mutex};
 
+use futures::future::BoxFuture;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::tuning::TUNING;
 use crate::headers::{Dimension, RateLimitSignal};
+use crate::Error;
+
+/// A key's cap on calls in flight kept for a whole fleet, in place of the
+/// process's own [`InFlight`] (`RedisInFlight`, through
+/// [`Scope::shared_in_flight`](crate::Scope::shared_in_flight)): it
+/// counts the fleet's calls and learns the cap from what every process's
+/// slots report, with the same arithmetic as [`Cap`] (no probes).
+pub(crate) trait SharedInFlight: Send + Sync {
+    /// Wait for a slot: first asked, first served in the process;
+    /// cancel-safe.
+    fn take(&self) -> BoxFuture<'_, Result<Box<dyn SharedSlot>, Error>>;
+    /// The cap in force, as last read.
+    fn cap(&self) -> Option<usize>;
+    /// How many slots this process holds.
+    fn held(&self) -> usize;
+}
+
+/// One call's slot of a [`SharedInFlight`]: dropped, it goes back, with
+/// what its call taught.
+pub(crate) trait SharedSlot: Send + Sync {
+    /// The server admitted the call and answered.
+    fn answered(&self);
+    /// The server refused the call for concurrency: the slot goes back
+    /// now, the fleet's cap lowered, before the call goes on.
+    fn refused(&self) -> BoxFuture<'_, ()>;
+    /// The fleet's calls in flight as the slot was taken, itself among
+    /// them.
+    fn in_flight(&self) -> usize;
+}
 
 /// The thresholds of learning a cap on calls in flight.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::adapt::{BlockCause, Verdict};
-use super::concurrency;
+use super::concurrency::{self, SharedSlot};
 use super::engine::{Call, Pacer};
 use super::scope::BuiltScope;
 use super::wait::{Member, Sent};
@@ -64,8 +64,16 @@ impl Pacer {
         let targets = signal.map_or_else(Vec::new, |s| self.targets(members, s));
         for (i, (m, &seq)) in members.iter().zip(&sent.seqs).enumerate() {
             m.state.seen_response.store(true, Ordering::Release);
-            match signal.filter(|_| targets.contains(&m.scope)) {
-                Some(signal) if self.learn_concurrency(m, (call, sent, seq), signal, cost) => {
+            let target = signal.filter(|_| targets.contains(&m.scope));
+            let concurrency = match target {
+                Some(signal) => {
+                    self.learn_concurrency(m, (call, sent, seq, i), signal, cost)
+                        .await
+                }
+                None => false,
+            };
+            match target {
+                Some(_) if concurrency => {
                     taught.paced |=
                         self.inner.scopes[m.scope].adaptive() && m.state.adapt().server_admits();
                 }
@@ -87,7 +95,7 @@ impl Pacer {
                 m.state.weights().answered(seq);
             }
             if signal.is_some_and(|s| !s.is_throttled() && s.status < 400) {
-                self.answered_in_flight(m);
+                self.answered_in_flight(m, sent.slot_of(i));
             }
         }
         taught
@@ -98,21 +106,35 @@ impl Pacer {
     /// cap on calls in flight, and the rate model does not read it (the
     /// server counted nothing, and a rate refusal would cut a rate that
     /// does not bind). Returns whether it was one.
-    fn learn_concurrency(
+    async fn learn_concurrency(
         &self,
         m: &Member,
-        (call, sent, seq): (&Call, &Sent<'_>, u64),
+        (call, sent, seq, i): (&Call, &Sent<'_>, u64, usize),
         signal: &RateLimitSignal,
         cost: &Cost,
     ) -> bool {
         let scope = &self.inner.scopes[m.scope];
-        let Some(in_flight) = m.state.in_flight.as_ref().filter(|_| scope.adaptive()) else {
+        if !scope.adaptive() {
             return false;
+        }
+        // The fleet's count where the cap is the fleet's (as the slot was
+        // taken), else the process's.
+        let slot = sent.slot_of(i);
+        let in_flight = match (slot, &m.state.in_flight) {
+            (Some(slot), _) => slot.in_flight(),
+            (None, Some(in_flight)) => in_flight.sent(),
+            (None, None) => return false,
         };
-        if concurrency::refusal(signal, |d| cost.get(d), in_flight.sent()).is_none() {
+        if concurrency::refusal(signal, |d| cost.get(d), in_flight).is_none() {
             return false;
         }
         m.state.adapt().on_no_response(seq);
+        if let Some(slot) = slot {
+            // The fleet's cap is lowered before the event and before the
+            // call goes on: one round trip, on refusals only.
+            slot.refused().await;
+            tracing::debug!(target: "reqwest_pace", key = &*m.state.key, in_flight, "concurrency refusal: fewer calls in flight for the fleet");
+        }
         self.emit(Event::Throttled {
             call: call.id,
             scope: scope.config.name.clone(),
@@ -120,6 +142,12 @@ impl Pacer {
             status: signal.status,
             retry_after: signal.retry_after,
         });
+        if slot.is_some() {
+            return true;
+        }
+        let Some(in_flight) = &m.state.in_flight else {
+            return true;
+        };
         // The refused send's place in the key's count of sends tells a
         // refusal of the calls sent before the last cut (the same episode)
         // from a new one.
@@ -134,14 +162,19 @@ impl Pacer {
     }
 
     /// A call the server admitted was answered: a learning key's cap on
-    /// calls in flight counts it toward its next probe.
-    fn answered_in_flight(&self, m: &Member) {
-        let Some(in_flight) = &m.state.in_flight else {
-            return;
-        };
+    /// calls in flight counts it toward its next probe (the fleet's, toward
+    /// climbing back, as its `slot` goes back).
+    fn answered_in_flight(&self, m: &Member, slot: Option<&dyn SharedSlot>) {
         if !self.inner.scopes[m.scope].adaptive() {
             return;
         }
+        if let Some(slot) = slot {
+            slot.answered();
+            return;
+        }
+        let Some(in_flight) = &m.state.in_flight else {
+            return;
+        };
         if let Some(cap) = in_flight.answered() {
             tracing::debug!(target: "reqwest_pace", key = &*m.state.key, cap, "probing one more call in flight");
         }

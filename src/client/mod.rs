@@ -12,7 +12,7 @@ mod adapt;
 mod autothrottle;
 mod breaker;
 mod builder;
-mod concurrency;
+pub(crate) mod concurrency;
 mod engine;
 mod events;
 mod headerless;
@@ -29,7 +29,7 @@ mod robots;
 mod scope;
 mod server_clock;
 mod spacing;
-mod tuning;
+pub(crate) mod tuning;
 mod wait;
 
 use std::time::Duration;

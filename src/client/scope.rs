@@ -14,7 +14,7 @@ use reqwest::Request;
 use super::adapt::{Adaptive, Learned};
 use super::autothrottle::{AutoThrottle, Politeness};
 use super::breaker::{Breaker, CircuitBreaker, CircuitState};
-use super::concurrency::InFlight;
+use super::concurrency::{InFlight, SharedInFlight};
 use super::memory::Memory;
 use super::priority::Turns;
 use crate::headers::Dimension;
@@ -23,6 +23,10 @@ use crate::Error;
 
 type KeyFn = Arc<dyn Fn(&Request) -> Option<String> + Send + Sync>;
 type Factory = Arc<dyn Fn(&str) -> Result<Arc<dyn Limiter>, Error> + Send + Sync>;
+/// Makes a key's cap on calls in flight shared by a fleet, given the key
+/// and the scope's configured cap.
+type SharedFactory =
+    Arc<dyn Fn(&str, Option<usize>) -> Result<Arc<dyn SharedInFlight>, Error> + Send + Sync>;
 
 /// How a scope names the key of a request. The crate's own rules write it
 /// into a buffer, so that a call whose key is held already allocates no
@@ -140,6 +144,9 @@ pub struct Scope {
     /// Whether a learned cap on calls in flight is probed above what the
     /// server was seen to admit ([`Scope::probe_cap`]).
     probe_cap: bool,
+    /// Each key's cap on calls in flight kept for the fleet, in place of
+    /// the process's own (`Scope::shared_in_flight`).
+    shared_in_flight: Option<SharedFactory>,
     /// Each key's circuit breaker (`None`: none).
     breaker: Option<CircuitBreaker>,
     /// Each key's latency-aware politeness (`None`: none).
@@ -219,6 +226,7 @@ impl Scope {
             remember_for: DEFAULT_REMEMBER_FOR,
             max_in_flight: None,
             probe_cap: false,
+            shared_in_flight: None,
             breaker: None,
             auto_throttle: None,
             aging: super::priority::DEFAULT_AGING,
@@ -523,6 +531,51 @@ impl Scope {
         self
     }
 
+    /// Keep each key's cap on calls in flight for a whole fleet, in Redis
+    /// (feature `redis`), in place of this process's own: `factory` makes
+    /// the key's [`RedisInFlight`](crate::redis::RedisInFlight) (usually
+    /// `backend.in_flight(key)`).
+    ///
+    /// Every process's calls of the key then hold a slot there, taken
+    /// after the key's bucket grants the call and given back when its
+    /// response is read. The cap is [`max_in_flight`](Self::max_in_flight)
+    /// for the fleet where one is set (each process's own cap is not
+    /// kept), and, in a learning scope, lowered by the concurrency
+    /// refusals any process reads, with the arithmetic of a single
+    /// process's learned cap on the fleet's count: from the first
+    /// refusal on, the fleet keeps under the server's cap. It is not
+    /// probed above what the fleet was seen to admit
+    /// ([`probe_cap`](Self::probe_cap) does not apply); what was learned
+    /// lasts the backend's learned TTL. [`clear_key`](crate::Pacer::clear_key)
+    /// does not forget it (it is the fleet's).
+    ///
+    /// ```no_run
+    /// use reqwest_pace::redis::RedisBackend;
+    /// use reqwest_pace::{ThrottledClient, Scope};
+    ///
+    /// # async fn run() -> Result<(), reqwest_pace::Error> {
+    /// let backend = RedisBackend::connect("redis://127.0.0.1:6380/").await?;
+    /// let client = ThrottledClient::builder(reqwest::Client::new())
+    ///     .host_scope(Scope::per_host().shared_in_flight(move |key| backend.in_flight(key)))
+    ///     .build()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "redis")]
+    pub fn shared_in_flight(
+        mut self,
+        factory: impl Fn(&str) -> Result<crate::redis::RedisInFlight, Error> + Send + Sync + 'static,
+    ) -> Self {
+        self.shared_in_flight = Some(Arc::new(move |key, max| {
+            let mut in_flight = factory(key)?;
+            if let Some(max) = max {
+                in_flight = in_flight.with_max_in_flight(max)?;
+            }
+            Ok(Arc::new(in_flight) as Arc<dyn SharedInFlight>)
+        }));
+        self
+    }
+
     /// A circuit breaker per key (default: none): after
     /// [`failures`](CircuitBreaker::failures) consecutive failures of a
     /// key's sends (no connection, a timeout, a 5xx other than 503), its
@@ -689,6 +742,7 @@ impl fmt::Debug for Scope {
             .field("probe", &self.probe)
             .field("custom_limiter", &self.factory.is_some())
             .field("max_in_flight", &self.max_in_flight)
+            .field("shared_in_flight", &self.shared_in_flight.is_some())
             .field("circuit_breaker", &self.breaker)
             .field("auto_throttle", &self.auto_throttle)
             .field("aging", &self.aging)
@@ -906,8 +960,12 @@ pub(crate) struct KeyState {
     pub(crate) booking: Option<tokio::sync::Semaphore>,
     /// The key's permits of calls in flight, capped by
     /// [`Scope::max_in_flight`] or by what concurrency refusals taught,
-    /// for a scope that has one or learns.
+    /// for a scope that has one or learns, and keeps no cap for the fleet.
     pub(crate) in_flight: Option<Arc<InFlight>>,
+    /// The key's cap on calls in flight kept for the fleet, in place of
+    /// `in_flight` (`Scope::shared_in_flight`), or why it could not be
+    /// made.
+    pub(crate) shared_in_flight: Option<Result<Arc<dyn SharedInFlight>, String>>,
     /// The key's calls by priority, in front of everything else a call
     /// waits for on the key.
     pub(crate) turns: Turns,
@@ -1140,9 +1198,14 @@ impl KeyState {
             // the same calls would be an earlier member's permit the
             // settling before a send cannot take again (see
             // `settle_permits`).
-            in_flight: (config.max_in_flight.is_some()
-                || (config.learns() && *config.dimension_ref() == Dimension::Requests))
+            in_flight: (config.shared_in_flight.is_none()
+                && (config.max_in_flight.is_some()
+                    || (config.learns() && *config.dimension_ref() == Dimension::Requests)))
                 .then(|| Arc::new(InFlight::new(config.max_in_flight, config.probe_cap))),
+            shared_in_flight: config
+                .shared_in_flight
+                .as_ref()
+                .map(|make| make(key, config.max_in_flight).map_err(|e| e.to_string())),
             turns: Turns::new(config.aging),
             breaker: config.breaker.map(|b| Mutex::new(Breaker::new(b))),
             politeness: config.auto_throttle.and_then(|tuning| {
@@ -1264,14 +1327,22 @@ impl KeyState {
         Some(delay)
     }
 
-    /// How many requests hold one of the key's in-flight permits.
+    /// How many requests hold one of the key's in-flight permits (of the
+    /// fleet's, the ones this process holds).
     pub(crate) fn in_flight(&self) -> usize {
-        self.in_flight.as_ref().map_or(0, |f| f.held())
+        match &self.shared_in_flight {
+            Some(Ok(shared)) => shared.held(),
+            _ => self.in_flight.as_ref().map_or(0, |f| f.held()),
+        }
     }
 
-    /// The key's cap on calls in flight, configured or learned.
+    /// The key's cap on calls in flight, configured or learned (the
+    /// fleet's as last read, where it is kept for the fleet).
     pub(crate) fn max_in_flight(&self) -> Option<usize> {
-        self.in_flight.as_ref().and_then(|f| f.cap())
+        match &self.shared_in_flight {
+            Some(Ok(shared)) => shared.cap(),
+            _ => self.in_flight.as_ref().and_then(|f| f.cap()),
+        }
     }
 }
 

@@ -10,7 +10,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::breaker::{Admission, Health, Transition};
-use super::concurrency::{InFlight, Permit};
+use super::concurrency::{InFlight, Permit, SharedSlot};
 use super::engine::{Call, Gate, Pacer};
 use super::events::listened;
 use super::scope::KeyState;
@@ -67,6 +67,9 @@ impl std::ops::Deref for BaseKey {
 pub(crate) struct Sent<'m> {
     _probes: Vec<ProbeGuard<'m>>,
     permits: Vec<Permit>,
+    /// The slots of the members whose cap on calls in flight is kept for
+    /// the fleet, by the member's place among the request's.
+    slots: Vec<(usize, Box<dyn SharedSlot>)>,
     pub(crate) seqs: Vec<u64>,
     /// What each member's circuit breaker admitted the attempt as, for the
     /// members whose scope has one.
@@ -77,6 +80,15 @@ impl Sent<'_> {
     /// The attempt's permit of `in_flight`, if it holds one.
     pub(crate) fn permit_of(&self, in_flight: &Arc<InFlight>) -> Option<&Permit> {
         self.permits.iter().find(|p| p.is_of(in_flight))
+    }
+
+    /// The attempt's slot of the fleet's cap on calls in flight at the
+    /// `member`th member, if it holds one.
+    pub(crate) fn slot_of(&self, member: usize) -> Option<&dyn SharedSlot> {
+        self.slots
+            .iter()
+            .find(|(m, _)| *m == member)
+            .map(|(_, slot)| slot.as_ref())
     }
 }
 
@@ -286,7 +298,15 @@ impl Pacer {
     ) -> Result<Sent<'m>, WaitError> {
         let mut probes = Vec::new();
         let mut permits = Vec::new();
+        let mut slots = Vec::new();
         let mut seqs = Vec::with_capacity(members.len());
+        // A request with a member whose cap on calls in flight is the
+        // fleet's takes that slot once every bucket granted the call (a
+        // call waiting for its tokens holds none, so the fleet's count is
+        // of calls sent, what a refusal reads), and counts itself sent on
+        // every member only then.
+        let shared = members.iter().any(|m| m.state.shared_in_flight.is_some());
+        let mut grants = Vec::new();
         for m in members {
             // When the call arrived at the key, for a key still waiting for
             // its first response: its probe wait counts from here.
@@ -326,11 +346,21 @@ impl Pacer {
                     None => permits.truncate(held),
                 }
             };
-            let seq = m.state.adapt().on_send(Instant::now(), grant, m.weight);
-            if self.weighs(m) {
-                m.state.weights().sent(seq, m.weight);
+            if shared {
+                grants.push(grant);
+                continue;
             }
-            seqs.push(seq);
+            seqs.push(self.count_sent(m, grant));
+        }
+        if shared {
+            for (i, m) in members.iter().enumerate() {
+                if let Some(shared) = &m.state.shared_in_flight {
+                    slots.push((i, take_slot(m, shared, until).await?));
+                }
+            }
+            for (m, grant) in members.iter().zip(grants) {
+                seqs.push(self.count_sent(m, grant));
+            }
         }
         if let Err(e) = settle_permits(&mut permits, until).await {
             no_longer_in_flight(members, &seqs);
@@ -355,9 +385,19 @@ impl Pacer {
         Ok(Sent {
             _probes: probes,
             permits,
+            slots,
             seqs,
             tickets: Vec::new(),
         })
+    }
+
+    /// Count the call sent at `m`'s key, granted `grant`: its send number.
+    fn count_sent(&self, m: &Member, grant: Grant) -> u64 {
+        let seq = m.state.adapt().on_send(Instant::now(), grant, m.weight);
+        if self.weighs(m) {
+            m.state.weights().sent(seq, m.weight);
+        }
+        seq
     }
 
     /// Holding `turn` at `m`'s key, wait for its in-flight permit (pushed
@@ -693,6 +733,26 @@ async fn take_permit(
     let permit = by_deadline(until, Arc::clone(permits).acquire_owned()).await?;
     // Never closed: the semaphore lives as long as the key's state.
     permit.map_err(|_| WaitError::Failed(Error::config("the key's in-flight permits closed")))
+}
+
+/// A slot of the fleet's cap on calls in flight at `m`'s key, by `until`.
+async fn take_slot(
+    m: &Member,
+    shared: &Result<Arc<dyn super::concurrency::SharedInFlight>, String>,
+    until: Option<(Instant, Duration)>,
+) -> Result<Box<dyn SharedSlot>, WaitError> {
+    match shared {
+        Ok(shared) => by_deadline(until, shared.take())
+            .await?
+            .map_err(WaitError::Failed),
+        Err(message) => Err(WaitError::Failed(Error::Backend {
+            message: format!(
+                "could not make the cap on calls in flight for {}: {message}",
+                m.state.key
+            ),
+            source: None,
+        })),
+    }
 }
 
 /// Before the send: a permit its key's cap no longer covers (the cap went

@@ -12,6 +12,7 @@ use redis::{Cmd, ErrorKind, FromRedisValue, IntoConnectionInfo, Script, ServerEr
 use tokio::time::Instant;
 
 use super::bucket::RedisTokenBucket;
+use super::in_flight::RedisInFlight;
 use super::log::RedisSlidingLog;
 use super::scripts;
 use crate::limiter::Rate;
@@ -471,6 +472,16 @@ impl<C: RedisConnection> RedisBackend<C> {
         RedisSlidingLog::new(self.link(), key.as_ref(), limit)
     }
 
+    /// A cap on calls in flight per `key` shared by every process using
+    /// the same Redis and prefix: configured, learned from concurrency
+    /// refusals, or both (see [`RedisInFlight`]).
+    ///
+    /// Fails on an empty key, a prefix with `{` or `}`, a zero timeout or
+    /// a fault policy with zero processes.
+    pub fn in_flight(&self, key: impl AsRef<str>) -> Result<RedisInFlight, Error> {
+        RedisInFlight::new(self.link(), key.as_ref())
+    }
+
     /// Load every script with `SCRIPT LOAD` (on a cluster, on every node),
     /// so that the first decisions are a single `EVALSHA` each. Not needed
     /// for correctness: a missing script is sent again on demand.
@@ -498,6 +509,10 @@ pub(crate) struct Link {
 impl Link {
     pub(crate) fn fault_policy(&self) -> FaultPolicy {
         self.settings.policy
+    }
+
+    pub(crate) fn timeout(&self) -> Duration {
+        self.settings.timeout
     }
 
     fn timed_out(&self) -> Error {

@@ -167,6 +167,7 @@
 
 mod backend;
 mod bucket;
+mod in_flight;
 mod log;
 mod scripts;
 mod shared;
@@ -176,4 +177,5 @@ pub use backend::{
     DEFAULT_IDLE_TTL, DEFAULT_LEARNED_TTL, DEFAULT_PREFIX, DEFAULT_TIMEOUT,
 };
 pub use bucket::{RedisTokenBucket, MAX_REFILL_NANOS};
+pub use in_flight::{RedisInFlight, RedisInFlightPermit, DEFAULT_LEASE, DEFAULT_POLL};
 pub use log::{RedisSlidingLog, MAX_LOG_LIMIT};

@@ -22,9 +22,13 @@ pub(crate) static TOKEN_BUCKET: LazyLock<Script> =
 pub(crate) static SLIDING_LOG: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/sliding_log.lua")));
 
+/// The shared cap on calls in flight's script.
+pub(crate) static IN_FLIGHT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/in_flight.lua")));
+
 /// Every script, for loading them up front.
-pub(crate) fn all() -> [&'static Script; 2] {
-    [&TOKEN_BUCKET, &SLIDING_LOG]
+pub(crate) fn all() -> [&'static Script; 3] {
+    [&TOKEN_BUCKET, &SLIDING_LOG, &IN_FLIGHT]
 }
 
 /// What a script answered.
@@ -153,5 +157,7 @@ mod tests {
     #[test]
     fn scripts_differ() {
         assert_ne!(TOKEN_BUCKET.get_hash(), SLIDING_LOG.get_hash());
+        assert_ne!(TOKEN_BUCKET.get_hash(), IN_FLIGHT.get_hash());
+        assert_ne!(SLIDING_LOG.get_hash(), IN_FLIGHT.get_hash());
     }
 }

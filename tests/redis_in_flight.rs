@@ -1,0 +1,348 @@
+//! The cap on calls in flight shared through Redis (`RedisInFlight`), on a
+//! real `redis-server` each test starts, on the real clock: what these
+//! tests assert cannot depend on how busy the machine is (never more slots
+//! held than the cap, none lost, what the cap learns).
+#![cfg(feature = "redis")]
+
+mod redis_support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis_support::{free_port, RedisServer};
+use reqwest_pace::redis::{FaultPolicy, RedisBackend, RedisInFlight};
+use reqwest_pace::Error;
+
+async fn raw(server: &RedisServer) -> MultiplexedConnection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// Slots the fleet holds, as Redis counts them (leases not yet ended).
+async fn held(conn: &mut MultiplexedConnection, in_flight: &RedisInFlight) -> u64 {
+    redis::cmd("ZCARD")
+        .arg(in_flight.redis_keys()[0])
+        .query_async(conn)
+        .await
+        .unwrap()
+}
+
+/// The cap learned, as Redis holds it.
+async fn learned(conn: &mut MultiplexedConnection, in_flight: &RedisInFlight) -> Option<u64> {
+    redis::cmd("HGET")
+        .arg(in_flight.redis_keys()[1])
+        .arg("cap")
+        .query_async(conn)
+        .await
+        .unwrap()
+}
+
+/// Poll `read` until it gives `want`, for at most 10 s.
+async fn until_reads<T: PartialEq + std::fmt::Debug>(mut read: impl AsyncFnMut() -> T, want: T) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = read().await;
+        if got == want {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still {got:?}, waiting for {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// One "process": its own connection and its own handle on the key.
+async fn process(server: &RedisServer) -> RedisInFlight {
+    RedisBackend::connect(server.url())
+        .await
+        .unwrap()
+        .in_flight("api")
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn four_processes_never_hold_more_than_the_cap_together() {
+    let server = RedisServer::start();
+    let now = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    let mut handles = Vec::new();
+    for _ in 0..4 {
+        let in_flight = process(&server).await.with_max_in_flight(3).unwrap();
+        handles.push(in_flight.clone());
+        for _ in 0..8 {
+            let (in_flight, now, peak, done) =
+                (in_flight.clone(), now.clone(), peak.clone(), done.clone());
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..10 {
+                    let permit = in_flight.acquire().await.unwrap();
+                    let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+                    peak.fetch_max(n, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    // Counted out before the slot goes back: the count here
+                    // is never below what Redis holds for these tasks.
+                    now.fetch_sub(1, Ordering::SeqCst);
+                    drop(permit);
+                    done.fetch_add(1, Ordering::SeqCst);
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(done.load(Ordering::SeqCst), 320, "every call got its slot");
+    let peak = peak.load(Ordering::SeqCst);
+    assert!(peak <= 3, "{peak} held at once");
+    assert_eq!(peak, 3, "the cap is used, not just kept");
+    let mut conn = raw(&server).await;
+    until_reads(async || held(&mut conn, &handles[0]).await, 0).await;
+    assert!(handles.iter().all(|h| h.held() == 0));
+}
+
+#[tokio::test]
+async fn a_refusal_read_by_one_process_caps_the_whole_fleet() {
+    let server = RedisServer::start();
+    let (a, b) = (process(&server).await, process(&server).await);
+    let mut conn = raw(&server).await;
+    // Six in flight across the two, no cap known: the sixth is refused.
+    let mut permits = Vec::new();
+    for i in 0..6 {
+        let p = if i % 2 == 0 { &a } else { &b };
+        permits.push(p.acquire().await.unwrap());
+    }
+    assert_eq!(permits[5].in_flight(), 6);
+    let refused = permits.pop().unwrap();
+    refused.refused();
+    drop(refused);
+    until_reads(async || learned(&mut conn, &a).await, Some(5)).await;
+    // The fleet now holds five, its cap: neither process gets a sixth.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), b.acquire())
+            .await
+            .is_err(),
+        "a sixth slot past the cap learned"
+    );
+    assert_eq!(b.cap(), Some(5), "as last read");
+    // One given back: the waiter gets it.
+    let waiter = tokio::spawn({
+        let a = a.clone();
+        async move { a.acquire().await.map(|p| p.in_flight()) }
+    });
+    drop(permits.pop());
+    assert_eq!(waiter.await.unwrap().unwrap(), 5);
+    assert_eq!(a.cap(), Some(5), "read as its slot was granted");
+}
+
+#[tokio::test]
+async fn an_episode_of_refusals_cuts_no_lower_than_half_and_the_cap_climbs_back_to_what_was_admitted(
+) {
+    let server = RedisServer::start();
+    let a = process(&server).await;
+    let mut conn = raw(&server).await;
+    // Ten in flight; one answered as admitted with all ten out.
+    let mut permits = Vec::new();
+    for _ in 0..10 {
+        permits.push(a.acquire().await.unwrap());
+    }
+    let admitted = permits.pop().unwrap();
+    admitted.answered();
+    drop(admitted);
+    until_reads(async || held(&mut conn, &a).await, 9).await;
+    // Eight refusals in a row of calls taken before the cut, one episode:
+    // 9 in flight at the first, so no cap below 5.
+    for want in [8, 7, 6, 5, 5, 5] {
+        let p = permits.pop().unwrap();
+        p.refused();
+        drop(p);
+        until_reads(async || learned(&mut conn, &a).await, Some(want)).await;
+    }
+    // Three left; a round of the cap answered at the cap (5 in flight
+    // each time) climbs one; never above the 10 admitted.
+    for p in permits.drain(..) {
+        p.answered();
+        drop(p);
+    }
+    until_reads(async || held(&mut conn, &a).await, 0).await;
+    // Then rounds, each answer read with the cap in flight: each round of
+    // as many answers as the cap climbs it one, up to the 10 admitted and
+    // no further.
+    for cap in 5..=10u64 {
+        let mut round = Vec::new();
+        for _ in 0..cap {
+            round.push(a.acquire().await.unwrap());
+        }
+        for _ in 0..cap {
+            let p = round.pop().unwrap();
+            p.answered();
+            drop(p);
+            until_reads(async || held(&mut conn, &a).await, cap - 1).await;
+            round.push(a.acquire().await.unwrap());
+        }
+        drop(round);
+        until_reads(async || held(&mut conn, &a).await, 0).await;
+        assert_eq!(learned(&mut conn, &a).await, Some((cap + 1).min(10)));
+    }
+}
+
+/// A process that dies holding slots (its runtime gone, no renewal, no
+/// give-back) frees them when their leases end.
+#[tokio::test]
+async fn a_dead_process_frees_its_slots_when_their_leases_end() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let lease = Duration::from_millis(900);
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let dying = RedisBackend::connect(url)
+                .await
+                .unwrap()
+                .in_flight("api")
+                .unwrap()
+                .with_max_in_flight(2)
+                .unwrap()
+                .with_lease(lease)
+                .unwrap();
+            for _ in 0..2 {
+                std::mem::forget(dying.acquire().await.unwrap());
+            }
+        });
+        drop(runtime);
+    })
+    .join()
+    .unwrap();
+    let alive = process(&server).await.with_max_in_flight(2).unwrap();
+    let mut conn = raw(&server).await;
+    assert_eq!(held(&mut conn, &alive).await, 2);
+    let permit = alive.acquire().await.unwrap();
+    assert_eq!(permit.in_flight(), 1, "both leases ended");
+}
+
+/// A live process renews its calls' leases: a call held for several
+/// leases keeps its slot.
+#[tokio::test]
+async fn a_call_held_longer_than_its_lease_keeps_its_slot() {
+    let server = RedisServer::start();
+    let lease = Duration::from_millis(1_500);
+    let holder = process(&server)
+        .await
+        .with_max_in_flight(1)
+        .unwrap()
+        .with_lease(lease)
+        .unwrap();
+    let other = process(&server).await.with_max_in_flight(1).unwrap();
+    let permit = holder.acquire().await.unwrap();
+    assert!(
+        tokio::time::timeout(lease * 2 + lease / 3, other.acquire())
+            .await
+            .is_err(),
+        "the slot went to another process while its call was held"
+    );
+    drop(permit);
+    let next = tokio::time::timeout(Duration::from_secs(10), other.acquire()).await;
+    assert!(next.is_ok(), "the slot given back is taken");
+}
+
+/// Acquires dropped at every point of their wait, mid-script among them
+/// (a slot granted as its future is dropped), leave no slot held: the
+/// ones granted as they were dropped are given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquires_dropped_at_any_point_leave_nothing_held() {
+    let server = RedisServer::start();
+    let (a, b) = (process(&server).await, process(&server).await);
+    let (a, b) = (
+        a.with_max_in_flight(1).unwrap(),
+        b.with_max_in_flight(1).unwrap(),
+    );
+    let mut conn = raw(&server).await;
+    let busy = tokio::spawn({
+        let a = a.clone();
+        async move {
+            for _ in 0..200 {
+                let p = a.acquire().await.unwrap();
+                tokio::task::yield_now().await;
+                drop(p);
+            }
+        }
+    });
+    let mut granted = 0;
+    for i in 0..400u64 {
+        let limit = Duration::from_micros(i * 37 % 3_000);
+        granted += usize::from(tokio::time::timeout(limit, b.acquire()).await.is_ok());
+    }
+    busy.await.unwrap();
+    until_reads(async || held(&mut conn, &a).await, 0).await;
+    assert!(
+        granted > 0,
+        "no acquire got through: the test shows nothing"
+    );
+    let again = b.acquire().await.unwrap();
+    assert_eq!(again.in_flight(), 1);
+}
+
+#[tokio::test]
+async fn unreachable_redis_follows_the_fault_policy() {
+    let url = format!("redis://127.0.0.1:{}/", free_port());
+    let backend = RedisBackend::open(url.as_str()).unwrap();
+    let closed = backend.in_flight("api").unwrap();
+    assert!(matches!(closed.acquire().await, Err(Error::Backend { .. })));
+
+    let open = backend
+        .clone()
+        .with_fault_policy(FaultPolicy::FailOpen)
+        .in_flight("api")
+        .unwrap()
+        .with_max_in_flight(1)
+        .unwrap();
+    let (p1, p2) = (open.acquire().await.unwrap(), open.acquire().await.unwrap());
+    assert_eq!((p1.in_flight(), p2.in_flight()), (0, 0));
+
+    // Four processes sharing a cap of 8: two each while Redis is away.
+    let fallback = backend
+        .with_fault_policy(FaultPolicy::LocalFallback { processes: 4 })
+        .in_flight("api")
+        .unwrap()
+        .with_max_in_flight(8)
+        .unwrap();
+    let held = [
+        fallback.acquire().await.unwrap(),
+        fallback.acquire().await.unwrap(),
+    ];
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), fallback.acquire())
+            .await
+            .is_err(),
+        "a third slot past the process's share"
+    );
+    drop(held);
+    assert!(fallback.acquire().await.is_ok());
+}
+
+#[tokio::test]
+async fn bad_settings_are_refused() {
+    let backend = RedisBackend::open("redis://127.0.0.1:1/").unwrap();
+    assert!(backend.in_flight("").is_err());
+    let in_flight = backend.in_flight("api").unwrap();
+    assert!(matches!(
+        in_flight.clone().with_max_in_flight(0),
+        Err(Error::InvalidConfig(_))
+    ));
+    // The default timeout is 200 ms: a lease must outlast three of them.
+    assert!(in_flight
+        .clone()
+        .with_lease(Duration::from_millis(500))
+        .is_err());
+    assert!(in_flight.with_lease(Duration::from_millis(600)).is_ok());
+}
