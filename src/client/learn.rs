@@ -410,7 +410,13 @@ impl Pacer {
                 weights.read(&limit.name, (quota, remaining), reset, precision, refused);
             }
         }
-        let Some(mut per_second) = weights.pace(scope.headroom()) else {
+        // A scope's own bucket follows what remains (`follow_headers`); a
+        // shared one spends what the server's bucket holds by its pace.
+        let spend = match m.state.local {
+            Some(_) => 1.0,
+            None => 1.0 / super::tuning::TUNING.shared_spend,
+        };
+        let Some(mut per_second) = weights.pace(scope.headroom(), spend) else {
             return false;
         };
         adjustments.retain(|a| {

@@ -1123,12 +1123,17 @@ impl Weights {
     /// can spend what it holds at any pace on top of its refill, so the
     /// first minute does not leave it full; the bonus shrinks as it
     /// empties), or its doubling probe while it is nearly full.
-    pub(crate) fn pace(&self, headroom: f64) -> Option<f64> {
+    ///
+    /// With `spend` above 1 what a bucket holds is spread over `1 / spend`
+    /// of that time instead (a shared limiter's pace, see
+    /// `Tuning::shared_spend`).
+    pub(crate) fn pace(&self, headroom: f64, spend: f64) -> Option<f64> {
         let reserve = self.heaviest.saturating_mul(2);
         self.refills
             .iter()
             .map(|r| {
-                let spare = r.remaining.saturating_sub(reserve) as f64 / r.limit.max(1) as f64;
+                let spare =
+                    spend * r.remaining.saturating_sub(reserve) as f64 / r.limit.max(1) as f64;
                 let paced = r.lower * (headroom + spare);
                 r.probe.map_or(paced, |p| p.max(paced))
             })
@@ -1381,26 +1386,32 @@ mod tests {
             heaviest: 200,
             ..Weights::default()
         };
-        assert_eq!(w.pace(0.97), None);
+        assert_eq!(w.pace(0.97, 1.0), None);
         // 60 000 a minute: 168 short, full again in 168 ms: 1 000 a second.
         w.read("tokens", (60_000, 59_832), 168 * MS, MS, false);
         // The refill times the headroom, plus what it holds beyond two
         // calls (59 432 of 60 000) spread over a fill.
-        let pace = w.pace(0.97).unwrap();
+        let pace = w.pace(0.97, 1.0).unwrap();
         assert!(
             (pace - 1_000.0 * (0.97 + 59_432.0 / 60_000.0)).abs() < 1e-6,
+            "{pace}"
+        );
+        // Spread over a twentieth of a fill (a shared limiter's).
+        let pace = w.pace(0.97, 20.0).unwrap();
+        assert!(
+            (pace - 1_000.0 * (0.97 + 20.0 * 59_432.0 / 60_000.0)).abs() < 1e-6,
             "{pace}"
         );
         // Nearly empty, the refill alone (and a full bucket says nothing).
         w.read("tokens", (60_000, 300), 59_700 * MS, MS, false);
         w.read("tokens", (60_000, 60_000), Duration::ZERO, MS, false);
-        assert!((w.pace(0.97).unwrap() - 970.0).abs() < 1e-6);
+        assert!((w.pace(0.97, 1.0).unwrap() - 970.0).abs() < 1e-6);
         // A reset rounded up reads less, which the highest reading keeps.
         w.read("tokens", (60_000, 300), 60 * 1_000 * MS, MS, false);
-        assert!((w.pace(0.97).unwrap() - 970.0).abs() < 1e-6);
+        assert!((w.pace(0.97, 1.0).unwrap() - 970.0).abs() < 1e-6);
         // A new quota starts afresh; the least limit paces.
         w.read("tokens", (30_000, 0), 60 * 1_000 * MS, MS, false);
-        assert!((w.pace(1.0).unwrap() - 500.0).abs() < 1e-6);
+        assert!((w.pace(1.0, 1.0).unwrap() - 500.0).abs() < 1e-6);
     }
 
     /// A reading with a reset far too short (1 ms for 1 000 tokens short)
@@ -1412,9 +1423,9 @@ mod tests {
         let mut w = Weights::default();
         let ms = Duration::from_millis(1);
         w.read("tokens", (60_000, 59_000), ms, ms, false);
-        assert!(w.pace(1.0).unwrap() > 1_000_000.0);
+        assert!(w.pace(1.0, 1.0).unwrap() > 1_000_000.0);
         w.read("tokens", (60_000, 0), Duration::from_secs(60), ms, true);
-        assert!((w.pace(1.0).unwrap() - 1_000.0).abs() < 1e-6);
+        assert!((w.pace(1.0, 1.0).unwrap() - 1_000.0).abs() < 1e-6);
     }
 
     #[test]
@@ -1425,17 +1436,17 @@ mod tests {
         let second = Duration::from_secs(1);
         w.read("tokens", (600_000, 599_800), second, second, false);
         // The probe doubles it, above the reading's own 200 × 1.97.
-        assert_eq!(w.pace(0.97), Some(400.0));
+        assert_eq!(w.pace(0.97, 1.0), Some(400.0));
         w.read("tokens", (600_000, 599_800), second, second, false);
-        assert_eq!(w.pace(0.97), Some(800.0));
+        assert_eq!(w.pace(0.97, 1.0), Some(800.0));
         // Never past the quota per precision.
         for _ in 0..20 {
             w.read("tokens", (600_000, 599_800), second, second, false);
         }
-        assert_eq!(w.pace(0.97), Some(600_000.0));
+        assert_eq!(w.pace(0.97, 1.0), Some(600_000.0));
         // 30 000 short, full in 4 s: at least 7 500 a second, and no probe.
         w.read("tokens", (600_000, 570_000), 4 * second, second, false);
-        let pace = w.pace(1.0).unwrap();
+        let pace = w.pace(1.0, 1.0).unwrap();
         assert!(
             (pace - 7_500.0 * (1.0 + 570_000.0 / 600_000.0)).abs() < 1e-6,
             "{pace}"

@@ -28,6 +28,21 @@ pub(crate) struct Tuning {
     /// learned rate's rounding to whole nanoseconds per token is far less.
     /// Higher follows a cut sooner; lower mistakes less for one.
     pub(crate) fleet_cut: f64,
+    /// Where processes share a key's limiter of tokens (or another unit
+    /// than requests): the server's bucket read from the headers is
+    /// spent, beyond two of the heaviest calls, over this fraction of the
+    /// time an empty one takes to fill, on top of its refill (a scope's
+    /// own bucket is set to what remains after each answer instead, which
+    /// a shared one cannot be: the fleet's calls the server has not
+    /// counted yet are not known to one process). The pace falls to the
+    /// refill as the bucket empties, with this time constant; the
+    /// answers that show it lag by a round trip. Shorter spends a full
+    /// bucket sooner (a minute's bucket: 0.484 of the tokens limit over a
+    /// half-minute run with the whole fill time, 0.959 with 1/20, 0.968
+    /// with 1/30; `tests/llm_fleet_paced.rs`), and overshoots more where
+    /// a round trip is long beside it (1/100 of a minute, 0.6 s, failed
+    /// calls against a server holding each call 2 s).
+    pub(crate) shared_spend: f64,
     /// How many of its latest sends measure the rate a key sends at now.
     /// More measure a slow key more exactly; fewer follow a change sooner.
     pub(crate) latest_sends: usize,
@@ -40,5 +55,6 @@ pub(crate) const TUNING: Tuning = Tuning {
     spacing: spacing::Tuning::DEFAULT,
     concurrency: concurrency::Tuning::DEFAULT,
     fleet_cut: 0.95,
+    shared_spend: 1.0 / 20.0,
     latest_sends: 8,
 };
