@@ -11,21 +11,13 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
-use redis_support::{free_port, RedisServer};
+use redis_support::{free_port, raw, RedisServer};
 use reqwest_pace::limiter::{Bounds, Grant, ServerBlock};
 use reqwest_pace::redis::{FaultPolicy, RedisBackend, RedisTokenBucket};
 use reqwest_pace::{Adjustment, Error, Limiter, Rate};
 use tokio::time::Instant;
 
 const MS: Duration = Duration::from_millis(1);
-
-async fn raw(server: &RedisServer) -> MultiplexedConnection {
-    redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap()
-}
 
 /// Redis `TIME`, in microseconds.
 async fn redis_time(conn: &mut MultiplexedConnection) -> u64 {

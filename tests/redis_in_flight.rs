@@ -11,17 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis_support::{free_port, RedisServer};
+use redis_support::{free_port, raw, RedisServer};
 use reqwest_pace::redis::{FaultPolicy, RedisBackend, RedisInFlight};
 use reqwest_pace::Error;
-
-async fn raw(server: &RedisServer) -> MultiplexedConnection {
-    redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap()
-}
 
 /// Slots the fleet holds, as Redis counts them (leases not yet ended).
 async fn held(conn: &mut MultiplexedConnection, in_flight: &RedisInFlight) -> u64 {
@@ -148,34 +140,47 @@ async fn an_episode_of_refusals_cuts_no_lower_than_half_and_the_cap_climbs_back_
     let server = RedisServer::start();
     let a = process(&server).await;
     let mut conn = raw(&server).await;
-    // Ten in flight; one answered as admitted with all ten out.
+    // Ten taken (each told the fleet's count as it was granted, 1 to 10):
+    // the tenth refused caps the fleet at 9; the others answered, the
+    // first of them with 9 in flight, show 9 admitted.
     let mut permits = Vec::new();
-    for _ in 0..10 {
-        permits.push(a.acquire().await.unwrap());
+    for n in 1..=10 {
+        let p = a.acquire().await.unwrap();
+        assert_eq!(p.in_flight(), n);
+        permits.push(p);
     }
-    let admitted = permits.pop().unwrap();
-    admitted.answered();
-    drop(admitted);
-    until_reads(async || held(&mut conn, &a).await, 9).await;
-    // Eight refusals in a row of calls taken before the cut, one episode:
-    // 9 in flight at the first, so no cap below 5.
+    let p = permits.pop().unwrap();
+    p.refused();
+    drop(p);
+    until_reads(async || learned(&mut conn, &a).await, Some(9)).await;
+    for p in permits.drain(..) {
+        p.answered();
+        drop(p);
+    }
+    until_reads(async || held(&mut conn, &a).await, 0).await;
+    // An outage: nine taken after the cut, all refused. The first opens
+    // an episode whose floor is 5; the others, taken before its cut, are
+    // of the same episode: down one at a time, no lower than the floor.
+    for n in 1..=9 {
+        let p = a.acquire().await.unwrap();
+        assert_eq!(p.in_flight(), n);
+        permits.push(p);
+    }
     for want in [8, 7, 6, 5, 5, 5] {
         let p = permits.pop().unwrap();
         p.refused();
         drop(p);
         until_reads(async || learned(&mut conn, &a).await, Some(want)).await;
     }
-    // Three left; a round of the cap answered at the cap (5 in flight
-    // each time) climbs one; never above the 10 admitted.
     for p in permits.drain(..) {
         p.answered();
         drop(p);
     }
     until_reads(async || held(&mut conn, &a).await, 0).await;
     // Then rounds, each answer read with the cap in flight: each round of
-    // as many answers as the cap climbs it one, up to the 10 admitted and
+    // as many answers as the cap climbs it one, up to the 9 admitted and
     // no further.
-    for cap in 5..=10u64 {
+    for cap in 5..=9u64 {
         let mut round = Vec::new();
         for _ in 0..cap {
             round.push(a.acquire().await.unwrap());
@@ -189,8 +194,62 @@ async fn an_episode_of_refusals_cuts_no_lower_than_half_and_the_cap_climbs_back_
         }
         drop(round);
         until_reads(async || held(&mut conn, &a).await, 0).await;
-        assert_eq!(learned(&mut conn, &a).await, Some((cap + 1).min(10)));
+        assert_eq!(learned(&mut conn, &a).await, Some((cap + 1).min(9)));
     }
+}
+
+/// The first refusal bounds what the fleet was seen to admit: an answer
+/// read while calls granted past the server's cap were still out (11 in
+/// flight here, the server's cap 10) does not let the cap climb back
+/// past what the refusal showed.
+#[tokio::test]
+async fn calls_granted_past_the_cap_before_its_first_refusal_are_not_read_as_admitted() {
+    let server = RedisServer::start();
+    let a = process(&server).await;
+    let mut conn = raw(&server).await;
+    let mut permits = Vec::new();
+    for _ in 0..12 {
+        permits.push(a.acquire().await.unwrap());
+    }
+    // Answered with 12 out (two of them past the server's cap, their
+    // refusals not read yet).
+    let p = permits.remove(0);
+    p.answered();
+    drop(p);
+    until_reads(async || held(&mut conn, &a).await, 11).await;
+    // The two past the cap refused (taken 12th and 11th).
+    for want in [11, 10] {
+        let p = permits.pop().unwrap();
+        p.refused();
+        drop(p);
+        until_reads(async || learned(&mut conn, &a).await, Some(want)).await;
+    }
+    // Rounds at the cap: it stays at 10.
+    for p in permits.drain(..) {
+        p.answered();
+        drop(p);
+    }
+    until_reads(async || held(&mut conn, &a).await, 0).await;
+    for _ in 0..3 {
+        let round: Vec<_> = futures_round(&a, 10).await;
+        for p in &round {
+            p.answered();
+        }
+        drop(round);
+        until_reads(async || held(&mut conn, &a).await, 0).await;
+    }
+    assert_eq!(learned(&mut conn, &a).await, Some(10));
+}
+
+async fn futures_round(
+    in_flight: &RedisInFlight,
+    n: usize,
+) -> Vec<reqwest_pace::redis::RedisInFlightPermit> {
+    let mut round = Vec::new();
+    for _ in 0..n {
+        round.push(in_flight.acquire().await.unwrap());
+    }
+    round
 }
 
 /// A process that dies holding slots (its runtime gone, no renewal, no
@@ -226,8 +285,14 @@ async fn a_dead_process_frees_its_slots_when_their_leases_end() {
     let alive = process(&server).await.with_max_in_flight(2).unwrap();
     let mut conn = raw(&server).await;
     assert_eq!(held(&mut conn, &alive).await, 2);
-    let permit = alive.acquire().await.unwrap();
-    assert_eq!(permit.in_flight(), 1, "both leases ended");
+    // Both leases end (one may end a little before the other: the dying
+    // process took its slots one after the other).
+    let both = [
+        alive.acquire().await.unwrap(),
+        alive.acquire().await.unwrap(),
+    ];
+    assert!(both.iter().all(|p| p.in_flight() <= 2));
+    assert_eq!(held(&mut conn, &alive).await, 2, "only the live process's");
 }
 
 /// A live process renews its calls' leases: a call held for several

@@ -208,3 +208,12 @@ pub async fn grant_until(
     }
     granted.load(Ordering::Relaxed)
 }
+
+/// A plain multiplexed connection to `server`, for a test's own commands.
+pub async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}

@@ -27,7 +27,8 @@
 -- the fleet had in flight as one the server admitted was answered, run =
 -- calls answered at the cap since it last moved, floor = the least cap the
 -- current episode of refusals cuts to, takes = slots taken so far (a
--- holder's number), cut = takes when a refusal last cut the cap.
+-- holder's number), cut = takes when a refusal last cut the cap, first =
+-- takes when one first did.
 --
 -- Replies: take {1, in flight with this one, cap (-1: none), number}
 -- granted, {0, in flight, cap, ms until the earliest lease ends} refused;
@@ -93,7 +94,13 @@ if op == 'done' then
   end
   local learned = tonumber(redis.call('HGET', caps, 'cap'))
   if outcome == 1 then
-    local admitted = math.max(tonumber(redis.call('HGET', caps, 'admitted')) or 0, n)
+    -- Calls granted before a cut landed, past the cap it set, are not
+    -- counted as admitted beside this one.
+    local counted = n
+    if learned ~= nil and counted > learned then
+      counted = learned
+    end
+    local admitted = math.max(tonumber(redis.call('HGET', caps, 'admitted')) or 0, counted)
     redis.call('HSET', caps, 'admitted', admitted)
     -- Below what the fleet was seen to admit, a learned cap climbs back
     -- one call per round at the cap; at it, it stays (no probe above).
@@ -119,11 +126,25 @@ if op == 'done' then
       redis.call('HSET', caps, 'floor', floor)
     end
     local to = math.max(n - 1, floor, 1)
+    -- The refusals of calls taken before the first cut bound what the
+    -- fleet was seen to admit: until then a count read as a call was
+    -- answered holds the calls granted past the server's cap and not yet
+    -- refused, and a cap recovering to it would be refused again. (Later
+    -- refusals do not: those of an outage would leave nothing to recover
+    -- to.)
+    local first = tonumber(redis.call('HGET', caps, 'first'))
+    if first == nil or number <= first then
+      local admitted = tonumber(redis.call('HGET', caps, 'admitted')) or 0
+      redis.call('HSET', caps, 'admitted', math.min(admitted, math.max(n - 1, 1)))
+    end
     redis.call('HSET', caps, 'run', 0)
     if learned == nil or learned > to then
       learned = to
       local takes = tonumber(redis.call('HGET', caps, 'takes')) or 0
       redis.call('HSET', caps, 'cap', learned, 'cut', takes)
+      if first == nil then
+        redis.call('HSET', caps, 'first', takes)
+      end
     end
   end
   keep()
