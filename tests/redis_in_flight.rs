@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis_support::{free_port, raw, RedisServer};
-use reqwest_pace::redis::{FaultPolicy, RedisBackend, RedisInFlight};
+use reqwest_pace::redis::{FaultPolicy, RedisBackend, RedisInFlight, RedisInFlightPermit};
 use reqwest_pace::Error;
 
 /// Slots the fleet holds, as Redis counts them (leases not yet ended).
@@ -166,17 +166,8 @@ async fn an_episode_of_refusals_cuts_no_lower_than_half_and_the_cap_climbs_back_
         assert_eq!(p.in_flight(), n);
         permits.push(p);
     }
-    for want in [8, 7, 6, 5, 5, 5] {
-        let p = permits.pop().unwrap();
-        p.refused();
-        drop(p);
-        until_reads(async || learned(&mut conn, &a).await, Some(want)).await;
-    }
-    for p in permits.drain(..) {
-        p.answered();
-        drop(p);
-    }
-    until_reads(async || held(&mut conn, &a).await, 0).await;
+    refuse_the_last(&a, &mut conn, &mut permits, &[8, 7, 6, 5, 5, 5]).await;
+    answer_all(&a, &mut conn, permits).await;
     // Then rounds, each answer read with the cap in flight: each round of
     // as many answers as the cap climbs it one, up to the 9 admitted and
     // no further.
@@ -184,6 +175,35 @@ async fn an_episode_of_refusals_cuts_no_lower_than_half_and_the_cap_climbs_back_
         round_at_the_cap(&a, &mut conn, cap).await;
         assert_eq!(learned(&mut conn, &a).await, Some((cap + 1).min(9)));
     }
+}
+
+/// Refuse the last of `permits` one at a time, each giving the shared cap
+/// the next of `caps`.
+async fn refuse_the_last(
+    in_flight: &RedisInFlight,
+    conn: &mut MultiplexedConnection,
+    permits: &mut Vec<RedisInFlightPermit>,
+    caps: &[u64],
+) {
+    for &want in caps {
+        let p = permits.pop().unwrap();
+        p.refused();
+        drop(p);
+        until_reads(async || learned(conn, in_flight).await, Some(want)).await;
+    }
+}
+
+/// Every one of `permits` answered and given back.
+async fn answer_all(
+    in_flight: &RedisInFlight,
+    conn: &mut MultiplexedConnection,
+    permits: Vec<RedisInFlightPermit>,
+) {
+    for p in permits {
+        p.answered();
+        drop(p);
+    }
+    until_reads(async || held(conn, in_flight).await, 0).await;
 }
 
 /// A round at `cap`: as many answers as the cap, each read with the cap
@@ -225,19 +245,10 @@ async fn calls_granted_past_the_cap_before_its_first_refusal_are_not_read_as_adm
     drop(p);
     until_reads(async || held(&mut conn, &a).await, 11).await;
     // The two past the cap refused (taken 12th and 11th).
-    for want in [11, 10] {
-        let p = permits.pop().unwrap();
-        p.refused();
-        drop(p);
-        until_reads(async || learned(&mut conn, &a).await, Some(want)).await;
-    }
+    refuse_the_last(&a, &mut conn, &mut permits, &[11, 10]).await;
     // Rounds at the cap: it stays at 10 (with 12 read as admitted, one
     // round would take it to 11).
-    for p in permits.drain(..) {
-        p.answered();
-        drop(p);
-    }
-    until_reads(async || held(&mut conn, &a).await, 0).await;
+    answer_all(&a, &mut conn, permits).await;
     for _ in 0..2 {
         round_at_the_cap(&a, &mut conn, 10).await;
         assert_eq!(learned(&mut conn, &a).await, Some(10));
