@@ -120,9 +120,9 @@ impl Pacer {
         // The fleet's count where the cap is the fleet's (as the slot was
         // taken), else the process's.
         let slot = sent.slot_of(i);
-        let in_flight = match (slot, &m.state.in_flight) {
-            (Some(slot), _) => slot.in_flight(),
-            (None, Some(in_flight)) => in_flight.sent(),
+        let (in_flight, local) = match (slot, &m.state.in_flight) {
+            (Some(slot), _) => (slot.in_flight(), None),
+            (None, Some(local)) => (local.sent(), Some(local)),
             (None, None) => return false,
         };
         if concurrency::refusal(signal, |d| cost.get(d), in_flight).is_none() {
@@ -142,21 +142,17 @@ impl Pacer {
             status: signal.status,
             retry_after: signal.retry_after,
         });
-        if slot.is_some() {
-            return true;
-        }
-        let Some(in_flight) = &m.state.in_flight else {
-            return true;
-        };
-        // The refused send's place in the key's count of sends tells a
-        // refusal of the calls sent before the last cut (the same episode)
-        // from a new one.
-        let cut = match sent.permit_of(in_flight) {
-            Some(permit) => permit.refused(),
-            None => in_flight.refused(0),
-        };
-        if let Some(cap) = cut {
-            tracing::debug!(target: "reqwest_pace", key = &*m.state.key, cap, "concurrency refusal: fewer calls in flight");
+        if let Some(local) = local {
+            // The refused send's place in the key's count of sends tells a
+            // refusal of the calls sent before the last cut (the same
+            // episode) from a new one.
+            let cut = match sent.permit_of(local) {
+                Some(permit) => permit.refused(),
+                None => local.refused(0),
+            };
+            if let Some(cap) = cut {
+                tracing::debug!(target: "reqwest_pace", key = &*m.state.key, cap, "concurrency refusal: fewer calls in flight");
+            }
         }
         true
     }

@@ -150,44 +150,23 @@ impl RedisInFlight {
     pub(crate) fn new(link: Link, key: &str) -> Result<RedisInFlight, Error> {
         link.validate(key)?;
         let keys = vec![link.key(key, "held"), link.key(key, "cap")];
-        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-        hasher.write_u32(std::process::id());
         Ok(RedisInFlight {
-            inner: Arc::new(Inner {
-                link,
-                keys,
-                lease: DEFAULT_LEASE,
-                poll: DEFAULT_POLL,
-                configured: None,
-                turn: tokio::sync::Mutex::new(()),
-                freed: tokio::sync::Notify::new(),
-                holders: Mutex::new((HashSet::new(), false)),
-                process: hasher.finish(),
-                ids: AtomicU64::new(0),
-                cap: AtomicI64::new(-1),
-                fallback: Mutex::new(None),
-            }),
+            inner: Arc::new(Inner::new(link, keys, DEFAULT_LEASE, DEFAULT_POLL, None)),
         })
     }
 
-    /// Rebuild with one setting changed (only before any use: settings are
-    /// not shared with clones made earlier).
+    /// The same cap with one setting changed, as a handle of its own (only
+    /// before any use: it shares no waiters, slots or readings with this
+    /// one or its clones).
     fn with(self, change: impl FnOnce(&mut Inner)) -> RedisInFlight {
-        let inner = Arc::try_unwrap(self.inner).unwrap_or_else(|shared| Inner {
-            link: shared.link.clone(),
-            keys: shared.keys.clone(),
-            lease: shared.lease,
-            poll: shared.poll,
-            configured: shared.configured,
-            turn: tokio::sync::Mutex::new(()),
-            freed: tokio::sync::Notify::new(),
-            holders: Mutex::new((HashSet::new(), false)),
-            process: shared.process,
-            ids: AtomicU64::new(shared.ids.load(Ordering::Relaxed)),
-            cap: AtomicI64::new(shared.cap.load(Ordering::Relaxed)),
-            fallback: Mutex::new(None),
-        });
-        let mut inner = inner;
+        let old = &self.inner;
+        let mut inner = Inner::new(
+            old.link.clone(),
+            old.keys.clone(),
+            old.lease,
+            old.poll,
+            old.configured,
+        );
         change(&mut inner);
         RedisInFlight {
             inner: Arc::new(inner),
@@ -230,7 +209,7 @@ impl RedisInFlight {
     /// The cap last read from Redis, or the configured one before any;
     /// `None` while neither is known.
     pub fn cap(&self) -> Option<usize> {
-        self.inner.cap_known(self.inner.configured)
+        self.inner.cap_known()
     }
 
     /// How many of the fleet's slots this process holds.
@@ -247,14 +226,42 @@ impl RedisInFlight {
     /// Cancel-safe: a future dropped while it waits leaves the queue, and
     /// a slot granted as it was dropped is given back.
     pub async fn acquire(&self) -> Result<RedisInFlightPermit, Error> {
-        self.inner.acquire(self.inner.configured).await
+        self.inner.acquire().await
     }
 }
 
 impl Inner {
-    fn cap_known(&self, configured: Option<usize>) -> Option<usize> {
+    /// A fresh handle's state, its holders' ids marked as its own (a
+    /// random mark, different for every handle of the process).
+    fn new(
+        link: Link,
+        keys: Vec<String>,
+        lease: Duration,
+        poll: Duration,
+        configured: Option<usize>,
+    ) -> Inner {
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u32(std::process::id());
+        Inner {
+            link,
+            keys,
+            lease,
+            poll,
+            configured,
+            turn: tokio::sync::Mutex::new(()),
+            freed: tokio::sync::Notify::new(),
+            holders: Mutex::new((HashSet::new(), false)),
+            process: hasher.finish(),
+            ids: AtomicU64::new(0),
+            cap: AtomicI64::new(-1),
+            fallback: Mutex::new(None),
+        }
+    }
+
+    /// The cap last read, or the configured one, whichever is less.
+    fn cap_known(&self) -> Option<usize> {
         let read = usize::try_from(self.cap.load(Ordering::Relaxed)).ok();
-        match (read, configured) {
+        match (read, self.configured) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
@@ -264,10 +271,7 @@ impl Inner {
         self.cap.store(cap, Ordering::Relaxed);
     }
 
-    async fn acquire(
-        self: &Arc<Self>,
-        configured: Option<usize>,
-    ) -> Result<RedisInFlightPermit, Error> {
+    async fn acquire(self: &Arc<Self>) -> Result<RedisInFlightPermit, Error> {
         let _turn = self.turn.lock().await;
         let mut pause = Duration::from_millis(1);
         loop {
@@ -282,7 +286,7 @@ impl Inner {
                 inner: Some(Arc::clone(self)),
                 holder: Arc::clone(&holder),
             };
-            match self.take(&holder, configured).await {
+            match self.take(&holder).await {
                 Ok(Taken::Granted {
                     in_flight,
                     cap,
@@ -313,24 +317,20 @@ impl Inner {
                         pause = (pause * 2).min(self.poll);
                     }
                 }
-                Err(error) => return self.on_fault(error, configured).await,
+                Err(error) => return self.on_fault(error).await,
             }
         }
     }
 
     /// Redis failed: what the fault policy says.
-    async fn on_fault(
-        self: &Arc<Self>,
-        error: Error,
-        configured: Option<usize>,
-    ) -> Result<RedisInFlightPermit, Error> {
+    async fn on_fault(self: &Arc<Self>, error: Error) -> Result<RedisInFlightPermit, Error> {
         let local = match self.link.fault_policy() {
             FaultPolicy::FailClosed => return Err(error),
             FaultPolicy::FailOpen => None,
             FaultPolicy::LocalFallback { processes } => {
                 let semaphore = {
                     let mut fallback = crate::sync::lock(&self.fallback);
-                    match (&*fallback, self.cap_known(configured)) {
+                    match (&*fallback, self.cap_known()) {
                         (Some(semaphore), _) => Some(Arc::clone(semaphore)),
                         (None, Some(cap)) => {
                             let share = (cap / processes.max(1) as usize).max(1);
@@ -372,11 +372,11 @@ impl Inner {
         }
     }
 
-    fn args(&self, op: &str, configured: Option<usize>) -> Vec<Vec<u8>> {
+    fn args(&self, op: &str) -> Vec<Vec<u8>> {
         let mut args = vec![op.as_bytes().to_vec()];
         for n in [
             millis(self.lease).to_string(),
-            configured.unwrap_or(0).to_string(),
+            self.configured.unwrap_or(0).to_string(),
             self.link
                 .learned_ttl_ms()
                 .max(millis(self.lease) * 2)
@@ -394,8 +394,8 @@ impl Inner {
         self.link.eval(&IN_FLIGHT, SOURCE, &self.keys, &args).await
     }
 
-    async fn take(&self, holder: &str, configured: Option<usize>) -> Result<Taken, Error> {
-        let mut args = self.args("take", configured);
+    async fn take(&self, holder: &str) -> Result<Taken, Error> {
+        let mut args = self.args("take");
         args.push(holder.as_bytes().to_vec());
         let reply = self.run(args).await?;
         let cap = |c: i64| usize::try_from(c).ok();
@@ -416,7 +416,7 @@ impl Inner {
         outcome: u8,
         (number, in_flight): (u64, usize),
     ) -> Result<(), Error> {
-        let mut args = self.args("done", self.configured);
+        let mut args = self.args("done");
         for arg in [
             holder.to_owned(),
             outcome.to_string(),
@@ -435,7 +435,7 @@ impl Inner {
     }
 
     async fn renew(&self, holders: &[Arc<str>]) -> Result<(), Error> {
-        let mut args = self.args("renew", self.configured);
+        let mut args = self.args("renew");
         args.extend(holders.iter().map(|h| h.as_bytes().to_vec()));
         match *self.run(args).await? {
             [3, _] => Ok(()),
