@@ -564,7 +564,12 @@ fn twin_op(seq: &mut Seq, per_token: u64, capacity: u64, granted: &[(u64, u64)])
             max_wait: UNBOUNDED,
             max_block: UNBOUNDED,
         },
-        12..=14 => TwinOp::Reserve {
+        12..=13 => TwinOp::Reserve {
+            weight,
+            max_wait: seq.range(0, 2 * span),
+            max_block: seq.range(0, 2 * span),
+        },
+        14 => TwinOp::Book {
             weight,
             max_wait: seq.range(0, 2 * span),
             max_block: seq.range(0, 2 * span),
@@ -709,7 +714,9 @@ async fn twin_agrees(
 
 fn op_weight(op: TwinOp) -> u64 {
     match op {
-        TwinOp::Reserve { weight, .. } | TwinOp::Try { weight } => weight,
+        TwinOp::Reserve { weight, .. } | TwinOp::Book { weight, .. } | TwinOp::Try { weight } => {
+            weight
+        }
         _ => 0,
     }
 }

@@ -1148,3 +1148,71 @@ async fn booked_turns_keep_their_instants_through_a_block_and_a_cut() {
         w.await.unwrap().unwrap();
     }
 }
+
+/// Units the light waiters of [`a_heavy_turn_among_light_ones_is_booked_as_they_are`] were granted
+/// while one waiter of `heavy` units asked and waited, on `limiter`: 16
+/// waiters of 20 units in closed loops keep the queue as long as the
+/// booking horizon allows, and stop once 3,000 units were granted past
+/// the heavy waiter's first ask (three seconds of a limiter of 1,000 a
+/// second).
+async fn light_units_while_a_heavy_one_waits(limiter: Arc<dyn Limiter>, heavy: u64) -> u64 {
+    const LIGHT: u64 = 20;
+    let granted = Arc::new(AtomicU64::new(0));
+    let stop_at = Arc::new(AtomicU64::new(u64::MAX));
+    let lights: Vec<_> = (0..16)
+        .map(|_| {
+            let (limiter, granted, stop_at) = (
+                Arc::clone(&limiter),
+                Arc::clone(&granted),
+                Arc::clone(&stop_at),
+            );
+            tokio::spawn(async move {
+                while granted.load(Ordering::Relaxed) < stop_at.load(Ordering::Relaxed) {
+                    limiter.acquire(LIGHT).await.unwrap();
+                    granted.fetch_add(LIGHT, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    // The queue is full of light turns before the heavy one asks.
+    while granted.load(Ordering::Relaxed) < 200 {
+        tokio::time::sleep(MS).await;
+    }
+    let before = granted.load(Ordering::Relaxed);
+    stop_at.store(before + 3_000, Ordering::Relaxed);
+    limiter.acquire(heavy).await.unwrap();
+    let during = granted.load(Ordering::Relaxed) - before;
+    stop_at.store(0, Ordering::Relaxed);
+    for light in lights {
+        light.await.unwrap();
+    }
+    during
+}
+
+/// A turn of many units among lighter ones is booked once the queue ahead
+/// of it is within the booking horizon, as theirs are: bounded by its
+/// whole turn instead, a turn of 100 units waited, asking again and again,
+/// for as long as turns of 20 kept the queue longer than the horizon less
+/// its own refill (a call of 2,400 tokens among lighter ones held its
+/// process for up to 13 s). On the real clock only the order is asserted:
+/// the heavy turn comes while the light ones still run, with less than a
+/// second of the limiter's units granted to them meanwhile (about 300
+/// when it is booked at its first ask; all 3,000 when it waits for them to
+/// stop).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_heavy_turn_among_light_ones_is_booked_as_they_are() {
+    let server = RedisServer::start();
+    let backend = RedisBackend::connect(server.url()).await.unwrap();
+    let per_second = Rate::per_second(1_000).unwrap();
+    let bucket: Arc<dyn Limiter> =
+        Arc::new(backend.token_bucket("heavy", per_second, 100).unwrap());
+    let during = light_units_while_a_heavy_one_waits(bucket, 100).await;
+    assert!(during < 1_000, "bucket: {during} light units meanwhile");
+    let log: Arc<dyn Limiter> = Arc::new(
+        backend
+            .sliding_log("heavy-log", Rate::new(100, 100 * MS).unwrap())
+            .unwrap(),
+    );
+    let during = light_units_while_a_heavy_one_waits(log, 100).await;
+    assert!(during < 1_000, "log: {during} light units meanwhile");
+}

@@ -234,7 +234,13 @@ pub(crate) const SEND_LESSONS_AFTER: Duration = Duration::from_millis(5);
 /// server has moved on from, and the lesson goes alone.
 pub(crate) const LESSONS_WAIT_AT_MOST: Duration = Duration::from_millis(100);
 
-/// The furthest ahead a waiter books its turn. A turn keeps the instant
+/// The furthest ahead a waiter books its turn: the wait for its first
+/// token, the queue ahead of it (a turn of many tokens is booked as soon as
+/// one of one token would be, and waits its own refill beyond it; bounded
+/// by the whole turn, a call of 2,400 tokens among lighter ones asked
+/// again twenty times a second for up to 13 s while the lighter ones kept
+/// the queue longer than the horizon less its refill, and its process,
+/// whose calls queue behind the one asking, sent nothing meanwhile). A turn keeps the instant
 /// the rate of its booking gave it, through later raises and cuts alike
 /// (see the script): booked far ahead while the key's rate was slow (a
 /// key that has just begun to learn), it holds its process back, and the
@@ -553,10 +559,11 @@ impl Core {
             let sent = tokio::time::Instant::now();
             let (booking, own) = within_horizon(bounds, sent);
             let lessons = crate::sync::lock(&self.lessons).take_booking(sent);
-            let reply = match self
-                .run_with(Op::take("reserve", weight, booking), &lessons)
-                .await
-            {
+            // Within the horizon, the turn is booked once the queue ahead
+            // of it is (see `BOOK_AHEAD_AT_MOST`); within the caller's own
+            // bound, once all of it is.
+            let op = if own { "book" } else { "reserve" };
+            let reply = match self.run_with(Op::take(op, weight, booking), &lessons).await {
                 Ok(reply) => reply,
                 Err(e) => {
                     lost(&lessons, &e);
@@ -579,15 +586,21 @@ impl Core {
                     interval,
                     too_fast,
                 } => {
-                    {
-                        let mut lessons = crate::sync::lock(&self.lessons);
-                        lessons.sleeps_until(sent + wait, sent);
-                    }
                     let refund = Refund {
                         core: Some(Arc::clone(self)),
                         id,
                         weight,
                     };
+                    // Booked by the queue ahead of it, past the caller's
+                    // own bound: handed back (dropped armed), as a turn
+                    // that bound refused.
+                    if bounds.by.is_some_and(|by| sent + wait > by) {
+                        return Err(Error::Throttled { wait });
+                    }
+                    {
+                        let mut lessons = crate::sync::lock(&self.lessons);
+                        lessons.sleeps_until(sent + wait, sent);
+                    }
                     tokio::time::sleep(wait).await;
                     refund.disarm();
                     if !self.blocked_since(epoch, sent, interval).await

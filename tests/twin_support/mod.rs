@@ -196,7 +196,11 @@ impl Hash {
                     };
                 }
             }
-            Op::Reserve { .. } | Op::Try { .. } | Op::Refund { .. } | Op::Confirm { .. } => {}
+            Op::Reserve { .. }
+            | Op::Book { .. }
+            | Op::Try { .. }
+            | Op::Refund { .. }
+            | Op::Confirm { .. } => {}
         }
         self
     }
@@ -264,12 +268,39 @@ fn to_signed(ns: u64) -> i64 {
     i64::try_from(ns).unwrap_or(i64::MAX)
 }
 
+/// `bounds` as `Core` spells them: the longest wait and the longest block,
+/// in ns.
+fn spelled(bounds: Bounds) -> (u64, u64) {
+    let max_wait = bounds.by.map_or(UNBOUNDED, nanos_until).min(UNBOUNDED);
+    let max_block = bounds.max_block.map_or(UNBOUNDED, |d| {
+        u64::try_from(d.as_nanos())
+            .unwrap_or(UNBOUNDED)
+            .min(UNBOUNDED)
+    });
+    (max_wait, max_block)
+}
+
+/// Which of the script's three takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Take {
+    Reserve,
+    Book,
+    Try,
+}
+
 /// An operation and its operands, as `Core` sends them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
     /// `reserve` of `weight`, booking no later than `max_wait` ns from now
     /// and waiting out no block longer than `max_block` ns.
     Reserve {
+        weight: u64,
+        max_wait: u64,
+        max_block: u64,
+    },
+    /// `book` of `weight`: a `reserve` whose `max_wait` bounds the wait
+    /// for its first token, as `Core` books within its horizon.
+    Book {
         weight: u64,
         max_wait: u64,
         max_block: u64,
@@ -306,14 +337,21 @@ pub enum Op {
 impl Op {
     /// `reserve` of `weight` within `bounds`, as `Core` spells the bounds.
     pub fn reserve(weight: u64, bounds: Bounds) -> Op {
+        let (max_wait, max_block) = spelled(bounds);
         Op::Reserve {
             weight,
-            max_wait: bounds.by.map_or(UNBOUNDED, nanos_until).min(UNBOUNDED),
-            max_block: bounds.max_block.map_or(UNBOUNDED, |d| {
-                u64::try_from(d.as_nanos())
-                    .unwrap_or(UNBOUNDED)
-                    .min(UNBOUNDED)
-            }),
+            max_wait,
+            max_block,
+        }
+    }
+
+    /// `book` of `weight` within `bounds`, as `Core` spells the bounds.
+    pub fn book(weight: u64, bounds: Bounds) -> Op {
+        let (max_wait, max_block) = spelled(bounds);
+        Op::Book {
+            weight,
+            max_wait,
+            max_block,
         }
     }
 
@@ -325,6 +363,11 @@ impl Op {
                 max_wait,
                 max_block,
             } => ("reserve", [weight, max_wait, max_block]),
+            Op::Book {
+                weight,
+                max_wait,
+                max_block,
+            } => ("book", [weight, max_wait, max_block]),
             Op::Try { weight } => ("try", [weight, UNBOUNDED, UNBOUNDED]),
             Op::Refund { id, weight } => ("refund", [id, weight, 0]),
             Op::Confirm { id, weight, late } => ("confirm", [id, weight, late]),
@@ -485,8 +528,13 @@ impl Script {
                 weight,
                 max_wait,
                 max_block,
-            } => self.take(now_us, h, weight, max_wait, max_block, false),
-            Op::Try { weight } => self.take(now_us, h, weight, UNBOUNDED, UNBOUNDED, true),
+            } => self.take(now_us, h, weight, (max_wait, max_block), Take::Reserve),
+            Op::Book {
+                weight,
+                max_wait,
+                max_block,
+            } => self.take(now_us, h, weight, (max_wait, max_block), Take::Book),
+            Op::Try { weight } => self.take(now_us, h, weight, (UNBOUNDED, UNBOUNDED), Take::Try),
             Op::Refund { id, weight } => self.refund(now_us, stored, h, id, weight),
             // A turn at or after the latest block's end stands, as does any
             // on a key gone; one inside the block, or after a block whose
@@ -506,15 +554,14 @@ impl Script {
         }
     }
 
-    /// `reserve`, or `try` when `only_now`.
+    /// `reserve`, `book` or `try`.
     fn take(
         &mut self,
         now_us: u64,
         mut h: Hash,
         weight: u64,
-        max_wait: u64,
-        max_block: u64,
-        only_now: bool,
+        (max_wait, max_block): (u64, u64),
+        kind: Take,
     ) -> Reply {
         if weight > h.capacity {
             return Reply::TooHeavy {
@@ -530,8 +577,15 @@ impl Script {
         let need = weight * h.per_token;
         // The earliest instant (ns from now) with max(d, t) + w·T - t <= C·T.
         let ready = (h.owed + need).saturating_sub(h.span()).max(h.blocked);
-        if (only_now && ready > 0) || ready > max_wait {
-            return Reply::Throttled { wait: ready };
+        // `book` bounds the wait for the turn's first token.
+        let bounded = match kind {
+            Take::Book => (h.owed + h.per_token)
+                .saturating_sub(h.span())
+                .max(h.blocked),
+            Take::Reserve | Take::Try => ready,
+        };
+        if (kind == Take::Try && ready > 0) || bounded > max_wait {
+            return Reply::Throttled { wait: bounded };
         }
         h.owed = h.owed.max(ready) + need;
         h.granted += weight;
@@ -706,40 +760,50 @@ impl TwinBucket {
             let horizon = sent + BOOK_AHEAD_AT_MOST;
             let own = bounds.by.is_none_or(|by| by > horizon);
             let booking = if own { bounds.by(horizon) } else { bounds };
-            let (wait, id, epoch, grant) =
-                match self.run_after(&carried(), Op::reserve(weight, booking)) {
-                    Reply::Throttled { wait }
-                        if own
-                            && bounds
-                                .by
-                                .is_none_or(|by| sent + Duration::from_nanos(wait) <= by) =>
-                    {
-                        let nap = Duration::from_nanos(wait).saturating_sub(BOOK_AHEAD_AT_MOST);
-                        tokio::time::sleep(nap).await;
-                        continue;
-                    }
-                    Reply::Granted {
-                        wait,
-                        id,
-                        epoch,
-                        count,
-                        interval,
-                        too_fast,
-                    } => (wait, id, epoch, grant(count, interval, too_fast)),
-                    refused => return Err(refusal(refused, weight, bounds)),
-                };
+            // Within the horizon, booked once the queue ahead is.
+            let op = if own {
+                Op::book(weight, booking)
+            } else {
+                Op::reserve(weight, booking)
+            };
+            let (wait, id, epoch, grant) = match self.run_after(&carried(), op) {
+                Reply::Throttled { wait }
+                    if own
+                        && bounds
+                            .by
+                            .is_none_or(|by| sent + Duration::from_nanos(wait) <= by) =>
+                {
+                    let nap = Duration::from_nanos(wait).saturating_sub(BOOK_AHEAD_AT_MOST);
+                    tokio::time::sleep(nap).await;
+                    continue;
+                }
+                Reply::Granted {
+                    wait,
+                    id,
+                    epoch,
+                    count,
+                    interval,
+                    too_fast,
+                } => (wait, id, epoch, grant(count, interval, too_fast)),
+                refused => return Err(refusal(refused, weight, bounds)),
+            };
             if wait == 0 {
                 return Ok(grant);
             }
             let due = sent + Duration::from_nanos(wait);
-            if let Some(lessons) = process {
-                lessons.sleeps_until(due, sent);
-            }
             let refund = Refund {
                 twin: Some(self),
                 id,
                 weight,
             };
+            // Booked by the queue ahead, past the caller's own bound:
+            // handed back (dropped armed).
+            if bounds.by.is_some_and(|by| due > by) {
+                return Err(Error::throttled(Duration::from_nanos(wait)));
+            }
+            if let Some(lessons) = process {
+                lessons.sleeps_until(due, sent);
+            }
             tokio::time::sleep(Duration::from_nanos(wait)).await;
             refund.disarm();
             // The look carries the lessons waiting, in the same call.

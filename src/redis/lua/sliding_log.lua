@@ -2,16 +2,17 @@
 -- scored with the Redis TIME (microseconds) it was granted for.
 --
 -- KEYS[1]  the log (sorted set); KEYS[2] its meta hash
--- ARGV[1]  operation: reserve | try | refund | rate | capacity | limit |
---          remaining | block | unblock | uncount | grow | edge | batch
+-- ARGV[1]  operation: reserve | book | try | refund | rate | capacity |
+--          limit | remaining | block | unblock | uncount | grow | edge | batch
 --          (edge, a bound on the server's window's end, is the token
 --          bucket's alone: a log is told of blocks, not windows)
 -- ARGV[2]  milliseconds a key outlives the moment the log is empty again
 -- ARGV[3]  default limit L (tokens per window), used while the hash holds none
 -- ARGV[4]  default window W, microseconds (likewise)
--- ARGV[5], ARGV[6], ARGV[7]  the operation's operands; for reserve and try:
---          the weight, the longest wait to book and the longest server block
---          to wait out, in ns (2^62 for no bound)
+-- ARGV[5], ARGV[6], ARGV[7]  the operation's operands; for reserve, book
+--          and try: the weight, the longest wait to book (for book, the
+--          longest wait for the turn's first unit) and the longest server
+--          block to wait out, in ns (2^62 for no bound)
 -- ARGV[8]  milliseconds the meta hash of a log that has learned a rate
 --          lives at least
 -- ARGV[9]  how many adjustments to apply first (none when absent): what a
@@ -215,7 +216,7 @@ local function kept(reply)
   return reply
 end
 
-if op == 'reserve' or op == 'try' then
+if op == 'reserve' or op == 'book' or op == 'try' then
   local w = tonumber(ARGV[5])
   if w > L then
     save()
@@ -227,17 +228,26 @@ if op == 'reserve' or op == 'try' then
   -- With the members sorted, the k-th oldest must leave the window before w
   -- more fit; every window holding the new grant then holds at most L.
   local count = redis.call('ZCARD', log)
-  local r = now
-  if count + w > L then
-    local k = count + w - L
-    local entry = redis.call('ZRANGE', log, k - 1, k - 1, 'WITHSCORES')
-    r = math.max(now, tonumber(entry[2]) + W)
+  local function fits(units)
+    local r = now
+    if count + units > L then
+      local k = count + units - L
+      local entry = redis.call('ZRANGE', log, k - 1, k - 1, 'WITHSCORES')
+      r = math.max(now, tonumber(entry[2]) + W)
+    end
+    return math.max(r, b)
   end
-  r = math.max(r, b)
+  local r = fits(w)
   local wait = math.ceil((r - now) * 1000)
-  if (op == 'try' and r > now) or wait > tonumber(ARGV[6]) then
+  -- 'reserve' bounds the wait for the whole turn; 'book' the wait for its
+  -- first unit, the queue ahead of it (see the token bucket's script).
+  local bounded = wait
+  if op == 'book' then
+    bounded = math.ceil((fits(1) - now) * 1000)
+  end
+  if (op == 'try' and r > now) or bounded > tonumber(ARGV[6]) then
     save()
-    return {1, wait}
+    return {1, bounded}
   end
   local first = n + 1
   add(w, 'r', at(r))

@@ -1,14 +1,16 @@
 -- The shared token bucket: the GCRA of src/limiter/gcra.rs, run inside Redis.
 --
 -- KEYS[1]  the bucket's hash
--- ARGV[1]  operation: reserve | try | refund | confirm | rate | capacity |
---          limit | remaining | block | unblock | uncount | grow | edge | batch
+-- ARGV[1]  operation: reserve | book | try | refund | confirm | rate |
+--          capacity | limit | remaining | block | unblock | uncount | grow |
+--          edge | batch
 -- ARGV[2]  milliseconds a key outlives the moment it is back to a fresh bucket
 -- ARGV[3]  default time per token, ns (used while the hash holds none)
 -- ARGV[4]  default capacity (likewise)
--- ARGV[5], ARGV[6], ARGV[7]  the operation's operands; for reserve and try:
---          the weight, the longest wait to book and the longest server block
---          to wait out, in ns (2^62 for no bound); for refund and confirm:
+-- ARGV[5], ARGV[6], ARGV[7]  the operation's operands; for reserve, book
+--          and try: the weight, the longest wait to book (for book, the
+--          longest wait for the turn's first token) and the longest server
+--          block to wait out, in ns (2^62 for no bound); for refund and confirm:
 --          the reservation's id and weight, and for confirm how long ago
 --          its turn came, in ns
 -- ARGV[8]  milliseconds a key that has learned a rate lives at least
@@ -272,7 +274,7 @@ if op == 'confirm' then
   op = 'refund'
 end
 
-if op == 'reserve' or op == 'try' then
+if op == 'reserve' or op == 'book' or op == 'try' then
   local weight = tonumber(ARGV[5])
   if weight > C then
     return kept({2, C})
@@ -283,8 +285,16 @@ if op == 'reserve' or op == 'try' then
   local need = weight * T
   -- Earliest instant (ns from now) with max(d, t) + w*T - t <= C*T.
   local ready = math.max(0, d + need - C * T, b)
-  if (op == 'try' and ready > 0) or ready > tonumber(ARGV[6]) then
-    return kept({1, ready})
+  -- 'reserve' bounds the wait for the whole turn; 'book' the wait for its
+  -- first token, the queue ahead of it, so that a heavy turn is booked as
+  -- soon as a light one would be (bounded by the whole turn, a waiter of
+  -- many tokens is refused while lighter ones keep the queue long).
+  local bounded = ready
+  if op == 'book' then
+    bounded = math.max(0, d + T - C * T, b)
+  end
+  if (op == 'try' and ready > 0) or bounded > tonumber(ARGV[6]) then
+    return kept({1, bounded})
   end
   d = math.max(d, ready) + need
   a = a + weight
