@@ -12,7 +12,7 @@ use redis_support::RedisServer;
 use reqwest_pace::redis::RedisBackend;
 use reqwest_pace::retry::RetryPolicy;
 use reqwest_pace::testing::{Dialect, Fault, RateLimitedServer, RetryAfter};
-use reqwest_pace::{Error, Limiter, Rate, Scope, ThrottledClient};
+use reqwest_pace::{Error, Limiter, Priority, Rate, Scope, ThrottledClient};
 
 async fn shared_client(redis: &RedisServer, rate: Rate) -> ThrottledClient {
     shared_client_with(redis, rate, RetryPolicy::default()).await
@@ -350,5 +350,96 @@ async fn a_paced_request_costs_at_most_one_and_a_half_calls() {
     assert!(
         sent * 2 <= requests * 3,
         "{sent} calls of Redis for {requests} requests"
+    );
+}
+
+/// Poll `read` until it gives `want`, for at most 10 s.
+async fn until_reads<T: PartialEq + std::fmt::Debug>(mut read: impl FnMut() -> T, want: T) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = read();
+        if got == want {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still {got:?}, waiting for {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A fleet's cap on calls in flight (`Scope::shared_in_flight`) binds:
+/// the calls of a process granted by their buckets ask for the fleet's
+/// slot by priority, and the one asking gives its turn up to a call of a
+/// higher class. Another process holds the only slot; two batch calls
+/// wait, then an interactive one; when the slot frees, the interactive
+/// call goes first, then the batch calls in the order they came. (First
+/// asked, first served, the batch call asking first went first, and the
+/// interactive call waited behind every batch call granted before it.)
+/// Each step waits for a state: the calls queued at the key, the sends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleets_slot_goes_to_an_interactive_call_before_the_batch_calls_waiting() {
+    let redis = RedisServer::start();
+    let server = server().await;
+    let backend = RedisBackend::connect(redis.url())
+        .await
+        .unwrap()
+        .with_timeout(Duration::from_secs(5));
+    let other = backend
+        .in_flight("api")
+        .unwrap()
+        .with_max_in_flight(1)
+        .unwrap();
+    let sent = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let client = {
+        let (backend, sent) = (backend.clone(), Arc::clone(&sent));
+        ThrottledClient::builder(reqwest::Client::new())
+            .host_scope(
+                Scope::per_host()
+                    .shared_in_flight(move |_| backend.in_flight("api")?.with_max_in_flight(1)),
+            )
+            .on_event(move |event| {
+                if let reqwest_pace::Event::Sent { url, .. } = event {
+                    sent.lock().unwrap().push(url.path().to_owned());
+                }
+            })
+            .build()
+            .unwrap()
+    };
+    let queued = || {
+        client
+            .key_status("host", &server.url())
+            .map_or(0, |status| status.queued)
+    };
+    let call = |path: &str, priority: Priority| {
+        let (client, url) = (client.clone(), format!("{}/{path}", server.url()));
+        tokio::spawn(async move { client.get(url).priority(priority).send().await })
+    };
+    // The key's first response, so that no call waits for it as a probe.
+    let warm_up = call("warm-up", Priority::BATCH).await.unwrap().unwrap();
+    assert_eq!(warm_up.status(), 200);
+    sent.lock().unwrap().clear();
+    let held = other.acquire().await.unwrap();
+    // The first batch call asks for the slot; the second queues behind it.
+    let first = call("batch-1", Priority::BATCH);
+    let second = call("batch-2", Priority::BATCH);
+    until_reads(queued, 1).await;
+    // The interactive call takes the turn to ask from the first, which
+    // queues again in its place: two wait.
+    let interactive = call("interactive", Priority::INTERACTIVE);
+    until_reads(queued, 2).await;
+    assert!(
+        sent.lock().unwrap().is_empty(),
+        "nothing sent while the slot is held"
+    );
+    drop(held);
+    for call in [first, second, interactive] {
+        assert_eq!(call.await.unwrap().unwrap().status(), 200);
+    }
+    assert_eq!(
+        *sent.lock().unwrap(),
+        ["/interactive", "/batch-1", "/batch-2"],
+        "the order the slot went in"
     );
 }

@@ -213,6 +213,7 @@ impl Pacer {
             closed_by: closed.map(|b| status_or_429(b.status)),
             max_in_flight: state.max_in_flight(),
             in_flight: state.in_flight(),
+            queued: state.queued(),
             circuit: state.circuit(now),
             crawl_delay: self.crawl_delay(key),
             auto_throttle_delay: state.politeness_delay(),

@@ -175,6 +175,11 @@ pub struct KeyStatus {
     /// (counted for a learning scope's key without a cap too; always 0
     /// for another scope without one).
     pub in_flight: usize,
+    /// How many requests wait for their turn at the key now, by priority
+    /// ([`Priority`]): for the key's buckets, and for the fleet's slot where
+    /// the cap on calls in flight is shared (`Scope::shared_in_flight`,
+    /// feature `redis`); the call each turn is with aside.
+    pub queued: usize,
     /// The key's circuit breaker ([`Scope::circuit_breaker`]); `None`
     /// without one.
     pub circuit: Option<CircuitState>,

@@ -237,8 +237,7 @@ impl Turns {
     }
 
     /// How many calls wait for the turn (the holder aside).
-    #[cfg(test)]
-    fn queued(&self) -> usize {
+    pub(crate) fn queued(&self) -> usize {
         lock(&self.queue).waiting.len()
     }
 

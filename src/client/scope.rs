@@ -538,7 +538,11 @@ impl Scope {
     ///
     /// Every process's calls of the key then hold a slot there, taken
     /// after the key's bucket grants the call and given back when its
-    /// response is read. The cap is [`max_in_flight`](Self::max_in_flight)
+    /// response is read. Within the process, the calls granted ask for a
+    /// slot one at a time by [`Priority`](crate::Priority), as they waited
+    /// for the bucket: a call of a higher class goes before the ones of
+    /// lower classes granted earlier, and the one asking gives its turn up
+    /// to it. The cap is [`max_in_flight`](Self::max_in_flight)
     /// for the fleet where one is set (each process's own cap is not
     /// kept), and, in a learning scope, lowered by the concurrency
     /// refusals any process reads, with the arithmetic of a single
@@ -966,6 +970,10 @@ pub(crate) struct KeyState {
     /// `in_flight` (`Scope::shared_in_flight`), or why it could not be
     /// made.
     pub(crate) shared_in_flight: Option<Result<Arc<dyn SharedInFlight>, String>>,
+    /// With `shared_in_flight`: the key's calls granted by its buckets, by
+    /// priority, in front of the fleet's slot (a call waits for the slot
+    /// after the buckets, where the key's `turns` no longer order it).
+    pub(crate) slot_turns: Option<Box<Turns>>,
     /// The key's calls by priority, in front of everything else a call
     /// waits for on the key.
     pub(crate) turns: Turns,
@@ -1211,6 +1219,10 @@ impl KeyState {
                 .shared_in_flight
                 .as_ref()
                 .map(|make| make(key, config.max_in_flight).map_err(|e| e.to_string())),
+            slot_turns: config
+                .shared_in_flight
+                .is_some()
+                .then(|| Box::new(Turns::new(config.aging))),
             turns: Turns::new(config.aging),
             breaker: config.breaker.map(|b| Mutex::new(Breaker::new(b))),
             politeness: config.auto_throttle.and_then(|tuning| {
@@ -1339,6 +1351,13 @@ impl KeyState {
             Some(Ok(shared)) => shared.held(),
             _ => self.in_flight.as_ref().map_or(0, |f| f.held()),
         }
+    }
+
+    /// How many calls wait for a turn at the key: for its turn by priority,
+    /// and, with a fleet's cap, for its turn to ask for the fleet's slot
+    /// (the calls holding either turn aside).
+    pub(crate) fn queued(&self) -> usize {
+        self.turns.queued() + self.slot_turns.as_ref().map_or(0, |t| t.queued())
     }
 
     /// The key's cap on calls in flight, configured or learned (the

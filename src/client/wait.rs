@@ -355,7 +355,8 @@ impl Pacer {
         if shared {
             for (i, m) in members.iter().enumerate() {
                 if let Some(shared) = &m.state.shared_in_flight {
-                    slots.push((i, take_slot(m, shared, until).await?));
+                    let slot = slot_by_priority(m, shared, until, (call.priority, queued)).await?;
+                    slots.push((i, slot));
                 }
             }
             for (m, grant) in members.iter().zip(grants) {
@@ -733,6 +734,37 @@ async fn take_permit(
     let permit = by_deadline(until, Arc::clone(permits).acquire_owned()).await?;
     // Never closed: the semaphore lives as long as the key's state.
     permit.map_err(|_| WaitError::Failed(Error::config("the key's in-flight permits closed")))
+}
+
+/// A slot of the fleet's cap on calls in flight at `m`'s key, by `until`,
+/// asked for in the key's order of calls granted by its buckets
+/// (`KeyState::slot_turns`: by `priority` and the instant the call
+/// `queued`): while the cap binds, a call of a higher class goes before
+/// the calls of lower ones granted their tokens earlier, and the one
+/// asking gives its turn up to it (nothing is held while it asks; a slot
+/// granted as it gives up goes back). First asked, first served instead,
+/// an interactive call of a fleet of four waited up to 460 ms behind the
+/// batch's (`examples/llm_batch.rs --fleet`; 220–330 ms by priority).
+async fn slot_by_priority(
+    m: &Member,
+    shared: &Result<Arc<dyn super::concurrency::SharedInFlight>, String>,
+    until: Option<(Instant, Duration)>,
+    (priority, queued): (crate::Priority, Instant),
+) -> Result<Box<dyn SharedSlot>, WaitError> {
+    let Some(turns) = &m.state.slot_turns else {
+        return take_slot(m, shared, until).await;
+    };
+    loop {
+        let turn = by_deadline(until, turns.take_as_of(priority, queued)).await?;
+        let taking = take_slot(m, shared, until);
+        tokio::pin!(taking);
+        match futures::future::select(taking, turn.overtaken()).await {
+            futures::future::Either::Left((slot, _)) => return slot,
+            // A call ordered before this one waits: it asks first, and
+            // this one queues again in its place.
+            futures::future::Either::Right(((), _)) => continue,
+        }
+    }
 }
 
 /// A slot of the fleet's cap on calls in flight at `m`'s key, by `until`.
