@@ -8,7 +8,7 @@ mod redis_support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis_support::RedisServer;
+use redis_support::{until_reads, RedisServer};
 use reqwest_pace::redis::RedisBackend;
 use reqwest_pace::retry::RetryPolicy;
 use reqwest_pace::testing::{Dialect, Fault, RateLimitedServer, RetryAfter};
@@ -353,22 +353,6 @@ async fn a_paced_request_costs_at_most_one_and_a_half_calls() {
     );
 }
 
-/// Poll `read` until it gives `want`, for at most 10 s.
-async fn until_reads<T: PartialEq + std::fmt::Debug>(mut read: impl FnMut() -> T, want: T) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let got = read();
-        if got == want {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "still {got:?}, waiting for {want:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
 /// A fleet's cap on calls in flight (`Scope::shared_in_flight`) binds:
 /// the calls of a process granted by their buckets ask for the fleet's
 /// slot by priority, and the one asking gives its turn up to a call of a
@@ -424,11 +408,11 @@ async fn a_fleets_slot_goes_to_an_interactive_call_before_the_batch_calls_waitin
     // The first batch call asks for the slot; the second queues behind it.
     let first = call("batch-1", Priority::BATCH);
     let second = call("batch-2", Priority::BATCH);
-    until_reads(queued, 1).await;
+    until_reads(async || queued(), 1).await;
     // The interactive call takes the turn to ask from the first, which
     // queues again in its place: two wait.
     let interactive = call("interactive", Priority::INTERACTIVE);
-    until_reads(queued, 2).await;
+    until_reads(async || queued(), 2).await;
     assert!(
         sent.lock().unwrap().is_empty(),
         "nothing sent while the slot is held"

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis_support::{free_port, raw, RedisServer};
+use redis_support::{free_port, raw, until_reads, RedisServer};
 use reqwest_pace::redis::{FaultPolicy, RedisBackend, RedisInFlight, RedisInFlightPermit};
 use reqwest_pace::Error;
 
@@ -32,22 +32,6 @@ async fn learned(conn: &mut MultiplexedConnection, in_flight: &RedisInFlight) ->
         .query_async(conn)
         .await
         .unwrap()
-}
-
-/// Poll `read` until it gives `want`, for at most 10 s.
-async fn until_reads<T: PartialEq + std::fmt::Debug>(mut read: impl AsyncFnMut() -> T, want: T) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let got = read().await;
-        if got == want {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "still {got:?}, waiting for {want:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 /// One "process": its own connection and its own handle on the key.

@@ -6,6 +6,26 @@ use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Poll `read` until it gives `want`, for at most 10 s (tokio's clock):
+/// a test on the real clock waits for a state, never for a time.
+pub async fn until_reads<T: PartialEq + std::fmt::Debug>(
+    mut read: impl AsyncFnMut() -> T,
+    want: T,
+) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = read().await;
+        if got == want {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still {got:?}, waiting for {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// A free TCP port on 127.0.0.1 (bound, read, released).
 pub fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
