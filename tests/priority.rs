@@ -396,3 +396,22 @@ async fn a_priority_out_of_range_is_refused_or_clamped_and_never_waits() {
     assert_eq!(response.status(), 200);
     assert_eq!(start.elapsed(), SERVICE);
 }
+
+/// `key_status` counts the calls waiting for their turn at a key: a key
+/// paced at one a second, five calls at once: the first is sent, the
+/// second holds the turn while it waits for the bucket, the other three
+/// queue behind it; one second later, two.
+#[tokio::test(start_paused = true)]
+async fn key_status_counts_the_calls_queued_at_a_key() {
+    let server = server().await;
+    let client = paced_at(1);
+    let url = server.url();
+    let queued = || client.key_status("host", &url).map_or(0, |s| s.queued);
+    let tasks = batch(&client, &url, 5, Priority::BATCH);
+    tokio::time::sleep(10 * MS).await;
+    assert_eq!(queued(), 3);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(queued(), 2);
+    all_done(tasks).await;
+    assert_eq!(queued(), 0);
+}
