@@ -743,8 +743,8 @@ async fn take_permit(
 /// the calls of lower ones granted their tokens earlier, and the one
 /// asking gives its turn up to it (nothing is held while it asks; a slot
 /// granted as it gives up goes back). First asked, first served instead,
-/// an interactive call of a fleet of four waited up to 460 ms behind the
-/// batch's (`examples/llm_batch.rs --fleet`; 220–330 ms by priority).
+/// an interactive call of a fleet of four waited up to 457 ms behind the
+/// batch's (`examples/llm_batch.rs --fleet`; 219–353 ms by priority).
 async fn slot_by_priority(
     m: &Member,
     shared: &Result<Arc<dyn super::concurrency::SharedInFlight>, String>,
