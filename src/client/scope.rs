@@ -967,13 +967,8 @@ pub(crate) struct KeyState {
     /// for a scope that has one or learns, and keeps no cap for the fleet.
     pub(crate) in_flight: Option<Arc<InFlight>>,
     /// The key's cap on calls in flight kept for the fleet, in place of
-    /// `in_flight` (`Scope::shared_in_flight`), or why it could not be
-    /// made.
-    pub(crate) shared_in_flight: Option<Result<Arc<dyn SharedInFlight>, String>>,
-    /// With `shared_in_flight`: the key's calls granted by its buckets, by
-    /// priority, in front of the fleet's slot (a call waits for the slot
-    /// after the buckets, where the key's `turns` no longer order it).
-    pub(crate) slot_turns: Option<Box<Turns>>,
+    /// `in_flight` (`Scope::shared_in_flight`).
+    pub(crate) shared_in_flight: Option<Box<FleetCap>>,
     /// The key's calls by priority, in front of everything else a call
     /// waits for on the key.
     pub(crate) turns: Turns,
@@ -1215,14 +1210,12 @@ impl KeyState {
                 && (config.max_in_flight.is_some()
                     || (config.learns() && *config.dimension_ref() == Dimension::Requests)))
                 .then(|| Arc::new(InFlight::new(config.max_in_flight, config.probe_cap))),
-            shared_in_flight: config
-                .shared_in_flight
-                .as_ref()
-                .map(|make| make(key, config.max_in_flight).map_err(|e| e.to_string())),
-            slot_turns: config
-                .shared_in_flight
-                .is_some()
-                .then(|| Box::new(Turns::new(config.aging))),
+            shared_in_flight: config.shared_in_flight.as_ref().map(|make| {
+                Box::new(FleetCap {
+                    cap: make(key, config.max_in_flight).map_err(|e| e.to_string()),
+                    turns: Turns::new(config.aging),
+                })
+            }),
             turns: Turns::new(config.aging),
             breaker: config.breaker.map(|b| Mutex::new(Breaker::new(b))),
             politeness: config.auto_throttle.and_then(|tuning| {
@@ -1347,7 +1340,7 @@ impl KeyState {
     /// How many requests hold one of the key's in-flight permits (of the
     /// fleet's, the ones this process holds).
     pub(crate) fn in_flight(&self) -> usize {
-        match &self.shared_in_flight {
+        match self.shared_in_flight.as_deref().map(|fleet| &fleet.cap) {
             Some(Ok(shared)) => shared.held(),
             _ => self.in_flight.as_ref().map_or(0, |f| f.held()),
         }
@@ -1357,17 +1350,29 @@ impl KeyState {
     /// and, with a fleet's cap, for its turn to ask for the fleet's slot
     /// (the calls holding either turn aside).
     pub(crate) fn queued(&self) -> usize {
-        self.turns.queued() + self.slot_turns.as_ref().map_or(0, |t| t.queued())
+        let at_the_slot = self.shared_in_flight.as_ref();
+        self.turns.queued() + at_the_slot.map_or(0, |fleet| fleet.turns.queued())
     }
 
     /// The key's cap on calls in flight, configured or learned (the
     /// fleet's as last read, where it is kept for the fleet).
     pub(crate) fn max_in_flight(&self) -> Option<usize> {
-        match &self.shared_in_flight {
+        match self.shared_in_flight.as_deref().map(|fleet| &fleet.cap) {
             Some(Ok(shared)) => shared.cap(),
             _ => self.in_flight.as_ref().and_then(|f| f.cap()),
         }
     }
+}
+
+/// A key's cap on calls in flight kept for a fleet
+/// (`Scope::shared_in_flight`).
+pub(crate) struct FleetCap {
+    /// The fleet's cap, or why it could not be made.
+    pub(crate) cap: Result<Arc<dyn SharedInFlight>, String>,
+    /// The key's calls granted by its buckets, by priority, in front of
+    /// the fleet's slot (a call waits for the slot after the buckets,
+    /// where the key's `turns` no longer order it).
+    pub(crate) turns: Turns,
 }
 
 impl Evictable for KeyState {

@@ -13,7 +13,7 @@ use super::breaker::{Admission, Health, Transition};
 use super::concurrency::{InFlight, Permit, SharedSlot};
 use super::engine::{Call, Gate, Pacer};
 use super::events::listened;
-use super::scope::KeyState;
+use super::scope::{FleetCap, KeyState};
 use super::Event;
 use crate::headers::MAX_WAIT;
 use crate::limiter::{Adjustment, Bounds, Grant, Limiter};
@@ -354,8 +354,8 @@ impl Pacer {
         }
         if shared {
             for (i, m) in members.iter().enumerate() {
-                if let Some(shared) = &m.state.shared_in_flight {
-                    let slot = slot_by_priority(m, shared, until, (call.priority, queued)).await?;
+                if let Some(fleet) = &m.state.shared_in_flight {
+                    let slot = slot_by_priority(m, fleet, until, (call.priority, queued)).await?;
                     slots.push((i, slot));
                 }
             }
@@ -738,7 +738,7 @@ async fn take_permit(
 
 /// A slot of the fleet's cap on calls in flight at `m`'s key, by `until`,
 /// asked for in the key's order of calls granted by its buckets
-/// (`KeyState::slot_turns`: by `priority` and the instant the call
+/// (`FleetCap::turns`: by `priority` and the instant the call
 /// `queued`): while the cap binds, a call of a higher class goes before
 /// the calls of lower ones granted their tokens earlier, and the one
 /// asking gives its turn up to it (nothing is held while it asks; a slot
@@ -747,16 +747,13 @@ async fn take_permit(
 /// batch's (`examples/llm_batch.rs --fleet`; 219–353 ms by priority).
 async fn slot_by_priority(
     m: &Member,
-    shared: &Result<Arc<dyn super::concurrency::SharedInFlight>, String>,
+    fleet: &FleetCap,
     until: Option<(Instant, Duration)>,
     (priority, queued): (crate::Priority, Instant),
 ) -> Result<Box<dyn SharedSlot>, WaitError> {
-    let Some(turns) = &m.state.slot_turns else {
-        return take_slot(m, shared, until).await;
-    };
     loop {
-        let turn = by_deadline(until, turns.take_as_of(priority, queued)).await?;
-        let taking = take_slot(m, shared, until);
+        let turn = by_deadline(until, fleet.turns.take_as_of(priority, queued)).await?;
+        let taking = take_slot(m, &fleet.cap, until);
         tokio::pin!(taking);
         match futures::future::select(taking, turn.overtaken()).await {
             futures::future::Either::Left((slot, _)) => return slot,
