@@ -546,6 +546,42 @@ async fn a_stated_small_bucket_is_paced_not_held_until_its_reset() {
     .await;
 }
 
+/// Sliding logs that state their quota and what remains, with no reset,
+/// spent by slow start in its first seconds and blocked by `Retry-After`
+/// until the oldest admissions leave: the readings after the block turn
+/// from a window to a refilling bucket with nothing measured yet, and the
+/// key spends what came back at once, as the log gives it back. (Paced at
+/// the floor that turn read, what came back over the whole block, the key
+/// sent one request in six seconds after each block: 0.908 and 0.943 of
+/// the limits, the servers of seeds 96 and 191 of the space.)
+#[tokio::test(start_paused = true)]
+async fn a_log_stating_no_reset_is_spent_again_when_its_block_ends() {
+    let no_reset = HeaderConvention::XRateLimit {
+        reset: ResetFormat::Omitted,
+        limit: StatedLimit::Quota,
+    };
+    let log = |seed, limit, secs, precision| {
+        let mut spec = written_out(
+            seed,
+            Algorithm::SlidingLog {
+                limit,
+                window: Duration::from_secs(secs),
+            },
+            no_reset,
+        );
+        spec.retry_after = Some(precision);
+        spec
+    };
+    let mut slow = log(191, 101, 8, RetryAfterPrecision::Floor);
+    slow.refusal_status = StatusCode::SERVICE_UNAVAILABLE;
+    let minute = Duration::from_secs(60);
+    assert_goal_on([
+        (log(96, 221, 40, RetryAfterPrecision::Fractional), minute),
+        (slow, minute),
+    ])
+    .await;
+}
+
 /// A header-less limiter in front of a server that speaks binds until the
 /// key has sent past the rate it refused: the key is paced at the lower of
 /// the two, and a header pace below the front's (a window's spread near its

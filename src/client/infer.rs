@@ -1230,6 +1230,16 @@ impl Series {
                     corrected
                 }
                 .max(f64::MIN_POSITIVE);
+            } else if admitted && b.measured.is_none() {
+                // Nothing measured yet (the readings turned to a bucket
+                // only now, after a block): what is left above the least
+                // reserve is spent over the correction's time on top of
+                // the refill the readings prove, until a stretch measures
+                // the refill. The floor the turn set is what came back
+                // over the whole block, far below any rate.
+                let spend = (left as f64 - T.bucket_least_reserve).max(0.0)
+                    / T.bucket_correction.as_secs_f64();
+                b.per_second = b.per_second.max(proven + spend);
             }
             b.grown_at = Some(now);
         }
