@@ -318,6 +318,8 @@ pub(crate) struct Series {
 struct WindowTrack {
     /// Where the current window started, when a start was seen.
     start: Option<Instant>,
+    /// The position of the admission that started it.
+    start_position: u64,
     /// Refill since the current window began, beyond its admissions.
     refill: i64,
     /// The earliest `now + reset` seen in the current window.
@@ -743,12 +745,31 @@ impl Series {
                 self.top = reading.remaining.saturating_add(1);
             }
             if let (true, Some(start)) = (jump, w.start) {
-                let length = now.saturating_duration_since(start);
+                // The admissions since the window's start, up to this one
+                // (the fleet's too, where others share the count): a
+                // window admits its quota at most, so as many as need
+                // several windows spanned several. A process of a fleet
+                // sees few of the fleet's window starts (read as one
+                // window each time, a bucket of one of 2 a second was a
+                // window of one per 8 s, and the fleet paced at 0.12 a
+                // second); on its own, a key sees every start, and its
+                // admissions fit one window.
+                let quota = self.quota.max(1);
+                let admitted = self.position.saturating_sub(w.start_position);
+                let windows = admitted.div_ceil(quota).clamp(1, u64::from(u32::MAX));
+                let length = now.saturating_duration_since(start) / windows as u32;
                 w.length = Some(w.length.map_or(length, |l| l.min(length)));
-                let last = now.checked_sub(self.gap).unwrap_or(now);
-                w.outlived = w.outlived.max(last.saturating_duration_since(start));
+                // The reading before this one was still in the window that
+                // started at `start` only if the admissions up to it fit
+                // one.
+                let before = self.position.saturating_sub(self.grants_between);
+                if before.saturating_sub(w.start_position) < quota {
+                    let last = now.checked_sub(self.gap).unwrap_or(now);
+                    w.outlived = w.outlived.max(last.saturating_duration_since(start));
+                }
             }
             w.start = Some(now);
+            w.start_position = self.position;
             w.refill = 0;
             w.disorder = 0;
             w.boundary = None;
@@ -1645,6 +1666,39 @@ mod tests {
         let seen = (255.0 - 1.0) / 16.955;
         assert_eq!(pace.shape, Shape::Bucket, "{pace:?}");
         assert!(pace.per_second >= seen, "{pace:?}");
+    }
+
+    /// A process of a fleet of four on a bucket of one at 2 a second that
+    /// states a quota of one and no reset reads every fourth admission (2 s
+    /// apart, each saying nothing is left): each looks like the start of a
+    /// window of one, but four admissions came between two of them, so
+    /// four windows at least. The window read is no longer than the gap
+    /// over them, and the pace no slower than the fleet was seen admitted.
+    /// (Read as one window per gap, the fleet paced at a quarter of the
+    /// rate, and calls waited past their time limit.)
+    #[test]
+    fn a_fleets_window_of_one_is_no_longer_than_its_admissions_allow() {
+        let origin = Instant::now();
+        let mut series = Series::default();
+        let mut paced = Vec::new();
+        for k in 1..=30u64 {
+            let reading = Reading {
+                at: origin + Duration::from_millis(2_000 * k),
+                limit: Some(1),
+                remaining: 0,
+                ahead: 0,
+                reset: None,
+                window: None,
+                admitted: true,
+                counted: Some(4 * k),
+                weight: 1,
+            };
+            paced.extend(series.observe(reading));
+        }
+        assert!(!paced.is_empty(), "paced");
+        for pace in paced {
+            assert!(pace.per_second >= 2.0 * 0.99, "{pace:?}");
+        }
     }
 
     /// A server read as a bucket for 10 s that then counts a fixed window
