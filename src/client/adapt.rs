@@ -1101,7 +1101,14 @@ impl Adaptive {
         // A server that has never admitted the key is failing, not
         // limiting: cut once (from slow start), it is left to the retry
         // policy's backoff and budget; cut on, the rate would go to nothing.
-        let failing = c.phase == Phase::Steady && !self.admitted_before;
+        // Not where the key's limiter is shared (`granted_rate`): a
+        // process sees its own admissions only, and the fleet's others
+        // may have been admitted. (Read as failing, a process never
+        // admitted by a GCRA of 27 per 10 s that counts refusals went on
+        // at the fleet's rate, each call refused and failed at once as
+        // the retry budget ran out, and kept the fleet locked out: 2 of
+        // 518 requests admitted in a minute.)
+        let failing = c.phase == Phase::Steady && !self.admitted_before && granted_rate.is_none();
         if c.decreased_at.is_some_and(|at| seq <= at) || failing {
             // Part of the burst that caused the last cut, or failing.
             return;
@@ -1721,6 +1728,35 @@ mod tests {
         let grown = rate_in(&adj).unwrap();
         let expected = decreased + (38.0 - decreased) * interval.as_secs_f64() / 0.5;
         assert!((grown - expected).abs() < 0.5, "{grown} vs {expected}");
+    }
+
+    /// A process of a fleet that the server has never admitted, on a
+    /// shared limiter whose rate the fleet set at 8 a second, is refused
+    /// by a limiter that counts refusals: it cuts the fleet's rate on
+    /// each refusal after its last cut, as an admitted one would. Its own
+    /// admissions are not the fleet's, so it cannot read the server as
+    /// failing. (Read as failing, it cut once and went on at 8 a second,
+    /// each call refused and failed as the retry budget ran out, and kept
+    /// the fleet locked out.)
+    #[test]
+    fn a_process_of_a_fleet_never_admitted_still_cuts_the_shared_rate() {
+        let mut a = fresh();
+        let t0 = Instant::now();
+        let fleet = Rate::per_second(8).expect("a rate");
+        let mut cuts = Vec::new();
+        let mut at = t0;
+        for k in 1..=6u64 {
+            let grant = Grant::counted(4 * k).with_rate(Some(fleet));
+            let seq = a.on_send(at, grant, 1);
+            at += Duration::from_millis(125);
+            let adj = a.on_response_adjustments(at, seq, &signal(429, vec![]), false);
+            cuts.extend(adj.iter().filter_map(|a| match a {
+                Adjustment::Cut { to, .. } => Some(to.per_second_f64()),
+                _ => None,
+            }));
+        }
+        assert!(cuts.len() >= 3, "{cuts:?}");
+        assert!(cuts.windows(2).all(|w| w[1] < w[0]), "{cuts:?}");
     }
 
     #[test]
