@@ -656,6 +656,16 @@ impl Congestion {
         self.cycle_ended(now, since, admitted, t);
     }
 
+    /// The fleet's grants to other processes, `grants` of them since this
+    /// process last saw the shared count, counted in the current cycle as
+    /// admitted (see [`admitted_for`](Self::admitted_for)); not within a
+    /// lockout, which admits nothing.
+    pub(crate) fn granted_to_others(&mut self, grants: u64) {
+        if let (Some(cycle), false) = (self.cycle.as_mut(), self.locked) {
+            cycle.admitted = cycle.admitted.saturating_add(grants);
+        }
+    }
+
     /// A lockout ended at `now` the cycle that began at `since` and let
     /// `admitted` through: where the lockout was long enough to say so,
     /// what it let through is the limit.
