@@ -331,7 +331,7 @@ impl Tuning {
 /// The lengths, in seconds, windows are configured in, from ten seconds
 /// (a shorter lockout's doubling waits are no longer than its window) up
 /// to an hour.
-const ROUND_WINDOWS: [u64; 11] = [10, 15, 20, 30, 60, 120, 300, 600, 900, 1800, 3600];
+pub(crate) const ROUND_WINDOWS: [u64; 11] = [10, 15, 20, 30, 60, 120, 300, 600, 900, 1800, 3600];
 
 /// The first end after `now` of windows of length `window` one after
 /// another from `since`; none for a window of no length.

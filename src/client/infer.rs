@@ -500,16 +500,34 @@ fn admitted_in_last(admissions: &VecDeque<(u64, Instant)>, span: Duration, now: 
 const REFILL_READINGS: usize = 64;
 
 /// The window length, when exactly one whole number of seconds lies in
-/// `(outlived, at_most]`. Windows are configured in whole seconds almost
-/// always, and whole-second resets place a window's end only to within a
-/// second; the guess is used until a reading proves it wrong, and costs at
-/// most one refusal then.
+/// `(outlived, at_most]`, or else exactly one of the round lengths windows
+/// are configured in (ten seconds, a minute, an hour: see
+/// [`ROUND_WINDOWS`](super::headerless::ROUND_WINDOWS)). Windows are
+/// configured in whole seconds almost always, and whole-second resets
+/// place a window's end only to within a second; the guess is used until a
+/// reading proves it wrong, and costs at most one refusal then. (A window
+/// that starts at the first request after the last one ended, waited out
+/// to its whole-second reset and answered 20 ms after each request, is
+/// bounded by a start-to-start of 11.05 s and outlived 9.98 s by the last
+/// reading of a spent quota: 10 s and 11 s both fit, and without the round
+/// length the key paced 100 per 11 s on a window of 100 per 10 s.)
 fn whole_seconds(outlived: Duration, at_most: Option<Duration>) -> Option<Duration> {
     let at_most = at_most?;
+    let fits = |secs: u64| {
+        let length = Duration::from_secs(secs);
+        (length > outlived && length <= at_most).then_some(length)
+    };
     let first = outlived.as_secs() + 1;
-    let candidate = Duration::from_secs(first);
-    let next = Duration::from_secs(first + 1);
-    (candidate <= at_most && next > at_most).then_some(candidate)
+    if fits(first).is_some() && fits(first + 1).is_none() {
+        return fits(first);
+    }
+    let mut round = super::headerless::ROUND_WINDOWS
+        .iter()
+        .filter_map(|&secs| fits(secs));
+    match (round.next(), round.next()) {
+        (Some(length), None) => Some(length),
+        _ => None,
+    }
 }
 
 impl Series {
@@ -2309,6 +2327,11 @@ mod tests {
         assert_eq!(whole_seconds(s(1.5), Some(s(3.2))), None);
         assert_eq!(whole_seconds(s(2.1), Some(s(2.9))), None);
         assert_eq!(whole_seconds(s(2.1), None), None);
+        // Two whole seconds fit, one of them a round length.
+        assert_eq!(whole_seconds(s(9.982), Some(s(11.048))), Some(s(10.0)));
+        assert_eq!(whole_seconds(s(59.5), Some(s(61.0))), Some(s(60.0)));
+        assert_eq!(whole_seconds(s(10.5), Some(s(12.9))), None);
+        assert_eq!(whole_seconds(s(9.5), Some(s(15.0))), None, "10 and 15");
     }
 
     proptest::proptest! {
