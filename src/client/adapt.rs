@@ -1413,6 +1413,14 @@ mod tests {
         Adaptive::new(Dimension::Requests, None, None, 1.0)
     }
 
+    /// The rate a shared limiter's cut in `adj` goes to.
+    fn cut_in(adj: &[Adjustment]) -> Option<f64> {
+        adj.iter().find_map(|a| match a {
+            Adjustment::Cut { to, .. } => Some(to.per_second_f64()),
+            _ => None,
+        })
+    }
+
     fn rate_in(adj: &[Adjustment]) -> Option<f64> {
         adj.iter().find_map(|a| match a {
             Adjustment::SetRate(r) => Some(r.per_second_f64()),
@@ -1767,10 +1775,7 @@ mod tests {
             let seq = a.on_send(at, grant, 1);
             at += Duration::from_millis(125);
             let adj = a.on_response_adjustments(at, seq, &signal(429, vec![]), false);
-            cuts.extend(adj.iter().filter_map(|a| match a {
-                Adjustment::Cut { to, .. } => Some(to.per_second_f64()),
-                _ => None,
-            }));
+            cuts.extend(cut_in(&adj));
         }
         assert!(cuts.len() >= 3, "{cuts:?}");
         assert!(cuts.windows(2).all(|w| w[1] < w[0]), "{cuts:?}");
@@ -1800,10 +1805,7 @@ mod tests {
             ..signal(429, vec![])
         };
         last.extend(a.on_response_adjustments(at, seq, &refused, false));
-        let cut = last.iter().find_map(|a| match a {
-            Adjustment::Cut { to, .. } => Some(to.per_second_f64()),
-            _ => None,
-        });
+        let cut = cut_in(&last);
         let window = 300.0 / 10.5;
         assert!(cut.is_some_and(|to| to >= window * 0.9), "{last:?}");
     }
