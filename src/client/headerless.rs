@@ -79,10 +79,7 @@
 //!   refused there lasted, with no refusal: that disproves it.
 //!   A probe refused where the one before it was, after the target it
 //!   left was refused when held, found the same ceiling too (that burst
-//!   lets an accelerating probe run about as far each time). The first
-//!   refusal at the target within as long as a refused probe ran is that
-//!   probe's (what it sent above the target still counts: a log holds it
-//!   a window long), and the target stands. A probe
+//!   lets an accelerating probe run about as far each time). A probe
 //!   refused and then locked out found the ceiling held before too: it
 //!   spent a window's quota, which admits any rate until it is spent (see
 //!   `ProbeRead`). Once a probe
@@ -485,13 +482,6 @@ pub(crate) struct Congestion {
     /// under it (kept for the whole cycle, a counter took a refusal a
     /// second).
     measured_until: Option<Instant>,
-    /// Until when a refusal at or below the target is the last refused
-    /// probe's: what it sent above the target stays counted for a while
-    /// after its refusal (a log holds it a window long, a bucket until its
-    /// refill pays it back), for as long as the probe ran at least. The
-    /// first such refusal cuts the rate and keeps the target, and ends
-    /// this (a second is read as any refusal at the target).
-    probe_debt_until: Option<Instant>,
     /// What the cycle the last lockout ended let through, and how long
     /// it ran (from the end of the lockout before); once a window is
     /// shown, what one window lets through, and its length.
@@ -594,7 +584,6 @@ impl Congestion {
             last_refused: None,
             cycle: None,
             measured_until: None,
-            probe_debt_until: None,
             measured: None,
             window: None,
             probe_read: None,
@@ -853,12 +842,6 @@ impl Congestion {
                 )
             }
             Phase::Steady if probing => {
-                // A refusal at the target soon after is this probe's (see
-                // `probe_debt_until`).
-                self.probe_debt_until = self.held_since.and_then(|since| {
-                    let began = since + self.hold_at(held, t);
-                    now.checked_add(now.saturating_duration_since(began))
-                });
                 // Climbing to slow start's guess, fast enough for a
                 // window to let it run past its limit before refusing:
                 // what the server let through is the better measure.
@@ -947,23 +930,6 @@ impl Congestion {
             // Refused at or below a limit the end of a lockout measured,
             // while what overran it ages out (see `measured_until`): the
             // target stands.
-            // Refused at or below the target while the last refused
-            // probe's excess may still count (see `probe_debt_until`):
-            // the target stands, once. (Read as the target refused, a log
-            // of 585 per 7 s answering with Retry-After alone took each
-            // probe's rise back 1.6 s after it, and held 0.90 of its
-            // limit over ten minutes. Forgiven for as long as the probe
-            // ran, every time, logs of 22 to 43 s came back to the target
-            // into the probe's echo again and again: 1.2-2 % refused.)
-            Phase::Steady
-                if self
-                    .probe_debt_until
-                    .take()
-                    .is_some_and(|until| now < until) =>
-            {
-                let from = self.rate.min(delivered);
-                (self.too_fast, held, from * t.first_decrease)
-            }
             Phase::Steady if overrun => {
                 let from = self.rate.min(delivered);
                 (self.too_fast, held, from * t.first_decrease)
@@ -1908,47 +1874,6 @@ mod tests {
         probe_refused_at(&mut c, later(50), 44.0);
         assert!((c.target() - 44.0 * T.recover_to).abs() < 1e-9);
         assert_eq!(c.hold, T.first_hold);
-    }
-
-    /// A target of 19.4 held, then probed for 3 s until refused at 23:
-    /// the refusal at the target 1.6 s later is the probe's (a log still
-    /// holds what it sent above the target), and the target the probe
-    /// left stands; a second refusal at the target, still within as long
-    /// as the probe ran, is read as the target refused. After as long as
-    /// the probe ran, the first refusal at the target is read so too.
-    #[test]
-    fn a_refusal_soon_after_a_refused_probe_is_the_probes_once() {
-        let start = Instant::now();
-        let probed = |refused_after_ms: u64| {
-            let mut c = Congestion::resumed(Phase::Steady, 19.4, 20.0);
-            let hold = c.hold_at(c.target(), &T);
-            let mut now = start;
-            // Held from the start, then probed for 3 s past the hold.
-            let end = hold + Duration::from_secs(3);
-            while now < start + end {
-                c.admitted(now, &T);
-                let rate = c.grow(now, c.rate, 0.05, &T);
-                c.rate = rate;
-                now += Duration::from_millis(50);
-            }
-            c.rate = 23.0;
-            c.cut(now, 1, (23.0, None), &T);
-            let left = c.target();
-            c.rate = left;
-            c.admitted(now + Duration::from_millis(100), &T);
-            let refused_at = now + Duration::from_millis(refused_after_ms);
-            c.cut(refused_at, 2, (left, None), &T);
-            (c, left, refused_at)
-        };
-        let (mut c, left, refused_at) = probed(1_600);
-        assert_eq!(c.target(), left, "the probe's refusal");
-        assert!(c.rate < left);
-        c.rate = left;
-        c.admitted(refused_at + Duration::from_millis(100), &T);
-        c.cut(refused_at + Duration::from_millis(200), 3, (left, None), &T);
-        assert!(c.target() < left, "a second refusal: {}", c.target());
-        let (c, left, _) = probed(3_500);
-        assert!(c.target() < left, "after the probe's run: {}", c.target());
     }
 
     /// Locked out at a slow rate, the first wait is a few of the key's own
