@@ -1152,8 +1152,8 @@ async fn booked_turns_keep_their_instants_through_a_block_and_a_cut() {
 /// Units the light waiters of [`a_heavy_turn_among_light_ones_is_booked_as_they_are`] were granted
 /// while one waiter of `heavy` units asked and waited, on `limiter`: 16
 /// waiters of 20 units in closed loops keep the queue as long as the
-/// booking horizon allows, and stop once 3,000 units were granted past
-/// the heavy waiter's first ask (three seconds of a limiter of 1,000 a
+/// booking horizon allows, and stop once 6,000 units were granted past
+/// the heavy waiter's first ask (six seconds of a limiter of 1,000 a
 /// second).
 async fn light_units_while_a_heavy_one_waits(limiter: Arc<dyn Limiter>, heavy: u64) -> u64 {
     const LIGHT: u64 = 20;
@@ -1179,7 +1179,7 @@ async fn light_units_while_a_heavy_one_waits(limiter: Arc<dyn Limiter>, heavy: u
         tokio::time::sleep(MS).await;
     }
     let before = granted.load(Ordering::Relaxed);
-    stop_at.store(before + 3_000, Ordering::Relaxed);
+    stop_at.store(before + 6_000, Ordering::Relaxed);
     limiter.acquire(heavy).await.unwrap();
     let during = granted.load(Ordering::Relaxed) - before;
     stop_at.store(0, Ordering::Relaxed);
@@ -1195,10 +1195,12 @@ async fn light_units_while_a_heavy_one_waits(limiter: Arc<dyn Limiter>, heavy: u
 /// for as long as turns of 20 kept the queue longer than the horizon less
 /// its own refill (a call of 2,400 tokens among lighter ones held its
 /// process for up to 13 s). On the real clock only the order is asserted:
-/// the heavy turn comes while the light ones still run, with less than a
-/// second of the limiter's units granted to them meanwhile (about 300
-/// when it is booked at its first ask; all 3,000 when it waits for them to
-/// stop).
+/// the heavy turn comes while the light ones still run, before half the
+/// 6,000 units they stop at (booked at its first ask, about 300 are
+/// granted to them meanwhile on an idle machine; waiting for them to stop,
+/// all 6,000). How many depends on how soon the heavy waiter's first ask
+/// runs on a busy machine: asserted below a second's worth, 1,340 were
+/// granted once, with a release build's tests running beside it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_heavy_turn_among_light_ones_is_booked_as_they_are() {
     let server = RedisServer::start();
@@ -1207,12 +1209,12 @@ async fn a_heavy_turn_among_light_ones_is_booked_as_they_are() {
     let bucket: Arc<dyn Limiter> =
         Arc::new(backend.token_bucket("heavy", per_second, 100).unwrap());
     let during = light_units_while_a_heavy_one_waits(bucket, 100).await;
-    assert!(during < 1_000, "bucket: {during} light units meanwhile");
+    assert!(during < 3_000, "bucket: {during} light units meanwhile");
     let log: Arc<dyn Limiter> = Arc::new(
         backend
             .sliding_log("heavy-log", Rate::new(100, 100 * MS).unwrap())
             .unwrap(),
     );
     let during = light_units_while_a_heavy_one_waits(log, 100).await;
-    assert!(during < 1_000, "log: {during} light units meanwhile");
+    assert!(during < 3_000, "log: {during} light units meanwhile");
 }
