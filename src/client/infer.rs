@@ -496,6 +496,13 @@ fn admitted_in_last(admissions: &VecDeque<(u64, Instant)>, span: Duration, now: 
         .count()
 }
 
+/// What a fixed window admits, as far as the readings tell: the `quota`
+/// its `limit` states, or `top` where a reading showed more left than
+/// that (or no `limit` was stated), and one at least.
+fn window_quota(quota: u64, top: u64) -> u64 {
+    quota.max(top).max(1)
+}
+
 /// How many readings [`RefillBounds`] keeps at most.
 const REFILL_READINGS: usize = 64;
 
@@ -518,8 +525,8 @@ fn whole_seconds(outlived: Duration, at_most: Option<Duration>) -> Option<Durati
         (length > outlived && length <= at_most).then_some(length)
     };
     let first = outlived.as_secs() + 1;
-    if fits(first).is_some() && fits(first + 1).is_none() {
-        return fits(first);
+    if let (Some(length), None) = (fits(first), fits(first + 1)) {
+        return Some(length);
     }
     let mut round = super::headerless::ROUND_WINDOWS
         .iter()
@@ -772,7 +779,7 @@ impl Series {
                 // window of one per 8 s, and the fleet paced at 0.12 a
                 // second); on its own, a key sees every start, and its
                 // admissions fit one window.
-                let quota = self.quota.max(1);
+                let quota = window_quota(self.quota, self.top);
                 let admitted = self.position.saturating_sub(w.start_position);
                 let windows = admitted.div_ceil(quota).clamp(1, u64::from(u32::MAX));
                 let length = now.saturating_duration_since(start) / windows as u32;
@@ -1051,7 +1058,7 @@ impl Series {
             .window_length(boundary)
             .filter(|l| !l.is_zero())
             .unwrap_or(Duration::from_secs(1));
-        let quota = self.quota.max(self.top).max(1);
+        let quota = window_quota(self.quota, self.top);
         let sustained = quota as f64 / length.as_secs_f64();
         // Where the readings turn out to refill, the window's rate is where
         // a bucket's pace starts.
@@ -1717,6 +1724,35 @@ mod tests {
         for pace in paced {
             assert!(pace.per_second >= 2.0 * 0.99, "{pace:?}");
         }
+    }
+
+    /// A fixed window of 10 a second whose headers state what remains but
+    /// no limit: the jumps back to what the readings showed full measure a
+    /// window of a second, not a second over its ten admissions (the
+    /// quota is what the readings showed, not the limit never stated).
+    #[test]
+    fn a_window_stating_no_limit_is_measured_by_what_it_showed() {
+        let origin = Instant::now();
+        let mut series = Series::default();
+        let mut fastest: f64 = 0.0;
+        for k in 0..50u64 {
+            let reading = Reading {
+                at: origin + Duration::from_millis(100 * k),
+                limit: None,
+                remaining: 9 - k % 10,
+                ahead: 0,
+                reset: None,
+                window: None,
+                admitted: true,
+                counted: None,
+                weight: 1,
+            };
+            if let Some(pace) = series.observe(reading) {
+                fastest = fastest.max(pace.per_second);
+            }
+        }
+        assert!(fastest > 0.0, "paced");
+        assert!(fastest <= 2.0 * 10.0 + 1e-9, "{fastest}");
     }
 
     /// A server read as a bucket for 10 s that then counts a fixed window
