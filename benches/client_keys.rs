@@ -19,7 +19,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::future::poll_fn;
-use reqwest_pace::{KeyedLimiter, PaceLayer, Pacer, Rate, Scope};
+use reqwest_pace::{KeyedLimiter, PaceLayer, Pacer, RequestRate, Scope};
 use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
 use tower_layer::Layer;
 use tower_service::Service;
@@ -135,7 +135,7 @@ fn keyed_bytes() -> f64 {
     let mut map = None;
     let bytes = net_bytes(|| {
         let keyed: KeyedLimiter<String> =
-            KeyedLimiter::token_buckets(Rate::per_second(10).expect("a rate"), 10)
+            KeyedLimiter::token_buckets(RequestRate::per_second(10).expect("a rate"), 10)
                 .expect("a keyed limiter");
         for key in keys {
             let _ = keyed.try_acquire(&key, 1);

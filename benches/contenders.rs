@@ -79,7 +79,7 @@ use std::time::Duration;
 use governor::{DefaultDirectRateLimiter, Quota};
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, Middleware, Next};
 use reqwest_pace::testing::space::ServerSpec;
-use reqwest_pace::testing::{zoo, Algorithm, Outcome, RequestRecord, ServerBuilder};
+use reqwest_pace::testing::{zoo, Answer, RequestRecord, ServerAlgorithm, ServerBuilder};
 use reqwest_pace::ThrottledClient;
 use reqwest_retry::policies::ExponentialBackoff;
 use reqwest_retry::RetryTransientMiddleware;
@@ -295,7 +295,7 @@ impl Run {
         let admitted = self
             .records
             .iter()
-            .filter(|r| r.at <= plan.run && r.outcome == Outcome::Admitted)
+            .filter(|r| r.at <= plan.run && r.outcome == Answer::Admitted)
             .count();
         admitted as f64 / (self.sustained * plan.run.as_secs_f64())
     }
@@ -304,7 +304,7 @@ impl Run {
         let refused = self
             .records
             .iter()
-            .filter(|r| matches!(r.outcome, Outcome::Throttled | Outcome::FrontRefused))
+            .filter(|r| matches!(r.outcome, Answer::Throttled | Answer::FrontRefused))
             .count();
         refused as f64 / self.records.len().max(1) as f64
     }
@@ -317,8 +317,8 @@ impl Run {
                 seconds.resize(s + 1, (0, 0));
             }
             match r.outcome {
-                Outcome::Admitted => seconds[s].0 += 1,
-                Outcome::Throttled | Outcome::FrontRefused => seconds[s].1 += 1,
+                Answer::Admitted => seconds[s].0 += 1,
+                Answer::Throttled | Answer::FrontRefused => seconds[s].1 += 1,
                 _ => {}
             }
         }
@@ -340,7 +340,7 @@ struct Truth {
 
 impl Truth {
     /// A server whose one limiter is `algorithm`.
-    fn of(algorithm: Algorithm) -> Truth {
+    fn of(algorithm: ServerAlgorithm) -> Truth {
         Truth {
             sustained: algorithm.sustained_per_second(),
             burst: algorithm.burst(),

@@ -37,8 +37,8 @@ use std::time::Duration;
 
 use fleet_support::{Job, TASKS, WORKERS};
 use redis_support::RedisServer;
-use reqwest_pace::testing::{space, zoo, Dialect, Outcome, RateLimitedServer, ServerBuilder};
-use reqwest_pace::Rate;
+use reqwest_pace::testing::{space, zoo, Answer, Dialect, RateLimitedServer, ServerBuilder};
+use reqwest_pace::RequestRate;
 
 const LIMIT: u64 = 200;
 const BURST: u64 = 20;
@@ -69,7 +69,7 @@ impl Way {
 /// `BURST`, in `dialect`.
 fn bucket(dialect: Dialect) -> ServerBuilder {
     RateLimitedServer::builder()
-        .limit(Rate::per_second(LIMIT).unwrap())
+        .limit(RequestRate::per_second(LIMIT).unwrap())
         .burst(BURST)
         .dialect(dialect)
 }
@@ -121,13 +121,13 @@ async fn row_of(
     let end = start + Duration::from_secs(seconds);
     let ok = records
         .iter()
-        .filter(|r| r.at <= end && r.outcome == Outcome::Admitted)
+        .filter(|r| r.at <= end && r.outcome == Answer::Admitted)
         .count();
     let goodput = ok as f64 / (sustained * seconds as f64);
     // Refused by the server's own limiter or by one in front of it.
     let refused = records
         .iter()
-        .filter(|r| matches!(r.outcome, Outcome::Throttled | Outcome::FrontRefused))
+        .filter(|r| matches!(r.outcome, Answer::Throttled | Answer::FrontRefused))
         .count();
     let refused = 100.0 * refused as f64 / stats.requests.max(1) as f64;
     format!(

@@ -31,7 +31,7 @@ use criterion::{BenchmarkId, Criterion};
 use governor::clock::{Clock, MonotonicClock, QuantaClock};
 use governor::{Quota, RateLimiter as Governor};
 use reqwest_pace::limiter::{Algorithm, Gcra};
-use reqwest_pace::{KeyedLimiter, Rate, TokenBucket};
+use reqwest_pace::{KeyedLimiter, RequestRate, TokenBucket};
 
 /// Set in the child process that measures one map's memory.
 const MEMORY_CHILD: &str = "REQWEST_PACE_BENCH_MEMORY";
@@ -55,7 +55,7 @@ fn nz(n: u32) -> NonZeroU32 {
 /// 10⁹ per second (one token per nanosecond) with a burst of 10⁶: no
 /// benchmark loop can drain it, so every call is admitted.
 fn admitting_pace() -> TokenBucket {
-    TokenBucket::new(Rate::per_second(1_000_000_000).unwrap(), 1_000_000).unwrap()
+    TokenBucket::new(RequestRate::per_second(1_000_000_000).unwrap(), 1_000_000).unwrap()
 }
 
 fn admitting_quota() -> Quota {
@@ -64,7 +64,7 @@ fn admitting_quota() -> Quota {
 
 /// 1 per hour, burst 1, emptied: every call within the hour is refused.
 fn refusing_pace() -> TokenBucket {
-    let bucket = TokenBucket::new(Rate::per_hour(1).unwrap(), 1).unwrap();
+    let bucket = TokenBucket::new(RequestRate::per_hour(1).unwrap(), 1).unwrap();
     bucket.try_acquire(1).unwrap();
     assert!(bucket.try_acquire(1).is_err());
     bucket
@@ -81,10 +81,11 @@ fn refusing_governor() -> governor::DefaultDirectRateLimiter {
 /// admitting. The idle timeout is an hour so no sweep changes the key count
 /// mid-run; the bound is above the key count so nothing is evicted.
 fn keyed_pace() -> KeyedLimiter<u64> {
-    let keyed = KeyedLimiter::token_buckets(Rate::per_second(1_000_000_000).unwrap(), 1_000_000)
-        .unwrap()
-        .with_max_keys(2 * KEYS as usize)
-        .with_idle_timeout(Duration::from_secs(3_600));
+    let keyed =
+        KeyedLimiter::token_buckets(RequestRate::per_second(1_000_000_000).unwrap(), 1_000_000)
+            .unwrap()
+            .with_max_keys(2 * KEYS as usize)
+            .with_idle_timeout(Duration::from_secs(3_600));
     for key in 0..KEYS {
         keyed.try_acquire(&key, 1).unwrap();
     }
@@ -181,7 +182,7 @@ fn memory_child(spec: &str) {
     let len = match library {
         "reqwest-pace" | "reqwest-pace-get" => {
             let keyed: KeyedLimiter<u64> =
-                KeyedLimiter::token_buckets(Rate::per_second(10).unwrap(), 10)
+                KeyedLimiter::token_buckets(RequestRate::per_second(10).unwrap(), 10)
                     .unwrap()
                     .with_max_keys(2 * keys as usize);
             for key in 0..keys {
@@ -492,7 +493,7 @@ fn parts(c: &mut Criterion) {
     });
 
     let mut gcra = Gcra::new(
-        Rate::per_second(1_000_000_000).unwrap(),
+        RequestRate::per_second(1_000_000_000).unwrap(),
         1_000_000,
         1_000_000,
     );
@@ -529,7 +530,7 @@ fn parts(c: &mut Criterion) {
     });
     let small = 1_000;
     let pace_small =
-        KeyedLimiter::token_buckets(Rate::per_second(1_000_000_000).unwrap(), 1_000_000)
+        KeyedLimiter::token_buckets(RequestRate::per_second(1_000_000_000).unwrap(), 1_000_000)
             .unwrap()
             .with_idle_timeout(Duration::from_secs(3_600));
     let governor_small = Governor::keyed(admitting_quota());

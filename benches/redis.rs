@@ -21,7 +21,7 @@ use futures::future::join_all;
 use redis::aio::ConnectionManager;
 use redis_support::RedisServer;
 use reqwest_pace::redis::{RedisBackend, RedisSlidingLog, RedisTokenBucket};
-use reqwest_pace::{Adjustment, Error, Limiter, Rate};
+use reqwest_pace::{Adjustment, Error, Limiter, RequestRate};
 
 struct Fixture {
     conn: ConnectionManager,
@@ -39,7 +39,7 @@ fn lessons() -> Vec<Adjustment> {
     vec![
         Adjustment::SetRemaining(1_000_000),
         Adjustment::SetCapacity(1_000_000),
-        Adjustment::SetRate(Rate::new(1_000_000_000, Duration::from_secs(1)).unwrap()),
+        Adjustment::SetRate(RequestRate::new(1_000_000_000, Duration::from_secs(1)).unwrap()),
     ]
 }
 
@@ -73,7 +73,7 @@ async fn granted(bucket: &RedisTokenBucket) {
 async fn refused(bucket: &RedisTokenBucket) {
     assert!(matches!(
         bucket.try_acquire(1).await,
-        Err(Error::Throttled { .. })
+        Err(Error::NotYet { .. })
     ));
 }
 
@@ -85,18 +85,18 @@ async fn fixture(server: &RedisServer) -> Fixture {
     {
         let backend = RedisBackend::connect(server.url()).await.unwrap();
         // One token per nanosecond, a burst of a million: always granted.
-        let fast = Rate::new(1_000_000_000, Duration::from_secs(1)).unwrap();
+        let fast = RequestRate::new(1_000_000_000, Duration::from_secs(1)).unwrap();
         let granted = backend.token_bucket("granted", fast, 1_000_000).unwrap();
         // One per hour, already taken: always refused.
         let refused = backend
-            .token_bucket("refused", Rate::per_hour(1).unwrap(), 1)
+            .token_bucket("refused", RequestRate::per_hour(1).unwrap(), 1)
             .unwrap();
         refused.try_acquire(1).await.unwrap();
         // A window that stays a few hundred members long under the bench.
         let log = backend
             .sliding_log(
                 "log",
-                Rate::new(100_000, Duration::from_millis(10)).unwrap(),
+                RequestRate::new(100_000, Duration::from_millis(10)).unwrap(),
             )
             .unwrap();
         let taught = backend.token_bucket("taught", fast, 1_000_000).unwrap();

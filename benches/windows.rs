@@ -18,7 +18,7 @@ use reqwest_pace::limiter::{
     Algorithm, FixedWindow, FixedWindowLimiter, Gcra, Nanos, SlidingCounterLimiter, SlidingLog,
     SlidingLogLimiter, SlidingWindowCounter,
 };
-use reqwest_pace::{Rate, RateLimiter, TokenBucket};
+use reqwest_pace::{QueuedLimiter, RequestRate, TokenBucket};
 
 const S: u64 = 1_000_000_000;
 
@@ -121,7 +121,7 @@ fn max_in_any_window(admitted: &[Nanos]) -> u64 {
 }
 
 fn error_table() {
-    let limit = Rate::new(N, Duration::from_nanos(W)).expect("a valid quota");
+    let limit = RequestRate::new(N, Duration::from_nanos(W)).expect("a valid quota");
     let patterns: [(&str, Traffic); 8] = [
         ("uniform, offered 1×", uniform(1)),
         ("uniform, offered 2×", uniform(2)),
@@ -164,11 +164,11 @@ fn error_table() {
 fn memory_table() {
     println!("\n### Bytes per key");
     println!();
-    println!("| algorithm | state (inline) | heap, N = 100 full | heap, N = 1000 full | `RateLimiter<_>` (what a keyed map holds per key, behind its `Arc`) |");
+    println!("| algorithm | state (inline) | heap, N = 100 full | heap, N = 1000 full | `QueuedLimiter<_>` (what a keyed map holds per key, behind its `Arc`) |");
     println!("|---|---:|---:|---:|---:|");
     let full_log = |n: u64| {
-        let mut log =
-            SlidingLog::new(Rate::new(n, Duration::from_secs(1)).expect("valid")).expect("valid");
+        let mut log = SlidingLog::new(RequestRate::new(n, Duration::from_secs(1)).expect("valid"))
+            .expect("valid");
         // N admissions at N distinct instants: the most a log holds.
         for i in 0..n {
             log.try_admit(i, 1).expect("room for N");
@@ -181,28 +181,28 @@ fn memory_table() {
             std::mem::size_of::<Gcra>(),
             "0".into(),
             "0".into(),
-            std::mem::size_of::<RateLimiter<Gcra>>(),
+            std::mem::size_of::<QueuedLimiter<Gcra>>(),
         ),
         (
             "fixed window",
             std::mem::size_of::<FixedWindow>(),
             "0".into(),
             "0".into(),
-            std::mem::size_of::<RateLimiter<FixedWindow>>(),
+            std::mem::size_of::<QueuedLimiter<FixedWindow>>(),
         ),
         (
             "sliding window counter",
             std::mem::size_of::<SlidingWindowCounter>(),
             "0".into(),
             "0".into(),
-            std::mem::size_of::<RateLimiter<SlidingWindowCounter>>(),
+            std::mem::size_of::<QueuedLimiter<SlidingWindowCounter>>(),
         ),
         (
             "sliding log",
             std::mem::size_of::<SlidingLog>(),
             full_log(100).to_string(),
             full_log(1000).to_string(),
-            std::mem::size_of::<RateLimiter<SlidingLog>>(),
+            std::mem::size_of::<QueuedLimiter<SlidingLog>>(),
         ),
     ];
     for (name, inline, h100, h1000, wrapped) in rows {
@@ -215,12 +215,12 @@ fn memory_table() {
 // try_acquire
 
 /// A quota that is never reached at benchmark speed: one per nanosecond.
-fn open_rate() -> Rate {
-    Rate::new(1_000_000, Duration::from_millis(1)).expect("valid")
+fn open_rate() -> RequestRate {
+    RequestRate::new(1_000_000, Duration::from_millis(1)).expect("valid")
 }
 
 /// A quota filled once, then refused for an hour: 1000 per hour.
-fn full<A: Algorithm>(limiter: RateLimiter<A>) -> RateLimiter<A> {
+fn full<A: Algorithm>(limiter: QueuedLimiter<A>) -> QueuedLimiter<A> {
     for _ in 0..1000 {
         let _ = limiter.try_acquire(1);
     }
@@ -250,7 +250,7 @@ fn try_acquire(c: &mut Criterion) {
     group.finish();
 
     let mut group = c.benchmark_group("try_acquire_refuse");
-    let rate = Rate::per_hour(1000).expect("valid");
+    let rate = RequestRate::per_hour(1000).expect("valid");
     let bucket = full(TokenBucket::new(rate, 1000).expect("valid"));
     let fixed = full(FixedWindowLimiter::fixed_window(rate).expect("valid"));
     // Up to 1000 entries (one per distinct instant): the refusal's instant

@@ -29,7 +29,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use reqwest_pace::testing::{Dialect, Fault, RateLimitedServer};
-use reqwest_pace::{AutoThrottle, CircuitBreaker, Error, Event, Rate, Robots, ThrottledClient};
+use reqwest_pace::{
+    AutoThrottle, CircuitBreaker, Error, Event, RequestRate, Robots, ThrottledClient,
+};
 
 const PAGES: usize = 20;
 
@@ -58,7 +60,7 @@ struct Host {
 async fn start(n: u8, kind: Kind) -> Result<Host, Box<dyn std::error::Error>> {
     let ip = Ipv4Addr::new(127, 0, 0, n);
     let builder = RateLimitedServer::builder()
-        .limit(Rate::per_second(10_000)?)
+        .limit(RequestRate::per_second(10_000)?)
         .burst(10_000)
         .dialect(Dialect::None)
         .bind(SocketAddr::from((ip, 0)));

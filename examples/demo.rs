@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use reqwest_pace::testing::{Dialect, RateLimitedServer};
-use reqwest_pace::{Event, Rate, ThrottledClient};
+use reqwest_pace::{Event, RequestRate, ThrottledClient};
 
 struct Args {
     url: Option<String>,
@@ -113,7 +113,7 @@ async fn run(args: Args) -> Result<(), Box<dyn StdError>> {
         Some(_) => None,
         None => Some(
             RateLimitedServer::builder()
-                .limit(Rate::per_second(args.limit)?)
+                .limit(RequestRate::per_second(args.limit)?)
                 .burst(10)
                 .dialect(args.dialect)
                 .start()

@@ -29,9 +29,9 @@ pub enum Error {
 
     /// A non-blocking acquisition was refused; `wait` is how long until the
     /// same request would be admitted if nothing else changes.
-    #[error("throttled: retry in {wait:?}")]
+    #[error("not yet: retry in {wait:?}")]
     #[non_exhaustive]
-    Throttled {
+    NotYet {
         /// Time until the request would be admitted.
         wait: Duration,
     },
@@ -88,13 +88,13 @@ pub enum Error {
     },
 
     /// A wait (for a bucket, a key's first response, a server's
-    /// `Retry-After`, a retry's backoff) would end past the call's deadline
+    /// `Retry-After`, a retry's backoff) would end past the call's time limit
     /// or the retry policy's `max_elapsed`: the call failed at once instead
     /// of waiting and failing later.
     #[cfg(feature = "client")]
     #[error("the wait{} would pass the time limit of {limit:?} (after {attempts} attempt(s); last status {})", show_wait(*.wait), show_status(*.last_status))]
     #[non_exhaustive]
-    DeadlineExceeded {
+    TimeLimitExceeded {
         /// How long the wait would have been, when it is known (a bucket's
         /// queue or a key's first response may not say).
         wait: Option<Duration>,
@@ -318,7 +318,7 @@ pub enum ErrorKind {
     /// A retry was due, but the retry budget is spent.
     BudgetExhausted,
     /// A wait would have ended past the call's time limit (its
-    /// `Deadline` or the policy's `max_elapsed`).
+    /// `TimeLimit` or the policy's `max_elapsed`).
     #[non_exhaustive]
     TimeLimit {
         /// How long the wait would have been, when known.
@@ -466,7 +466,7 @@ impl Error {
     pub fn kind(&self) -> ErrorKind {
         match self {
             Error::InvalidConfig(_) | Error::WeightExceedsCapacity { .. } => ErrorKind::Config,
-            Error::Throttled { wait } => ErrorKind::NotYet { wait: *wait },
+            Error::NotYet { wait } => ErrorKind::NotYet { wait: *wait },
             Error::Blocked { wait, max, .. } => ErrorKind::ServerWait {
                 wait: *wait,
                 cap: *max,
@@ -481,7 +481,7 @@ impl Error {
                 cap: *cap,
             },
             #[cfg(feature = "client")]
-            Error::DeadlineExceeded { wait, limit, .. } => ErrorKind::TimeLimit {
+            Error::TimeLimitExceeded { wait, limit, .. } => ErrorKind::TimeLimit {
                 wait: *wait,
                 limit: *limit,
             },
@@ -511,7 +511,7 @@ impl Error {
             Error::RetryAfterTooLong { attempts, .. }
             | Error::QuotaExhausted { attempts, .. }
             | Error::NotRetried { attempts, .. }
-            | Error::DeadlineExceeded { attempts, .. }
+            | Error::TimeLimitExceeded { attempts, .. }
             | Error::CircuitOpen { attempts, .. }
             | Error::RetriesExhausted { attempts, .. }
             | Error::BudgetExhausted { attempts, .. }
@@ -530,7 +530,7 @@ impl Error {
                 Some(*status)
             }
             Error::RetriesExhausted { last_status, .. }
-            | Error::DeadlineExceeded { last_status, .. }
+            | Error::TimeLimitExceeded { last_status, .. }
             | Error::CircuitOpen { last_status, .. }
             | Error::BudgetExhausted { last_status, .. }
             | Error::NotRetried { last_status, .. } => *last_status,
@@ -545,7 +545,7 @@ impl Error {
         match self {
             Error::RetryAfterTooLong { last_response, .. }
             | Error::RetriesExhausted { last_response, .. }
-            | Error::DeadlineExceeded { last_response, .. }
+            | Error::TimeLimitExceeded { last_response, .. }
             | Error::BudgetExhausted { last_response, .. }
             | Error::NotRetried { last_response, .. } => last_response.as_deref(),
             _ => None,
@@ -561,7 +561,7 @@ impl Error {
         let gave_up = match self {
             Error::RetryAfterTooLong { .. }
             | Error::QuotaExhausted { .. }
-            | Error::DeadlineExceeded { .. }
+            | Error::TimeLimitExceeded { .. }
             | Error::RetriesExhausted { .. }
             | Error::BudgetExhausted { .. }
             | Error::NotRetried { .. } => true,
@@ -596,7 +596,7 @@ impl Error {
                 attempts,
                 last_response,
             },
-            (ErrorKind::TimeLimit { wait, limit }, _) => Error::DeadlineExceeded {
+            (ErrorKind::TimeLimit { wait, limit }, _) => Error::TimeLimitExceeded {
                 wait,
                 limit,
                 attempts,
@@ -642,7 +642,7 @@ impl Error {
         self
     }
 
-    /// [`Error::Throttled`]: refused now, and admitted after `wait` if
+    /// [`Error::NotYet`]: refused now, and admitted after `wait` if
     /// nothing else changes. The limiter-side variants' fields may grow
     /// (they are `#[non_exhaustive]`), so a [`Limiter`](crate::Limiter) of
     /// your own builds them with this and the three constructors below.
@@ -651,11 +651,11 @@ impl Error {
     /// use std::time::Duration;
     /// use reqwest_pace::Error;
     ///
-    /// let refused = Error::throttled(Duration::from_millis(250));
-    /// assert!(matches!(refused, Error::Throttled { wait, .. } if wait == Duration::from_millis(250)));
+    /// let refused = Error::not_yet(Duration::from_millis(250));
+    /// assert!(matches!(refused, Error::NotYet { wait, .. } if wait == Duration::from_millis(250)));
     /// ```
-    pub fn throttled(wait: Duration) -> Self {
-        Error::Throttled { wait }
+    pub fn not_yet(wait: Duration) -> Self {
+        Error::NotYet { wait }
     }
 
     /// [`Error::WeightExceedsCapacity`]: `weight` asked of a limiter that
@@ -690,8 +690,8 @@ impl Error {
 
     /// A refusal at `now` of a call that could go at `ready` (nanoseconds
     /// on one limiter's time line).
-    pub(crate) fn throttled_at(ready: u64, now: u64) -> Self {
-        Error::Throttled {
+    pub(crate) fn not_yet_at(ready: u64, now: u64) -> Self {
+        Error::NotYet {
             wait: std::time::Duration::from_nanos(ready.saturating_sub(now)),
         }
     }
@@ -725,7 +725,7 @@ mod tests {
             Error::weight_exceeds_capacity(5, 2).kind(),
             ErrorKind::Config
         );
-        assert_eq!(Error::throttled(S).kind(), ErrorKind::NotYet { wait: S });
+        assert_eq!(Error::not_yet(S).kind(), ErrorKind::NotYet { wait: S });
         assert_eq!(
             Error::blocked(90 * S, 60 * S, 429, false).kind(),
             ErrorKind::ServerWait {
@@ -797,6 +797,6 @@ mod tests {
             Error::PriorityOutOfRange { class: 9, max: 2 }.kind(),
             ErrorKind::Config
         );
-        assert_eq!(Error::throttled(S).attempts(), None);
+        assert_eq!(Error::not_yet(S).attempts(), None);
     }
 }

@@ -17,7 +17,7 @@
 //! The layout follows the data, one way: a request's keys pick its buckets
 //! ([`Scope`]), it waits for them ([`limiter`]), it is sent, the response
 //! is parsed ([`headers`]), the buckets are adjusted, and the retry policy
-//! decides ([`retry`], a pure [`RetryPolicy::decide`](retry::RetryPolicy::decide)).
+//! decides ([`retry`], a pure [`RetryRules::decide`](retry::RetryRules::decide)).
 //! One engine, [`Pacer`], runs that loop over any way of sending an
 //! attempt: [`ThrottledClient`] is a `Pacer` with a `reqwest::Client`;
 //! `PaceMiddleware` (feature `middleware`) and `PaceLayer` (feature
@@ -25,15 +25,15 @@
 //! service.
 //!
 //! ```
-//! use reqwest_pace::{Rate, ThrottledClient};
+//! use reqwest_pace::{RequestRate, ThrottledClient};
 //! # use reqwest_pace::testing::RateLimitedServer;
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! # let server = RateLimitedServer::builder().limit(Rate::per_second(1000)?).burst(1000).start().await?;
+//! # let server = RateLimitedServer::builder().limit(RequestRate::per_second(1000)?).burst(1000).start().await?;
 //! # let url = server.url();
 //! let client = ThrottledClient::builder(reqwest::Client::new())
-//!     .rate(Rate::per_second(10)?) // a ceiling per host; omit it to learn from the server
+//!     .rate(RequestRate::per_second(10)?) // a ceiling per host; omit it to learn from the server
 //!     .burst(1)
 //!     .build()?;
 //! let start = tokio::time::Instant::now();
@@ -80,15 +80,15 @@ pub use client::describe_metrics;
 pub use client::Robots;
 #[cfg(feature = "client")]
 pub use client::{
-    host_key, AutoThrottle, Charge, CircuitBreaker, CircuitState, Cost, Deadline, Event,
-    FromHeaders, IntoRequest, KeyStatus, PaceBuilder, PacedRequestBuilder, Pacer, Priority,
-    Reconcile, Scope, ThrottledClient, ThrottledClientBuilder, UsageBody,
+    host_key, AutoThrottle, Charge, CircuitBreaker, CircuitState, Cost, Event, FromHeaders,
+    IntoRequest, KeyStatus, PaceBuilder, PacedRequestBuilder, Pacer, Priority, Reconcile, Scope,
+    ThrottledClient, ThrottledClientBuilder, TimeLimit, UsageBody,
 };
 #[cfg(feature = "client")]
 pub use error::LastResponse;
 pub use error::{Error, ErrorKind, NotRetriedReason};
 pub use limiter::{
-    Adjustment, FixedWindowLimiter, KeyedLimiter, Limiter, Rate, RateLimiter,
+    Adjustment, FixedWindowLimiter, KeyedLimiter, Limiter, QueuedLimiter, RequestRate,
     SlidingCounterLimiter, SlidingLogLimiter, TokenBucket,
 };
 #[cfg(feature = "middleware")]

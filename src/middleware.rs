@@ -14,10 +14,10 @@ use crate::Pacer;
 /// middleware placed after it sees every attempt; one placed before sees
 /// the whole call); the chain's client sends. A call costs the
 /// [`Cost`](crate::Cost) in its extensions (`.with_extension(cost)`; one
-/// request without one) and waits by the [`Deadline`](crate::Deadline)
+/// request without one) and waits by the [`TimeLimit`](crate::TimeLimit)
 /// there, as a [`ThrottledClient`](crate::ThrottledClient)'s builder's
 /// [`cost`](crate::PacedRequestBuilder::cost) and
-/// [`deadline`](crate::PacedRequestBuilder::deadline) do, and queues at
+/// [`deadline`](crate::PacedRequestBuilder::time_limit) do, and queues at
 /// its keys in the class of the [`Priority`](crate::Priority) there
 /// ([`NORMAL`](crate::Priority::NORMAL) without one); each attempt
 /// runs the rest of the chain with a fresh copy of the call's extensions,
@@ -29,9 +29,9 @@ use crate::Pacer;
 ///
 /// ```
 /// use reqwest_middleware::ClientBuilder;
-/// use reqwest_pace::{PaceMiddleware, Pacer, Rate};
+/// use reqwest_pace::{PaceMiddleware, Pacer, RequestRate};
 ///
-/// let pace = Pacer::builder().rate(Rate::per_second(20)?).build()?;
+/// let pace = Pacer::builder().rate(RequestRate::per_second(20)?).build()?;
 /// let client = ClientBuilder::new(reqwest::Client::new())
 ///     .with(PaceMiddleware::new(pace))
 ///     .build();

@@ -19,20 +19,20 @@ use crate::{Error, Pacer};
 /// service (on a clone of it, made ready first).
 ///
 /// A `reqwest::Request` costs one request, by the pacer's own
-/// [`deadline`](crate::PaceBuilder::deadline) if it has one, in the
+/// [`time_limit`](crate::PaceBuilder::time_limit) if it has one, in the
 /// [`NORMAL`](crate::Priority::NORMAL) class: its extensions are
 /// reqwest's own, which no layer can read. For a [`Cost`](crate::Cost), a
-/// [`Deadline`](crate::Deadline) or a [`Priority`](crate::Priority) per
+/// [`TimeLimit`](crate::TimeLimit) or a [`Priority`](crate::Priority) per
 /// call,
 /// send `http::Request`s with them in their extensions through
 /// [`PaceService::for_http_requests`], as a
 /// [`PaceMiddleware`](crate::PaceMiddleware)'s calls carry theirs.
 ///
 /// ```
-/// use reqwest_pace::{PaceLayer, Pacer, Rate};
+/// use reqwest_pace::{PaceLayer, Pacer, RequestRate};
 /// use tower_layer::Layer;
 ///
-/// let pacer = Pacer::builder().rate(Rate::per_second(20)?).build()?;
+/// let pacer = Pacer::builder().rate(RequestRate::per_second(20)?).build()?;
 /// let service = PaceLayer::new(pacer).layer(reqwest::Client::new());
 /// # drop(service);
 /// # Ok::<(), reqwest_pace::Error>(())
@@ -141,12 +141,12 @@ where
 impl<S> PaceService<S> {
     /// The same service, taking `http::Request<B>`s instead of reqwest's:
     /// each is converted as reqwest converts one, and its extensions'
-    /// [`Cost`](crate::Cost), [`Deadline`](crate::Deadline) and
+    /// [`Cost`](crate::Cost), [`TimeLimit`](crate::TimeLimit) and
     /// [`Priority`](crate::Priority) are the call's. One that does not convert (a URL reqwest does not take)
     /// fails with [`Error::Transport`] after no attempt.
     ///
     /// ```
-    /// use reqwest_pace::{headers::Dimension, Cost, Deadline, PaceLayer, Pacer, Priority};
+    /// use reqwest_pace::{headers::Dimension, Cost, TimeLimit, PaceLayer, Pacer, Priority};
     /// use std::time::Duration;
     /// use tower_layer::Layer;
     ///
@@ -156,7 +156,7 @@ impl<S> PaceService<S> {
     ///     .for_http_requests::<String>();
     /// let mut request = http::Request::new(String::from("{}"));
     /// request.extensions_mut().insert(Cost::default().with(Dimension::Requests, 3));
-    /// request.extensions_mut().insert(Deadline(Duration::from_secs(5)));
+    /// request.extensions_mut().insert(TimeLimit(Duration::from_secs(5)));
     /// request.extensions_mut().insert(Priority::INTERACTIVE);
     /// # drop((service, request));
     /// # Ok::<(), reqwest_pace::Error>(())

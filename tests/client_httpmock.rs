@@ -6,16 +6,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use httpmock::prelude::*;
-use reqwest_pace::retry::{Backoff, Jitter, Outcome, RetryBudget, RetryPolicy};
+use reqwest_pace::retry::{Backoff, BackoffJitter, Outcome, RetryBudget, RetryRules};
 use reqwest_pace::{Error, ErrorKind, Event, NotRetriedReason, ThrottledClient};
 
 fn fast_backoff() -> Backoff {
-    Backoff::exponential(Duration::from_millis(5)).with_jitter(Jitter::None)
+    Backoff::exponential(Duration::from_millis(5)).with_jitter(BackoffJitter::None)
 }
 
 type Log = Arc<Mutex<Vec<Event>>>;
 
-fn make_client(policy: RetryPolicy) -> (ThrottledClient, Log) {
+fn make_client(policy: RetryRules) -> (ThrottledClient, Log) {
     let log: Log = Arc::default();
     let sink = Arc::clone(&log);
     let client = ThrottledClient::builder(reqwest::Client::new())
@@ -55,7 +55,7 @@ async fn a_failing_get_is_tried_exactly_max_attempts_times_on_the_backoff_schedu
         })
         .await;
     let (client, log) = make_client(
-        RetryPolicy::default()
+        RetryRules::default()
             .with_max_attempts(4)
             .with_backoff(fast_backoff()),
     );
@@ -88,7 +88,7 @@ async fn final_statuses_are_returned_not_retried() {
             then.status(404).body("no");
         })
         .await;
-    let (client, _) = make_client(RetryPolicy::default().with_backoff(fast_backoff()));
+    let (client, _) = make_client(RetryRules::default().with_backoff(fast_backoff()));
     let response = client
         .send(client.get(server.url("/missing")))
         .await
@@ -106,7 +106,7 @@ async fn post_is_not_retried_unless_the_policy_opts_in() {
             then.status(503);
         })
         .await;
-    let (client, _) = make_client(RetryPolicy::default().with_backoff(fast_backoff()));
+    let (client, _) = make_client(RetryRules::default().with_backoff(fast_backoff()));
     let err = client
         .send(client.post(server.url("/orders")).body("{}"))
         .await
@@ -125,7 +125,7 @@ async fn post_is_not_retried_unless_the_policy_opts_in() {
     assert_eq!(mock.calls_async().await, 1);
 
     let (opted_in, _) = make_client(
-        RetryPolicy::default()
+        RetryRules::default()
             .with_max_attempts(3)
             .with_backoff(fast_backoff())
             .with_retry_non_idempotent(true),
@@ -147,7 +147,7 @@ async fn a_streaming_body_is_sent_once_and_the_error_says_why() {
             then.status(503);
         })
         .await;
-    let (client, log) = make_client(RetryPolicy::default().with_backoff(fast_backoff()));
+    let (client, log) = make_client(RetryRules::default().with_backoff(fast_backoff()));
     let chunks: Vec<Result<&'static [u8], std::io::Error>> =
         vec![Ok(b"part one, "), Ok(b"part two")];
     let body = reqwest::Body::wrap_stream(futures::stream::iter(chunks));
@@ -187,7 +187,7 @@ async fn a_retry_after_past_the_cap_is_returned_at_once_without_sleeping() {
         })
         .await;
     let (client, log) = make_client(
-        RetryPolicy::default()
+        RetryRules::default()
             .with_backoff(fast_backoff())
             .with_max_retry_after(Duration::from_secs(30)),
     );
@@ -262,7 +262,7 @@ async fn an_absurd_retry_after_is_not_a_signal() {
         })
         .await;
     let (client, log) = make_client(
-        RetryPolicy::default()
+        RetryRules::default()
             .with_max_attempts(3)
             .with_backoff(fast_backoff()),
     );
@@ -293,7 +293,7 @@ async fn connect_errors_are_retried() {
         .unwrap()
         .port();
     let (client, log) = make_client(
-        RetryPolicy::default()
+        RetryRules::default()
             .with_max_attempts(3)
             .with_backoff(fast_backoff()),
     );
@@ -324,7 +324,7 @@ async fn a_custom_classifier_decides() {
         })
         .await;
     let (client, _) = make_client(
-        RetryPolicy::default()
+        RetryRules::default()
             .with_max_attempts(2)
             .with_backoff(fast_backoff())
             .with_classifier(|r: Result<&reqwest::Response, &reqwest::Error>| match r {
@@ -354,7 +354,7 @@ async fn the_retry_budget_stops_a_retry_storm() {
     let sink = Arc::clone(&log);
     let client = ThrottledClient::builder(reqwest::Client::new())
         .retry(
-            RetryPolicy::default()
+            RetryRules::default()
                 .with_max_attempts(5)
                 .with_backoff(fast_backoff()),
         )
@@ -385,7 +385,7 @@ async fn a_request_that_cannot_be_built_is_a_transport_error_with_no_attempt() {
         Ok(reqwest::Client::new().get("not a url").build()?)
     }
     assert!(matches!(build(), Err(Error::Transport { attempts: 0, .. })));
-    let (client, log) = make_client(RetryPolicy::default());
+    let (client, log) = make_client(RetryRules::default());
     let err = client.get("not a url").send().await.unwrap_err();
     assert!(
         matches!(err, Error::Transport { attempts: 0, .. }),

@@ -5,20 +5,21 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use reqwest_pace::retry::{Backoff, Jitter, ReleaseJitter, RetryPolicy};
+use reqwest_pace::retry::{Backoff, BackoffJitter, ReleaseJitter, RetryRules};
 use reqwest_pace::testing::{Dialect, Fault, RateLimitedServer, RetryAfter};
-use reqwest_pace::{Error, ErrorKind, Event, Rate, Scope, ThrottledClient};
+use reqwest_pace::{Error, ErrorKind, Event, RequestRate, Scope, ThrottledClient};
 
-fn no_jitter() -> RetryPolicy {
-    RetryPolicy::default()
-        .with_backoff(Backoff::exponential(Duration::from_millis(100)).with_jitter(Jitter::None))
+fn no_jitter() -> RetryRules {
+    RetryRules::default().with_backoff(
+        Backoff::exponential(Duration::from_millis(100)).with_jitter(BackoffJitter::None),
+    )
 }
 
 /// A client allowed one request an hour, which it has just spent on
 /// `server`: its next pacing wait is an hour.
 async fn one_per_hour_spent(server: &RateLimitedServer) -> ThrottledClient {
     let client = ThrottledClient::builder(reqwest::Client::new())
-        .rate(Rate::per_hour(1).unwrap())
+        .rate(RequestRate::per_hour(1).unwrap())
         .burst(1)
         .build()
         .unwrap();
@@ -66,7 +67,7 @@ fn ms(v: &[u64]) -> Vec<Duration> {
 
 async fn server(dialect: Dialect, per_second: u64, burst: u64) -> RateLimitedServer {
     RateLimitedServer::builder()
-        .limit(Rate::per_second(per_second).unwrap())
+        .limit(RequestRate::per_second(per_second).unwrap())
         .burst(burst)
         .dialect(dialect)
         .start()
@@ -113,7 +114,7 @@ async fn backoff_without_retry_after_follows_the_schedule() {
 async fn a_configured_rate_paces_exactly() {
     let server = server(Dialect::None, 1000, 1000).await;
     let client = ThrottledClient::builder(reqwest::Client::new())
-        .rate(Rate::per_second(20).unwrap())
+        .rate(RequestRate::per_second(20).unwrap())
         .burst(1)
         .build()
         .unwrap();
@@ -140,7 +141,7 @@ async fn a_429_storm_on_one_key_makes_one_pause() {
     let log: Arc<Mutex<Vec<Event>>> = Arc::default();
     let sink = Arc::clone(&log);
     let client = ThrottledClient::builder(reqwest::Client::new())
-        .rate(Rate::per_second(100).unwrap())
+        .rate(RequestRate::per_second(100).unwrap())
         .burst(1)
         .retry(no_jitter())
         .release_jitter(ReleaseJitter::none())
@@ -228,11 +229,11 @@ async fn layered_limits_apply_the_tightest() {
     use reqwest_pace::testing::ClientKey;
     let server = server(Dialect::None, 1000, 1000).await;
     let client = ThrottledClient::builder(reqwest::Client::new())
-        .rate(Rate::per_second(100).unwrap())
+        .rate(RequestRate::per_second(100).unwrap())
         .burst(1)
         .scope(
             Scope::per_header("token", "x-api-key")
-                .rate(Rate::per_second(10).unwrap())
+                .rate(RequestRate::per_second(10).unwrap())
                 .burst(1),
         )
         .build()
@@ -286,7 +287,7 @@ async fn weighted_calls_spend_from_the_matching_dimension() {
         .scope(
             Scope::global()
                 .dimension(Dimension::Tokens)
-                .rate(Rate::per_second(1_000).unwrap())
+                .rate(RequestRate::per_second(1_000).unwrap())
                 .burst(1_000),
         )
         .build()
@@ -317,7 +318,7 @@ async fn weighted_calls_spend_from_the_matching_dimension() {
 #[tokio::test(start_paused = true)]
 async fn a_hanging_first_request_holds_the_others_for_five_seconds_at_most() {
     let server = RateLimitedServer::builder()
-        .limit(Rate::per_second(1000).unwrap())
+        .limit(RequestRate::per_second(1000).unwrap())
         .burst(1000)
         .latency(Duration::from_secs(60))
         .start()
@@ -353,7 +354,7 @@ async fn a_hanging_first_request_holds_the_others_for_five_seconds_at_most() {
 async fn fifty_requests_in_flight_throttled_at_once_resume_together_at_the_rate() {
     let server = server(Dialect::None, 10_000, 10_000).await;
     let client = ThrottledClient::builder(reqwest::Client::new())
-        .rate(Rate::per_second(1000).unwrap())
+        .rate(RequestRate::per_second(1000).unwrap())
         .burst(50)
         .retry(no_jitter())
         .release_jitter(ReleaseJitter::none())
@@ -415,7 +416,7 @@ async fn a_sliding_log_layer_keeps_the_learned_pace_exactly() {
     use reqwest_pace::{Limiter, SlidingLogLimiter};
     let server = server(Dialect::XRateLimit, 50, 10).await;
     let scope = Scope::per_host().limiter(|_| {
-        let log = SlidingLogLimiter::sliding_log(Rate::per_second(1_000)?)?;
+        let log = SlidingLogLimiter::sliding_log(RequestRate::per_second(1_000)?)?;
         Ok(Arc::new(log) as Arc<dyn Limiter>)
     });
     let client = ThrottledClient::builder(reqwest::Client::new())
@@ -493,7 +494,7 @@ async fn get_then_send_is_paced_and_retried() {
             .retry_after(RetryAfter::Seconds(1)),
     );
     let client = ThrottledClient::builder(reqwest::Client::new())
-        .rate(Rate::per_second(20).unwrap())
+        .rate(RequestRate::per_second(20).unwrap())
         .burst(1)
         .retry(no_jitter())
         .release_jitter(ReleaseJitter::none())
@@ -540,7 +541,7 @@ async fn a_429_storm_ends_every_call_by_its_deadline() {
     let server = server(Dialect::None, 1000, 1000).await;
     server.inject(Fault::too_many_requests().times(100_000));
     let client = ThrottledClient::builder(reqwest::Client::new())
-        .deadline(Duration::from_secs(5))
+        .time_limit(Duration::from_secs(5))
         .build()
         .unwrap();
     let calls: Vec<_> = (0..50)
@@ -557,7 +558,7 @@ async fn a_429_storm_ends_every_call_by_its_deadline() {
         let (took, result) = call.await.unwrap();
         assert!(took <= Duration::from_secs(5), "{took:?}");
         match result {
-            Err(Error::DeadlineExceeded { limit, .. }) => {
+            Err(Error::TimeLimitExceeded { limit, .. }) => {
                 assert_eq!(limit, Duration::from_secs(5))
             }
             Err(Error::RetriesExhausted { last_status, .. })
@@ -578,13 +579,13 @@ async fn a_pacing_wait_past_the_deadline_fails_at_once_with_the_wait() {
     let start = tokio::time::Instant::now();
     let err = client
         .get(server.url())
-        .deadline(Duration::from_secs(1))
+        .time_limit(Duration::from_secs(1))
         .send()
         .await
         .unwrap_err();
     assert_eq!(start.elapsed(), Duration::ZERO);
     match err {
-        Error::DeadlineExceeded {
+        Error::TimeLimitExceeded {
             wait,
             limit,
             attempts,
@@ -607,7 +608,7 @@ async fn max_elapsed_is_a_deadline_for_every_wait_after_the_first_send() {
     let server = server(Dialect::None, 1000, 1000).await;
     server.inject(Fault::service_unavailable());
     let client = ThrottledClient::builder(reqwest::Client::new())
-        .rate(Rate::per_hour(1).unwrap())
+        .rate(RequestRate::per_hour(1).unwrap())
         .burst(1)
         .retry(no_jitter().with_max_elapsed(Duration::from_secs(1)))
         .release_jitter(ReleaseJitter::none())
@@ -619,7 +620,7 @@ async fn max_elapsed_is_a_deadline_for_every_wait_after_the_first_send() {
     // at once, 100 ms in.
     assert_eq!(start.elapsed(), Duration::from_millis(100));
     match err {
-        Error::DeadlineExceeded {
+        Error::TimeLimitExceeded {
             wait,
             limit,
             attempts,
@@ -671,7 +672,7 @@ async fn release_jitter_spreads_clients_told_the_same_instant_and_is_never_early
 #[tokio::test(start_paused = true)]
 async fn a_spent_quota_closes_the_key_with_the_servers_status_and_clear_key_reopens_it() {
     let server = RateLimitedServer::builder()
-        .algorithm(reqwest_pace::testing::Algorithm::FixedWindow {
+        .algorithm(reqwest_pace::testing::ServerAlgorithm::FixedWindow {
             limit: 2,
             window: Duration::from_secs(7_200),
         })
@@ -714,7 +715,7 @@ async fn a_spent_quota_closes_the_key_with_the_servers_status_and_clear_key_reop
 async fn calls_waiting_on_a_key_fail_at_once_when_a_response_closes_it() {
     let server = server(Dialect::XRateLimit, 1000, 1000).await;
     let client = ThrottledClient::builder(reqwest::Client::new())
-        .rate(Rate::per_second(1).unwrap())
+        .rate(RequestRate::per_second(1).unwrap())
         .burst(1)
         .retry(no_jitter())
         .release_jitter(ReleaseJitter::none())
@@ -767,10 +768,10 @@ async fn send_keeps_the_deadline_a_builder_carries() {
     let server = server(Dialect::None, 1000, 1000).await;
     let client = one_per_hour_spent(&server).await;
     let err = client
-        .send(client.get(server.url()).deadline(Duration::from_secs(1)))
+        .send(client.get(server.url()).time_limit(Duration::from_secs(1)))
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::DeadlineExceeded { .. }), "{err:?}");
+    assert!(matches!(err, Error::TimeLimitExceeded { .. }), "{err:?}");
     assert_eq!(server.requests().len(), 1);
 }
 
@@ -1055,7 +1056,7 @@ async fn each_call_s_events_carry_its_number() {
     assert_eq!(client.get(server.url()).send().await.unwrap().status(), 200);
     let told_to_wait = of_next_call();
     for kind in [
-        |e: &Event| matches!(e, Event::Throttled { status: 429, .. }),
+        |e: &Event| matches!(e, Event::Refused { status: 429, .. }),
         |e: &Event| {
             matches!(
                 e,

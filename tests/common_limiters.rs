@@ -23,8 +23,8 @@ use zoo_support::space::{self, meets_goal};
 use std::time::Duration;
 
 use reqwest_pace::testing::space::RunFigures;
-use reqwest_pace::testing::{Algorithm, Dialect, RateLimitedServer};
-use reqwest_pace::Rate;
+use reqwest_pace::testing::{Dialect, RateLimitedServer, ServerAlgorithm};
+use reqwest_pace::RequestRate;
 
 /// The windows' quotas and lengths in seconds, and the buckets' rates and
 /// bursts (a leaky bucket's burst is the excess over its first request).
@@ -45,26 +45,26 @@ const BUCKETS: [(u64, u64); 6] = [(2, 2), (5, 10), (10, 1), (20, 5), (50, 50), (
 /// are aligned ([`ServerBuilder::aligned_windows`]).
 ///
 /// [`ServerBuilder::aligned_windows`]: reqwest_pace::testing::ServerBuilder::aligned_windows
-type Limiter = (Algorithm, bool);
+type Limiter = (ServerAlgorithm, bool);
 
 /// Every limiter of the grid.
 fn limiters() -> Vec<Limiter> {
     let mut all = Vec::new();
     for (limit, secs) in WINDOWS {
         let window = Duration::from_secs(secs);
-        all.push((Algorithm::FixedWindow { limit, window }, false));
-        all.push((Algorithm::FixedWindow { limit, window }, true));
-        all.push((Algorithm::SlidingLog { limit, window }, false));
-        all.push((Algorithm::SlidingCounter { limit, window }, false));
+        all.push((ServerAlgorithm::FixedWindow { limit, window }, false));
+        all.push((ServerAlgorithm::FixedWindow { limit, window }, true));
+        all.push((ServerAlgorithm::SlidingLog { limit, window }, false));
+        all.push((ServerAlgorithm::SlidingCounter { limit, window }, false));
     }
     for (rate, burst) in BUCKETS {
-        let Ok(rate) = Rate::per_second(rate) else {
+        let Ok(rate) = RequestRate::per_second(rate) else {
             continue;
         };
-        all.push((Algorithm::Gcra { rate, burst }, false));
-        all.push((Algorithm::TokenBucket { rate, burst }, false));
+        all.push((ServerAlgorithm::Gcra { rate, burst }, false));
+        all.push((ServerAlgorithm::TokenBucket { rate, burst }, false));
         let burst = burst.saturating_sub(1);
-        all.push((Algorithm::LeakyBucket { rate, burst }, false));
+        all.push((ServerAlgorithm::LeakyBucket { rate, burst }, false));
     }
     all
 }
@@ -141,7 +141,7 @@ fn common_limiters_meet_the_goal_over_ten_minutes() {
 #[tokio::test(start_paused = true)]
 async fn a_window_of_a_minute_spent_early_loses_no_call() {
     for limit in [300, 100] {
-        let window = Algorithm::FixedWindow {
+        let window = ServerAlgorithm::FixedWindow {
             limit,
             window: Duration::from_secs(60),
         };
@@ -182,7 +182,7 @@ async fn two_minutes_spent_early(server: &RateLimitedServer) -> RunFigures {
 #[tokio::test(start_paused = true)]
 async fn a_counter_spent_in_slow_start_loses_no_call() {
     let server = RateLimitedServer::builder()
-        .algorithm(Algorithm::SlidingCounter {
+        .algorithm(ServerAlgorithm::SlidingCounter {
             limit: 131,
             window: Duration::from_secs(58),
         })
@@ -208,13 +208,13 @@ async fn a_counter_spent_in_slow_start_loses_no_call() {
 fn a_probe_refused_with_a_wait_is_made_rarely() {
     let aligned_window = |limit, secs| {
         let window = Duration::from_secs(secs);
-        (Algorithm::FixedWindow { limit, window }, true)
+        (ServerAlgorithm::FixedWindow { limit, window }, true)
     };
-    let window = |algorithm: fn(u64, Duration) -> Algorithm, limit, secs| {
+    let window = |algorithm: fn(u64, Duration) -> ServerAlgorithm, limit, secs| {
         (algorithm(limit, Duration::from_secs(secs)), false)
     };
-    let log = |limit, window| Algorithm::SlidingLog { limit, window };
-    let counter = |limit, window| Algorithm::SlidingCounter { limit, window };
+    let log = |limit, window| ServerAlgorithm::SlidingLog { limit, window };
+    let counter = |limit, window| ServerAlgorithm::SlidingCounter { limit, window };
     let cases = [
         window(log, 10, 1),
         window(log, 300, 60),
@@ -243,7 +243,7 @@ fn assert_goal_with_retry_after(limiters: &[Limiter]) {
 #[test]
 fn a_log_spent_twice_is_measured_without_the_keys_own_wait() {
     let window = Duration::from_secs(5);
-    assert_goal_with_retry_after(&[(Algorithm::SlidingLog { limit: 100, window }, false)]);
+    assert_goal_with_retry_after(&[(ServerAlgorithm::SlidingLog { limit: 100, window }, false)]);
 }
 
 /// A sliding counter of 5 a second answering `Retry-After`: its second's
@@ -255,5 +255,5 @@ fn a_log_spent_twice_is_measured_without_the_keys_own_wait() {
 #[test]
 fn a_ceiling_misread_at_a_slow_rate_is_disproved() {
     let window = Duration::from_secs(1);
-    assert_goal_with_retry_after(&[(Algorithm::SlidingCounter { limit: 5, window }, false)]);
+    assert_goal_with_retry_after(&[(ServerAlgorithm::SlidingCounter { limit: 5, window }, false)]);
 }

@@ -6,10 +6,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use reqwest_pace::retry::{Backoff, Jitter, ReleaseJitter, RetryPolicy};
+use reqwest_pace::retry::{Backoff, BackoffJitter, ReleaseJitter, RetryRules};
 use reqwest_pace::testing::{Dialect, Fault, RateLimitedServer};
 use reqwest_pace::{
-    AutoThrottle, CircuitBreaker, CircuitState, Error, Event, Rate, Scope, ThrottledClient,
+    AutoThrottle, CircuitBreaker, CircuitState, Error, Event, RequestRate, Scope, ThrottledClient,
 };
 use tokio::time::Instant;
 
@@ -21,16 +21,17 @@ fn times(server: &RateLimitedServer) -> Vec<Duration> {
     server.requests().iter().map(|r| r.at).collect()
 }
 
-fn no_jitter() -> RetryPolicy {
-    RetryPolicy::default()
-        .with_backoff(Backoff::exponential(Duration::from_millis(100)).with_jitter(Jitter::None))
+fn no_jitter() -> RetryRules {
+    RetryRules::default().with_backoff(
+        Backoff::exponential(Duration::from_millis(100)).with_jitter(BackoffJitter::None),
+    )
 }
 
 /// A server that admits everything and answers each request after
 /// `latency`, with no rate-limit headers.
 async fn slow_server(latency: Duration) -> RateLimitedServer {
     RateLimitedServer::builder()
-        .limit(Rate::per_second(100_000).unwrap())
+        .limit(RequestRate::per_second(100_000).unwrap())
         .burst(100_000)
         .dialect(Dialect::None)
         .latency(latency)
@@ -43,7 +44,7 @@ async fn slow_server(latency: Duration) -> RateLimitedServer {
 /// learns, probes nor waits).
 fn fast_host() -> Scope {
     Scope::per_host()
-        .rate(Rate::per_second(100_000).unwrap())
+        .rate(RequestRate::per_second(100_000).unwrap())
         .burst(100_000)
 }
 
@@ -193,11 +194,11 @@ async fn a_deadline_bounds_the_wait_for_a_permit() {
     let start = Instant::now();
     let late = client
         .get(server.url())
-        .deadline(Duration::from_secs(1))
+        .time_limit(Duration::from_secs(1))
         .send()
         .await;
     assert!(
-        matches!(late, Err(Error::DeadlineExceeded { attempts: 0, .. })),
+        matches!(late, Err(Error::TimeLimitExceeded { attempts: 0, .. })),
         "{late:?}"
     );
     assert_eq!(start.elapsed(), Duration::from_secs(1));
@@ -488,7 +489,7 @@ mod robots {
 
     async fn site(robots_txt: &str) -> RateLimitedServer {
         RateLimitedServer::builder()
-            .limit(Rate::per_second(100_000).unwrap())
+            .limit(RequestRate::per_second(100_000).unwrap())
             .burst(100_000)
             .dialect(Dialect::None)
             .robots_txt(robots_txt)
@@ -649,7 +650,7 @@ mod robots {
     #[tokio::test(start_paused = true)]
     async fn the_fetch_is_bounded_in_time() {
         let server = RateLimitedServer::builder()
-            .limit(Rate::per_second(1_000).unwrap())
+            .limit(RequestRate::per_second(1_000).unwrap())
             .latency(Duration::from_secs(60))
             .robots_txt("User-agent: *\nAllow: /\n")
             .start()
@@ -669,7 +670,7 @@ mod robots {
     async fn the_fetch_is_paced_and_repeated_after_its_ttl() {
         let server = site("User-agent: *\nCrawl-delay: 2\n").await;
         let client = ThrottledClient::builder(reqwest::Client::new())
-            .rate(Rate::per_second(1).unwrap())
+            .rate(RequestRate::per_second(1).unwrap())
             .burst(1)
             .robots(Robots::new("pacebot").ttl(Duration::from_secs(5)))
             .build()
@@ -712,7 +713,7 @@ mod robots {
 /// already holds, crawled by 16 workers.
 async fn slowing_host() -> RateLimitedServer {
     RateLimitedServer::builder()
-        .limit(Rate::per_second(100_000).unwrap())
+        .limit(RequestRate::per_second(100_000).unwrap())
         .burst(100_000)
         .dialect(Dialect::None)
         .latency(Duration::from_millis(100))
@@ -792,7 +793,7 @@ async fn a_host_that_slows_under_load_stays_within_twice_its_latency() {
 async fn latency_never_lifts_the_ceiling() {
     let server = slow_server(Duration::from_millis(10)).await;
     let client = ThrottledClient::builder(reqwest::Client::new())
-        .rate(Rate::per_second(2).unwrap())
+        .rate(RequestRate::per_second(2).unwrap())
         .burst(1)
         .auto_throttle(AutoThrottle::default().start_delay(Duration::ZERO))
         .build()

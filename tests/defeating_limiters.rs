@@ -21,9 +21,10 @@ use zoo_support::space::assert_goal_at_every_phase;
 use reqwest::StatusCode;
 use reqwest_pace::testing::space::RunFigures;
 use reqwest_pace::testing::{
-    zoo, Algorithm, Dialect, RateLimitedServer, ResetFormat, RetryAfterPrecision, ServerBuilder,
+    zoo, Dialect, RateLimitedServer, ResetFormat, RetryAfterPrecision, ServerAlgorithm,
+    ServerBuilder,
 };
-use reqwest_pace::Rate;
+use reqwest_pace::RequestRate;
 
 async fn run(builder: ServerBuilder) -> RunFigures {
     let figures =
@@ -38,8 +39,8 @@ fn assert_goal(figures: &RunFigures) {
     assert_eq!(figures.failed, 0, "{figures:?}");
 }
 
-fn twenty() -> Rate {
-    Rate::per_second(20).expect("a rate")
+fn twenty() -> RequestRate {
+    RequestRate::per_second(20).expect("a rate")
 }
 
 /// GCRA at 20/s, burst 5: `x-ratelimit-limit: 5` (the burst) and
@@ -74,7 +75,7 @@ async fn a_header_less_limiter_that_counts_refusals() {
 /// admits, as a server without headers is.
 fn a_bucket_of_one_whose_reset_names_the_next_second() -> ServerBuilder {
     RateLimitedServer::builder()
-        .algorithm(Algorithm::TokenBucket {
+        .algorithm(ServerAlgorithm::TokenBucket {
             rate: twenty(),
             burst: 1,
         })
@@ -107,8 +108,8 @@ async fn a_bucket_of_one_is_not_held_to_one_request_a_second() {
 async fn a_bucket_of_one_with_an_epoch_millisecond_reset() {
     assert_goal_at_every_phase(|| {
         RateLimitedServer::builder()
-            .algorithm(Algorithm::TokenBucket {
-                rate: Rate::per_second(50).expect("a rate"),
+            .algorithm(ServerAlgorithm::TokenBucket {
+                rate: RequestRate::per_second(50).expect("a rate"),
                 burst: 1,
             })
             .dialect(Dialect::XRateLimit)
@@ -127,8 +128,8 @@ async fn a_bucket_of_one_with_an_epoch_millisecond_reset() {
 #[tokio::test(start_paused = true)]
 async fn a_bucket_stating_a_minutes_quota_as_its_limit() {
     let figures = run(RateLimitedServer::builder()
-        .algorithm(Algorithm::Gcra {
-            rate: Rate::per_minute(9_439).expect("a rate"),
+        .algorithm(ServerAlgorithm::Gcra {
+            rate: RequestRate::per_minute(9_439).expect("a rate"),
             burst: 3_204,
         })
         .dialect(Dialect::GitHub)
@@ -145,7 +146,7 @@ async fn a_bucket_stating_a_minutes_quota_as_its_limit() {
 /// refusals (80 % of responses and 69 failed calls before).
 fn a_counter_stating_more_than_it_sustains() -> ServerBuilder {
     RateLimitedServer::builder()
-        .algorithm(Algorithm::SlidingCounter {
+        .algorithm(ServerAlgorithm::SlidingCounter {
             limit: 9,
             window: Duration::from_secs(1),
         })
@@ -180,15 +181,15 @@ async fn a_stated_window_refusing_its_own_pace() {
 #[tokio::test(start_paused = true)]
 async fn a_front_limiter_refusing_the_headers_pace_at_once() {
     let builder = RateLimitedServer::builder()
-        .algorithm(Algorithm::SlidingCounter {
+        .algorithm(ServerAlgorithm::SlidingCounter {
             limit: 556,
             window: Duration::from_secs(8),
         })
         .dialect(Dialect::IetfDraft7)
         .retry_after_precision(RetryAfterPrecision::Floor)
         .front_limiter(
-            Algorithm::LeakyBucket {
-                rate: Rate::per_second(52).expect("a rate"),
+            ServerAlgorithm::LeakyBucket {
+                rate: RequestRate::per_second(52).expect("a rate"),
                 burst: 1,
             },
             StatusCode::SERVICE_UNAVAILABLE,
@@ -212,8 +213,8 @@ async fn a_front_limiter_refusing_the_headers_pace_at_once() {
 /// admissions agree the key is paced at a gap the server admitted.
 fn a_header_less_spacer(per_second: u64) -> ServerBuilder {
     RateLimitedServer::builder()
-        .algorithm(Algorithm::LeakyBucket {
-            rate: Rate::per_second(per_second).expect("a rate"),
+        .algorithm(ServerAlgorithm::LeakyBucket {
+            rate: RequestRate::per_second(per_second).expect("a rate"),
             burst: 0,
         })
         .dialect(Dialect::None)
@@ -252,7 +253,7 @@ async fn a_header_less_bucket_of_one_is_probed_rarely() {
 /// after the next request left).
 fn a_bucket_a_round_trip_away(burst: u64) -> ServerBuilder {
     RateLimitedServer::builder()
-        .algorithm(Algorithm::TokenBucket {
+        .algorithm(ServerAlgorithm::TokenBucket {
             rate: twenty(),
             burst,
         })
@@ -282,8 +283,8 @@ async fn a_bucket_of_one_a_round_trip_away_is_paced_at_its_rate() {
 async fn a_small_bucket_stating_its_burst_and_whole_second_resets() {
     let builder = || {
         RateLimitedServer::builder()
-            .algorithm(Algorithm::TokenBucket {
-                rate: Rate::per_second(5).expect("a rate"),
+            .algorithm(ServerAlgorithm::TokenBucket {
+                rate: RequestRate::per_second(5).expect("a rate"),
                 burst: 3,
             })
             .dialect(Dialect::XRateLimit)
@@ -308,8 +309,8 @@ async fn a_small_bucket_stating_its_burst_and_whole_second_resets() {
 async fn a_small_bucket_stating_its_rate_and_blocking_a_second_per_refusal() {
     let builder = || {
         RateLimitedServer::builder()
-            .algorithm(Algorithm::TokenBucket {
-                rate: Rate::per_second(6).expect("a rate"),
+            .algorithm(ServerAlgorithm::TokenBucket {
+                rate: RequestRate::per_second(6).expect("a rate"),
                 burst: 2,
             })
             .dialect(Dialect::XRateLimit)
@@ -330,7 +331,7 @@ async fn a_small_bucket_stating_its_rate_and_blocking_a_second_per_refusal() {
 async fn a_minute_quota_without_headers_spent_early() {
     let builder = || {
         RateLimitedServer::builder()
-            .algorithm(Algorithm::FixedWindow {
+            .algorithm(ServerAlgorithm::FixedWindow {
                 limit: 3_000,
                 window: Duration::from_secs(60),
             })
@@ -353,7 +354,7 @@ async fn a_minute_quota_without_headers_spent_early() {
 async fn a_sliding_log_of_three_with_whole_second_resets() {
     let builder = || {
         RateLimitedServer::builder()
-            .algorithm(Algorithm::SlidingLog {
+            .algorithm(ServerAlgorithm::SlidingLog {
                 limit: 3,
                 window: Duration::from_secs(1),
             })
@@ -402,23 +403,23 @@ async fn a_header_less_bucket_of_two_a_second() {
 async fn one_second_windows_with_whole_second_resets() {
     let second = Duration::from_secs(1);
     let limiters = [
-        Algorithm::FixedWindow {
+        ServerAlgorithm::FixedWindow {
             limit: 2,
             window: second,
         },
-        Algorithm::SlidingLog {
+        ServerAlgorithm::SlidingLog {
             limit: 2,
             window: second,
         },
-        Algorithm::SlidingLog {
+        ServerAlgorithm::SlidingLog {
             limit: 5,
             window: second,
         },
-        Algorithm::SlidingCounter {
+        ServerAlgorithm::SlidingCounter {
             limit: 2,
             window: second,
         },
-        Algorithm::SlidingCounter {
+        ServerAlgorithm::SlidingCounter {
             limit: 5,
             window: second,
         },

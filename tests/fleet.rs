@@ -22,8 +22,8 @@ use std::time::Duration;
 
 use fleet_support::{Job, Tally, TASKS, WORKERS};
 use redis_support::RedisServer;
-use reqwest_pace::testing::{Dialect, Fault, Outcome, RateLimitedServer, RetryAfter};
-use reqwest_pace::Rate;
+use reqwest_pace::testing::{Answer, Dialect, Fault, RateLimitedServer, RetryAfter};
+use reqwest_pace::RequestRate;
 
 /// The worker process: returns at once in a normal test run.
 #[test]
@@ -51,7 +51,7 @@ fn job(redis: &RedisServer, server: &RateLimitedServer, rate: u64, run_ms: u64) 
 
 async fn server(limit: u64, burst: u64, dialect: Dialect) -> RateLimitedServer {
     RateLimitedServer::builder()
-        .limit(Rate::per_second(limit).unwrap())
+        .limit(RequestRate::per_second(limit).unwrap())
         .burst(burst)
         .dialect(dialect)
         .start()
@@ -123,7 +123,7 @@ async fn told_to_wait(seconds: u64, run_ms: u64) -> (RateLimitedServer, Tally, u
     let refused = server
         .requests()
         .iter()
-        .position(|r| r.outcome == Outcome::Fault)
+        .position(|r| r.outcome == Answer::Fault)
         .expect("the fault was answered");
     (server, fleet, refused, took)
 }

@@ -55,8 +55,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use reqwest_pace::testing::{Dialect, Outcome, RateLimitedServer, ServerBuilder};
-use reqwest_pace::{Adjustment, Limiter, Rate, ThrottledClient};
+use reqwest_pace::testing::{Answer, Dialect, RateLimitedServer, ServerBuilder};
+use reqwest_pace::{Adjustment, Limiter, RequestRate, ThrottledClient};
 use twin_support::{TwinBucket, TwinProcess};
 use zoo_support::{check_phases, preset, Figures};
 
@@ -69,7 +69,7 @@ const RUN: Duration = Duration::from_secs(10);
 /// The fleet's shared bucket, open at first as a learning scope's is
 /// (`tests/fleet_support` makes the same one in Redis).
 fn open() -> Arc<TwinBucket> {
-    Arc::new(TwinBucket::new(Rate::per_second(10_000).unwrap(), 1).unwrap())
+    Arc::new(TwinBucket::new(RequestRate::per_second(10_000).unwrap(), 1).unwrap())
 }
 
 /// One client of the fleet: its own scopes and learning (a process's),
@@ -134,7 +134,7 @@ async fn check(name: &str, make: impl Fn() -> ServerBuilder, min_goodput: f64, m
 async fn a_fleet_learns_a_refilling_bucket_from_x_ratelimit_headers() {
     let make = || {
         RateLimitedServer::builder()
-            .limit(Rate::per_second(200).unwrap())
+            .limit(RequestRate::per_second(200).unwrap())
             .burst(20)
             .dialect(Dialect::XRateLimit)
     };
@@ -210,7 +210,7 @@ async fn a_fleet_learns_a_bucket_whose_limit_is_its_burst() {
 /// the slow rate gave them, 1 s and 2 s.
 #[tokio::test(start_paused = true)]
 async fn a_turn_far_off_is_booked_at_the_rate_raised_meanwhile() {
-    let shared = Arc::new(TwinBucket::new(Rate::per_second(1).unwrap(), 1).unwrap());
+    let shared = Arc::new(TwinBucket::new(RequestRate::per_second(1).unwrap(), 1).unwrap());
     let start = tokio::time::Instant::now();
     let waiters: Vec<_> = (0..3)
         .map(|_| {
@@ -223,7 +223,7 @@ async fn a_turn_far_off_is_booked_at_the_rate_raised_meanwhile() {
         .collect();
     tokio::time::sleep(Duration::from_millis(10)).await;
     shared
-        .adjust(Adjustment::SetRate(Rate::per_second(100).unwrap()))
+        .adjust(Adjustment::SetRate(RequestRate::per_second(100).unwrap()))
         .await
         .unwrap();
     let mut granted = Vec::new();
@@ -242,7 +242,7 @@ async fn a_turn_far_off_is_booked_at_the_rate_raised_meanwhile() {
 /// what waited before it.
 #[tokio::test(start_paused = true)]
 async fn a_process_sends_its_lessons_with_its_next_call_or_shortly() {
-    let per_second = |n| Rate::per_second(n).unwrap();
+    let per_second = |n| RequestRate::per_second(n).unwrap();
     let shared = Arc::new(TwinBucket::new(per_second(10), 1).unwrap());
     let process = TwinProcess::of(&shared);
     // Whether the fleet's bucket holds `n` a second.
@@ -325,11 +325,11 @@ async fn second_half(join: bool) -> (usize, usize, Option<(f64, f64)>) {
         .collect();
     let admitted = after
         .iter()
-        .filter(|r| r.outcome == Outcome::Admitted)
+        .filter(|r| r.outcome == Answer::Admitted)
         .count();
     let refused = after
         .iter()
-        .filter(|r| r.outcome == Outcome::Throttled)
+        .filter(|r| r.outcome == Answer::Throttled)
         .count();
     (admitted, refused, joined.map(|j| (j, before)))
 }

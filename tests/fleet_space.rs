@@ -26,7 +26,7 @@ use std::task::{Context, Poll};
 
 use reqwest_pace::testing::space::{RunFigures, ServerSpec, Workload};
 use reqwest_pace::testing::ServerService;
-use reqwest_pace::{PaceLayer, PaceService, Rate};
+use reqwest_pace::{PaceLayer, PaceService, RequestRate};
 use tower_layer::Layer;
 use tower_service::Service;
 use twin_support::{TwinBucket, TwinProcess};
@@ -46,7 +46,7 @@ impl Fleet {
     /// one bucket (open at first, as a learning scope's is), in front of
     /// `server`.
     fn new(processes: usize, server: ServerService) -> Result<Fleet, reqwest_pace::Error> {
-        let shared = Arc::new(TwinBucket::new(Rate::per_second(10_000)?, 1)?);
+        let shared = Arc::new(TwinBucket::new(RequestRate::per_second(10_000)?, 1)?);
         let processes: Vec<_> = (0..processes.max(1))
             .map(|_| Ok(PaceLayer::new(TwinProcess::client(&shared)?).layer(server.clone())))
             .collect::<Result<_, reqwest_pace::Error>>()?;

@@ -14,11 +14,13 @@ use zoo_support::space::assert_goal_at_every_phase;
 
 use std::time::Duration;
 
-use reqwest_pace::testing::{Algorithm, Dialect, RateLimitedServer, ResetFormat, ServerBuilder};
-use reqwest_pace::Rate;
+use reqwest_pace::testing::{
+    Dialect, RateLimitedServer, ResetFormat, ServerAlgorithm, ServerBuilder,
+};
+use reqwest_pace::RequestRate;
 
 /// The goal on a server of `dialect` with each of `algorithms`.
-async fn assert_goal_on(dialect: Dialect, algorithms: &[Algorithm]) {
+async fn assert_goal_on(dialect: Dialect, algorithms: &[ServerAlgorithm]) {
     for &algorithm in algorithms {
         println!("{dialect} {algorithm:?}");
         assert_goal_at_every_phase(|| {
@@ -30,16 +32,16 @@ async fn assert_goal_on(dialect: Dialect, algorithms: &[Algorithm]) {
     }
 }
 
-fn fixed(limit: u64, secs: u64) -> Algorithm {
-    Algorithm::FixedWindow {
+fn fixed(limit: u64, secs: u64) -> ServerAlgorithm {
+    ServerAlgorithm::FixedWindow {
         limit,
         window: Duration::from_secs(secs),
     }
 }
 
-fn bucket(per_second: u64, burst: u64) -> Algorithm {
-    Algorithm::TokenBucket {
-        rate: Rate::per_second(per_second).expect("a rate"),
+fn bucket(per_second: u64, burst: u64) -> ServerAlgorithm {
+    ServerAlgorithm::TokenBucket {
+        rate: RequestRate::per_second(per_second).expect("a rate"),
         burst,
     }
 }
@@ -47,7 +49,7 @@ fn bucket(per_second: u64, burst: u64) -> Algorithm {
 /// Kong's rate-limiting plugin as older versions (and its
 /// response-ratelimiting plugin) write it: `X-RateLimit-Limit-Minute` and
 /// `-Remaining-Minute`, no reset, windows aligned to the clock's minutes.
-fn kong_units_only(algorithm: Algorithm) -> ServerBuilder {
+fn kong_units_only(algorithm: ServerAlgorithm) -> ServerBuilder {
     RateLimitedServer::builder()
         .algorithm(algorithm)
         .dialect(Dialect::Kong)

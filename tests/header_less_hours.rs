@@ -17,8 +17,8 @@ mod zoo_support;
 use std::time::Duration;
 
 use reqwest_pace::testing::space::RunFigures;
-use reqwest_pace::testing::{Algorithm, Dialect, RateLimitedServer, ServerBuilder};
-use reqwest_pace::Rate;
+use reqwest_pace::testing::{Dialect, RateLimitedServer, ServerAlgorithm, ServerBuilder};
+use reqwest_pace::RequestRate;
 
 const HOUR: Duration = Duration::from_secs(3_600);
 const MINUTE: u64 = 60;
@@ -36,11 +36,11 @@ struct Hour {
     first_seconds: Vec<u64>,
 }
 
-fn twenty() -> Rate {
-    Rate::per_second(20).expect("a positive rate")
+fn twenty() -> RequestRate {
+    RequestRate::per_second(20).expect("a positive rate")
 }
 
-fn header_less(algorithm: Algorithm) -> ServerBuilder {
+fn header_less(algorithm: ServerAlgorithm) -> ServerBuilder {
     RateLimitedServer::builder()
         .algorithm(algorithm)
         .dialect(Dialect::None)
@@ -114,7 +114,7 @@ fn assert_settled(hour: &Hour) {
 
 #[tokio::test(start_paused = true)]
 async fn a_leaky_bucket_without_burst_is_refused_at_most_once_a_minute() {
-    let server = header_less(Algorithm::LeakyBucket {
+    let server = header_less(ServerAlgorithm::LeakyBucket {
         rate: twenty(),
         burst: 0,
     });
@@ -127,7 +127,7 @@ async fn a_leaky_bucket_without_burst_is_refused_at_most_once_a_minute() {
 /// few seconds later: 7–10 refusals a minute for as long as the key ran.
 #[tokio::test(start_paused = true)]
 async fn a_leaky_bucket_with_a_burst_is_refused_at_most_once_a_minute() {
-    let server = header_less(Algorithm::LeakyBucket {
+    let server = header_less(ServerAlgorithm::LeakyBucket {
         rate: twenty(),
         burst: 10,
     });
@@ -136,7 +136,7 @@ async fn a_leaky_bucket_with_a_burst_is_refused_at_most_once_a_minute() {
 
 #[tokio::test(start_paused = true)]
 async fn a_token_bucket_with_a_burst_is_refused_at_most_once_a_minute() {
-    let server = header_less(Algorithm::TokenBucket {
+    let server = header_less(ServerAlgorithm::TokenBucket {
         rate: twenty(),
         burst: 5,
     });
@@ -145,7 +145,7 @@ async fn a_token_bucket_with_a_burst_is_refused_at_most_once_a_minute() {
 
 #[tokio::test(start_paused = true)]
 async fn a_fixed_window_of_a_second_is_refused_at_most_once_a_minute() {
-    let server = header_less(Algorithm::FixedWindow {
+    let server = header_less(ServerAlgorithm::FixedWindow {
         limit: 20,
         window: Duration::from_secs(1),
     });
@@ -165,7 +165,7 @@ async fn a_fixed_window_of_a_second_is_refused_at_most_once_a_minute() {
             window (3 refusals every 70 s, 0.979) cost windows of a minute 1 to 2 % of \
             the limit"]
 async fn a_fixed_window_of_ten_seconds_is_refused_at_most_once_a_minute() {
-    let server = header_less(Algorithm::FixedWindow {
+    let server = header_less(ServerAlgorithm::FixedWindow {
         limit: 200,
         window: Duration::from_secs(10),
     });
@@ -187,7 +187,7 @@ async fn short_windows_of_a_few_a_second_meet_the_goal_over_ten_minutes() {
         .into_iter()
         .flat_map(|w| [(w, false), (w, true)])
     {
-        let builder = header_less(Algorithm::FixedWindow {
+        let builder = header_less(ServerAlgorithm::FixedWindow {
             limit,
             window: Duration::from_secs(secs),
         })
@@ -207,7 +207,7 @@ async fn short_windows_of_a_few_a_second_meet_the_goal_over_ten_minutes() {
 
 #[tokio::test(start_paused = true)]
 async fn a_sliding_log_is_refused_at_most_once_a_minute() {
-    let server = header_less(Algorithm::SlidingLog {
+    let server = header_less(ServerAlgorithm::SlidingLog {
         limit: 20,
         window: Duration::from_secs(1),
     });
@@ -216,7 +216,7 @@ async fn a_sliding_log_is_refused_at_most_once_a_minute() {
 
 #[tokio::test(start_paused = true)]
 async fn a_sliding_log_counting_refusals_is_refused_at_most_once_a_minute() {
-    let server = header_less(Algorithm::SlidingLog {
+    let server = header_less(ServerAlgorithm::SlidingLog {
         limit: 20,
         window: Duration::from_secs(1),
     })
@@ -228,7 +228,7 @@ async fn a_sliding_log_counting_refusals_is_refused_at_most_once_a_minute() {
 /// still weighs something at the very end of the current one).
 #[tokio::test(start_paused = true)]
 async fn a_sliding_counter_is_refused_at_most_once_a_minute() {
-    let server = header_less(Algorithm::SlidingCounter {
+    let server = header_less(ServerAlgorithm::SlidingCounter {
         limit: 21,
         window: Duration::from_secs(1),
     });
@@ -237,7 +237,7 @@ async fn a_sliding_counter_is_refused_at_most_once_a_minute() {
 
 #[tokio::test(start_paused = true)]
 async fn a_gcra_counting_refusals_is_refused_at_most_once_a_minute() {
-    let server = header_less(Algorithm::Gcra {
+    let server = header_less(ServerAlgorithm::Gcra {
         rate: twenty(),
         burst: 5,
     })
@@ -254,7 +254,7 @@ async fn a_gcra_counting_refusals_is_refused_at_most_once_a_minute() {
 /// the window it is in, whichever of the windows since the cycle began.
 #[tokio::test(start_paused = true)]
 async fn a_minute_quota_is_refused_at_most_once_a_minute() {
-    let server = header_less(Algorithm::FixedWindow {
+    let server = header_less(ServerAlgorithm::FixedWindow {
         limit: 1_200,
         window: Duration::from_secs(60),
     });
@@ -266,9 +266,9 @@ async fn a_minute_quota_is_refused_at_most_once_a_minute() {
 /// The server's capacity doubles half an hour in: within two minutes the
 /// key sends at least 95 % of the new limit, and it is still refused at
 /// most once a minute after.
-async fn assert_finds_growth(algorithm: Algorithm) {
-    let server =
-        header_less(algorithm).change_limit_at(HOUR / 2, Rate::per_second(40).expect("positive"));
+async fn assert_finds_growth(algorithm: ServerAlgorithm) {
+    let server = header_less(algorithm)
+        .change_limit_at(HOUR / 2, RequestRate::per_second(40).expect("positive"));
     let hour = hour(server).await;
     let grown = 30 + 2;
     for (minute, &admitted) in hour.admitted.iter().enumerate().skip(grown) {
@@ -286,7 +286,7 @@ async fn assert_finds_growth(algorithm: Algorithm) {
 
 #[tokio::test(start_paused = true)]
 async fn a_token_bucket_whose_rate_doubles_is_found_within_two_minutes() {
-    assert_finds_growth(Algorithm::TokenBucket {
+    assert_finds_growth(ServerAlgorithm::TokenBucket {
         rate: twenty(),
         burst: 5,
     })
@@ -295,7 +295,7 @@ async fn a_token_bucket_whose_rate_doubles_is_found_within_two_minutes() {
 
 #[tokio::test(start_paused = true)]
 async fn a_leaky_bucket_whose_rate_doubles_is_found_within_two_minutes() {
-    assert_finds_growth(Algorithm::LeakyBucket {
+    assert_finds_growth(ServerAlgorithm::LeakyBucket {
         rate: twenty(),
         burst: 10,
     })
@@ -304,7 +304,7 @@ async fn a_leaky_bucket_whose_rate_doubles_is_found_within_two_minutes() {
 
 #[tokio::test(start_paused = true)]
 async fn a_sliding_log_whose_quota_doubles_is_found_within_two_minutes() {
-    assert_finds_growth(Algorithm::SlidingLog {
+    assert_finds_growth(ServerAlgorithm::SlidingLog {
         limit: 20,
         window: Duration::from_secs(1),
     })
@@ -318,11 +318,11 @@ async fn a_sliding_log_whose_quota_doubles_is_found_within_two_minutes() {
 /// the lockouts read as a window to wait out.
 #[tokio::test(start_paused = true)]
 async fn a_lockout_never_holds_a_key_past_the_retry_cap() {
-    use reqwest_pace::retry::RetryPolicy;
+    use reqwest_pace::retry::RetryRules;
     use reqwest_pace::{PaceLayer, ThrottledClient};
     use tower_layer::Layer;
 
-    let server = header_less(Algorithm::FixedWindow {
+    let server = header_less(ServerAlgorithm::FixedWindow {
         limit: 1_200,
         window: Duration::from_secs(60),
     })
@@ -330,7 +330,7 @@ async fn a_lockout_never_holds_a_key_past_the_retry_cap() {
     .await
     .expect("server starts");
     let client = ThrottledClient::builder(reqwest::Client::new())
-        .retry(RetryPolicy::default().with_max_retry_after(Duration::from_secs(5)))
+        .retry(RetryRules::default().with_max_retry_after(Duration::from_secs(5)))
         .random(|| 0.5)
         .build()
         .expect("a client");

@@ -3,11 +3,14 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use reqwest_pace::{Error, Rate, TokenBucket};
+use reqwest_pace::{Error, RequestRate, TokenBucket};
 use tokio::time::Instant;
 
 fn empty_bucket(per_second: u64, capacity: u64) -> Arc<TokenBucket> {
-    Arc::new(TokenBucket::with_initial(Rate::per_second(per_second).unwrap(), capacity, 0).unwrap())
+    Arc::new(
+        TokenBucket::with_initial(RequestRate::per_second(per_second).unwrap(), capacity, 0)
+            .unwrap(),
+    )
 }
 
 #[tokio::test(start_paused = true)]
@@ -128,7 +131,7 @@ async fn a_dropped_head_passes_its_place_on_without_taking_tokens() {
 
 #[tokio::test(start_paused = true)]
 async fn a_blocked_bucket_releases_waiters_at_its_rate_after_the_block() {
-    let bucket = Arc::new(TokenBucket::new(Rate::per_second(10).unwrap(), 10).unwrap());
+    let bucket = Arc::new(TokenBucket::new(RequestRate::per_second(10).unwrap(), 10).unwrap());
     let start = Instant::now();
     bucket.block_until(start + Duration::from_secs(3));
     let mut tasks = Vec::new();
@@ -164,7 +167,7 @@ async fn raising_the_rate_wakes_the_head_early() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     // 100 ms of 1/s earned a tenth of a token; the other nine tenths take
     // 90 ms at 10/s, not the 900 ms the head was sleeping for.
-    bucket.set_rate(Rate::per_second(10).unwrap());
+    bucket.set_rate(RequestRate::per_second(10).unwrap());
     assert_eq!(waiter.await.unwrap(), Duration::from_millis(190));
 }
 
@@ -181,13 +184,13 @@ async fn lowering_the_rate_slows_the_waiting_head() {
     };
     tokio::time::sleep(Duration::from_millis(50)).await;
     // Half a token earned at 10/s; the other half takes 500 ms at 1/s.
-    bucket.set_rate(Rate::per_second(1).unwrap());
+    bucket.set_rate(RequestRate::per_second(1).unwrap());
     assert_eq!(waiter.await.unwrap(), Duration::from_millis(550));
 }
 
 #[tokio::test(start_paused = true)]
 async fn weight_over_capacity_is_an_error_not_a_hang() {
-    let bucket = TokenBucket::new(Rate::per_second(10).unwrap(), 4).unwrap();
+    let bucket = TokenBucket::new(RequestRate::per_second(10).unwrap(), 4).unwrap();
     match bucket.acquire(5).await {
         Err(Error::WeightExceedsCapacity {
             weight: 5,
@@ -200,7 +203,7 @@ async fn weight_over_capacity_is_an_error_not_a_hang() {
         bucket.try_acquire(5),
         Err(Error::WeightExceedsCapacity { .. })
     ));
-    assert!(TokenBucket::new(Rate::per_second(10).unwrap(), 0).is_err());
+    assert!(TokenBucket::new(RequestRate::per_second(10).unwrap(), 0).is_err());
 }
 
 #[tokio::test(start_paused = true)]
@@ -212,7 +215,7 @@ async fn try_acquire_does_not_barge_past_waiters() {
     tokio::time::advance(Duration::from_millis(100)).await;
     // The token is there, but it belongs to the queued waiter.
     match bucket.try_acquire(1) {
-        Err(Error::Throttled { wait, .. }) => assert_eq!(wait, Duration::from_millis(100)),
+        Err(Error::NotYet { wait, .. }) => assert_eq!(wait, Duration::from_millis(100)),
         other => panic!("unexpected {other:?}"),
     }
     waiter.await.unwrap().unwrap();
@@ -317,7 +320,7 @@ fn threads_hammering_one_bucket_never_over_admit() {
     let rt = real_clock_runtime();
     let (per_second, capacity) = (20_000, 100);
     let bucket = Arc::new(rt.block_on(async {
-        TokenBucket::new(Rate::per_second(per_second).unwrap(), capacity).unwrap()
+        TokenBucket::new(RequestRate::per_second(per_second).unwrap(), capacity).unwrap()
     }));
     let start = std::time::Instant::now();
     let threads = hammer(
@@ -337,7 +340,7 @@ fn threads_hammering_one_bucket_never_over_admit() {
 fn adjustments_racing_lock_free_decisions_never_over_admit() {
     let rt = real_clock_runtime();
     let (per_second, capacity) = (20_000, 50);
-    let rate = Rate::per_second(per_second).unwrap();
+    let rate = RequestRate::per_second(per_second).unwrap();
     let bucket = Arc::new(rt.block_on(async { TokenBucket::new(rate, capacity).unwrap() }));
     let start = std::time::Instant::now();
     let run_for = Duration::from_millis(300);
@@ -395,9 +398,9 @@ async fn a_waiter_heavier_than_a_lowered_capacity_fails_and_frees_the_queue() {
 /// waits must be the exact ones, through every kind of change.
 #[tokio::test(start_paused = true)]
 async fn lock_free_refusals_follow_every_change_exactly() {
-    let bucket = TokenBucket::new(Rate::per_second(10).unwrap(), 1).unwrap();
+    let bucket = TokenBucket::new(RequestRate::per_second(10).unwrap(), 1).unwrap();
     let wait = |b: &TokenBucket| match b.try_acquire(1) {
-        Err(Error::Throttled { wait, .. }) => Some(wait),
+        Err(Error::NotYet { wait, .. }) => Some(wait),
         Ok(()) => None,
         Err(e) => panic!("unexpected {e:?}"),
     };
@@ -406,7 +409,7 @@ async fn lock_free_refusals_follow_every_change_exactly() {
     tokio::time::advance(Duration::from_millis(30)).await;
     assert_eq!(wait(&bucket), Some(Duration::from_millis(70)));
     // 0.7 of a token still owed, at 20/s: 35 ms.
-    bucket.set_rate(Rate::per_second(20).unwrap());
+    bucket.set_rate(RequestRate::per_second(20).unwrap());
     assert_eq!(wait(&bucket), Some(Duration::from_millis(35)));
     let until = Instant::now() + Duration::from_secs(1);
     bucket.block_until(until);
@@ -416,7 +419,7 @@ async fn lock_free_refusals_follow_every_change_exactly() {
     // A heavier weight takes the locked path and is just as exact.
     bucket.set_capacity(3).unwrap();
     match bucket.try_acquire(3) {
-        Err(Error::Throttled { wait, .. }) => assert_eq!(wait, Duration::from_millis(150)),
+        Err(Error::NotYet { wait, .. }) => assert_eq!(wait, Duration::from_millis(150)),
         other => panic!("unexpected {other:?}"),
     }
 }

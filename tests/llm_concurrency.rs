@@ -19,7 +19,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use reqwest_pace::headers::Dimension;
-use reqwest_pace::retry::RetryPolicy;
+use reqwest_pace::retry::RetryRules;
 use reqwest_pace::testing::llm::{LlmDialect, LlmLimit, LlmServer, LlmServerBuilder, LlmService};
 use reqwest_pace::{FromHeaders, PaceHttpService, PaceLayer, Pacer, Scope, UsageBody};
 use tokio::time::Instant;
@@ -87,7 +87,7 @@ type Paced = PaceHttpService<Door, String>;
 fn pacer(seed: u64) -> Pacer {
     let draw = llm_support::seeded_draws(seed);
     Pacer::builder()
-        .retry(RetryPolicy::default().with_retry_non_idempotent(true))
+        .retry(RetryRules::default().with_retry_non_idempotent(true))
         .random(draw)
         .scope(
             Scope::per_host()
@@ -302,7 +302,7 @@ async fn a_configured_cap_is_never_raised() {
         .await
         .unwrap();
     let pacer = Pacer::builder()
-        .retry(RetryPolicy::default().with_retry_non_idempotent(true))
+        .retry(RetryRules::default().with_retry_non_idempotent(true))
         .host_scope(Scope::per_host().max_in_flight(2))
         .reconcile((FromHeaders, UsageBody))
         .build()
@@ -415,12 +415,12 @@ impl Service<reqwest::Request> for Scripted {
 #[tokio::test(start_paused = true)]
 async fn a_cap_lowered_while_a_call_waits_on_a_later_scope_never_deadlocks() {
     let pacer = Pacer::builder()
-        .retry(RetryPolicy::default().with_max_attempts(1))
+        .retry(RetryRules::default().with_max_attempts(1))
         .host_scope(Scope::per_host().probe_first(false))
         .scope(
             Scope::per_header("user", "x-user")
                 .adaptive(false)
-                .rate(reqwest_pace::Rate::per_second(1).unwrap())
+                .rate(reqwest_pace::RequestRate::per_second(1).unwrap())
                 .burst(1)
                 .max_in_flight(1),
         )
@@ -545,7 +545,7 @@ impl Service<reqwest::Request> for Outage {
 /// host key's cap at the seconds given.
 async fn through_an_outage(outage: u16, at: &[u64]) -> (u32, Vec<Option<usize>>) {
     let pacer = Pacer::builder()
-        .retry(RetryPolicy::default().with_max_attempts(1))
+        .retry(RetryRules::default().with_max_attempts(1))
         .build()
         .unwrap();
     through_an_outage_with(pacer, outage, at).await
@@ -618,7 +618,7 @@ async fn a_cap_an_outage_of_429s_cut_comes_back_in_seconds() {
 /// the run answers at least 8 500 calls.
 async fn caps_through_an_outage_of_429s(probe: bool) -> Vec<Option<usize>> {
     let pacer = Pacer::builder()
-        .retry(RetryPolicy::default().with_max_attempts(1))
+        .retry(RetryRules::default().with_max_attempts(1))
         .host_scope(Scope::per_host().probe_cap(probe))
         .build()
         .unwrap();
@@ -645,7 +645,7 @@ async fn a_probed_cap_goes_past_what_the_server_admitted_when_it_admits_the_prob
 #[tokio::test(start_paused = true)]
 async fn a_configured_cap_an_outage_cut_comes_back_no_higher() {
     let pacer = Pacer::builder()
-        .retry(RetryPolicy::default().with_max_attempts(1))
+        .retry(RetryRules::default().with_max_attempts(1))
         .host_scope(Scope::per_host().max_in_flight(8).probe_cap(true))
         .build()
         .unwrap();

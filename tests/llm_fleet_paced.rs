@@ -16,9 +16,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest_pace::headers::Dimension;
-use reqwest_pace::retry::RetryPolicy;
+use reqwest_pace::retry::RetryRules;
 use reqwest_pace::testing::llm::{LlmServer, LlmServerBuilder};
-use reqwest_pace::{FromHeaders, Limiter, PaceLayer, Pacer, Rate, Scope, UsageBody};
+use reqwest_pace::{FromHeaders, Limiter, PaceLayer, Pacer, RequestRate, Scope, UsageBody};
 use tokio::time::Instant;
 use tower_layer::Layer as _;
 use twin_support::{TwinBucket, TwinProcess};
@@ -47,7 +47,8 @@ async fn fleet(
         .start()
         .await
         .unwrap();
-    let twin = Arc::new(TwinBucket::new(Rate::per_second(1_000_000).unwrap(), 1_000_000).unwrap());
+    let twin =
+        Arc::new(TwinBucket::new(RequestRate::per_second(1_000_000).unwrap(), 1_000_000).unwrap());
     let mut runs = Vec::new();
     let t0 = Instant::now();
     for client in 0..4u64 {
@@ -57,7 +58,7 @@ async fn fleet(
             .dimension(Dimension::Tokens)
             .limiter(move |_| Ok(Arc::new(process.clone()) as Arc<dyn Limiter>));
         let pacer = Pacer::builder()
-            .retry(RetryPolicy::default().with_retry_non_idempotent(true))
+            .retry(RetryRules::default().with_retry_non_idempotent(true))
             .random(llm_support::seeded_draws(client + 1))
             .scope(tokens)
             .reconcile((FromHeaders, UsageBody))

@@ -12,11 +12,11 @@ use llm_support::call;
 use std::time::Duration;
 
 use reqwest_pace::headers::Dimension;
-use reqwest_pace::retry::RetryPolicy;
+use reqwest_pace::retry::RetryRules;
 use reqwest_pace::testing::llm::{LlmDialect, LlmLimit, LlmServer, LlmServerBuilder};
 use reqwest_pace::{
-    Charge, Cost, Error, FromHeaders, PaceHttpService, PaceLayer, Pacer, Rate, Reconcile, Scope,
-    UsageBody,
+    Charge, Cost, Error, FromHeaders, PaceHttpService, PaceLayer, Pacer, Reconcile, RequestRate,
+    Scope, UsageBody,
 };
 use tokio::time::Instant;
 use tower_layer::Layer as _;
@@ -58,7 +58,7 @@ fn seeded_pacer_without_tokens(
 ) -> Pacer {
     let draw = llm_support::seeded_draws(seed);
     let builder = Pacer::builder()
-        .retry(RetryPolicy::default().with_retry_non_idempotent(true))
+        .retry(RetryRules::default().with_retry_non_idempotent(true))
         .random(draw);
     with(builder).build().unwrap()
 }
@@ -285,7 +285,7 @@ async fn a_settled_charge_refunds_and_charges_the_difference_at_exact_times() {
             Scope::per_host()
                 .named("tokens")
                 .dimension(Dimension::Tokens)
-                .rate(Rate::per_second(100).unwrap())
+                .rate(RequestRate::per_second(100).unwrap())
                 .burst(1_000),
         )
         .reconcile(UsageBody)
@@ -317,9 +317,9 @@ async fn a_settled_charge_refunds_and_charges_the_difference_at_exact_times() {
     assert!(charge.settle(&Cost::default().with(Dimension::Tokens, u64::MAX)));
     let mut late = call(&server, 50, 50);
     late.extensions_mut()
-        .insert(reqwest_pace::Deadline(10 * SEC));
+        .insert(reqwest_pace::TimeLimit(10 * SEC));
     match service.call(late).await {
-        Err(Error::DeadlineExceeded { wait, .. }) => {
+        Err(Error::TimeLimitExceeded { wait, .. }) => {
             assert_eq!(wait, Some(Duration::from_secs(1_500)));
         }
         other => panic!("expected the deadline, got {other:?}"),
@@ -491,7 +491,7 @@ async fn goal_on(
 /// A refusal teaches the dimension it shows short, not the others it
 /// states with room: another client of the same key spends the tokens,
 /// this client's call is refused for them, and only its tokens scope is
-/// taught the refusal (the scope an `Event::Throttled` names).
+/// taught the refusal (the scope an `Event::Refused` names).
 #[tokio::test(start_paused = true)]
 async fn a_refusal_for_tokens_teaches_the_tokens_scope_only() {
     let server = LlmServer::builder()
@@ -512,7 +512,7 @@ async fn a_refusal_for_tokens_teaches_the_tokens_scope_only() {
             .dimension(Dimension::Tokens)
             .adaptive(true);
         b.scope(tokens).on_event(move |event| {
-            if let reqwest_pace::Event::Throttled { scope, .. } = event {
+            if let reqwest_pace::Event::Refused { scope, .. } = event {
                 seen.lock().unwrap().push(scope.clone());
             }
         })
@@ -561,7 +561,7 @@ async fn a_big_call_goes_every_weight_over_the_rate_exactly() {
             Scope::per_host()
                 .named("tokens")
                 .dimension(Dimension::Tokens)
-                .rate(Rate::per_second(10_000).unwrap())
+                .rate(RequestRate::per_second(10_000).unwrap())
                 .adaptive(true),
         )
         .build()
@@ -620,7 +620,8 @@ async fn a_fleet_of_four_sharing_its_tokens_meets_the_goal() {
         .await
         .unwrap();
     let shared: std::sync::Arc<dyn reqwest_pace::Limiter> = std::sync::Arc::new(
-        reqwest_pace::TokenBucket::new(Rate::per_second(1_000_000).unwrap(), 1_000_000).unwrap(),
+        reqwest_pace::TokenBucket::new(RequestRate::per_second(1_000_000).unwrap(), 1_000_000)
+            .unwrap(),
     );
     let mut runs = Vec::new();
     let t0 = Instant::now();
@@ -682,9 +683,9 @@ async fn a_refusal_stating_no_limit_short_teaches_the_requests_scope() {
                 .named("tokens")
                 .dimension(Dimension::Tokens),
         )
-        .retry(RetryPolicy::default().with_max_attempts(1))
+        .retry(RetryRules::default().with_max_attempts(1))
         .on_event(move |event| {
-            if let reqwest_pace::Event::Throttled { scope, .. } = event {
+            if let reqwest_pace::Event::Refused { scope, .. } = event {
                 seen.lock().unwrap().push(scope.clone());
             }
         })

@@ -24,9 +24,9 @@ use llm_support::seeded_draws;
 use redis_support::RedisServer;
 use reqwest_pace::headers::Dimension;
 use reqwest_pace::redis::RedisBackend;
-use reqwest_pace::retry::RetryPolicy;
+use reqwest_pace::retry::RetryRules;
 use reqwest_pace::testing::llm::{LlmLimit, LlmServer};
-use reqwest_pace::{Event, FromHeaders, PaceLayer, Pacer, Rate, Scope, UsageBody};
+use reqwest_pace::{Event, FromHeaders, PaceLayer, Pacer, RequestRate, Scope, UsageBody};
 use tokio::time::Instant;
 use tower_layer::Layer as _;
 
@@ -53,13 +53,13 @@ async fn member(redis: &RedisServer, seed: u64, watch: Arc<Mutex<Watch>>, start:
     let tokens = {
         let backend = backend.clone();
         move |key: &str| {
-            let open = Rate::per_second(1_000_000)?;
+            let open = RequestRate::per_second(1_000_000)?;
             let bucket = backend.token_bucket(format!("tokens:{key}"), open, 1_000_000)?;
             Ok(Arc::new(bucket) as Arc<dyn reqwest_pace::Limiter>)
         }
     };
     Pacer::builder()
-        .retry(RetryPolicy::default().with_retry_non_idempotent(true))
+        .retry(RetryRules::default().with_retry_non_idempotent(true))
         .random(seeded_draws(seed))
         .host_scope(Scope::per_host().shared_in_flight(move |key| backend.in_flight(key)))
         .scope(
@@ -82,7 +82,7 @@ async fn member(redis: &RedisServer, seed: u64, watch: Arc<Mutex<Watch>>, start:
                 Event::Received { .. } => watch.now = watch.now.saturating_sub(1),
                 // A refusal read and learned from (for concurrency: the
                 // fleet's cap lowered in Redis before the event).
-                Event::Throttled { .. } => {
+                Event::Refused { .. } => {
                     watch.first_refusal.get_or_insert_with(|| start.elapsed());
                 }
                 _ => {}

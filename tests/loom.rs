@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use loom::sync::Arc;
 use loom::thread;
-use reqwest_pace::{Rate, TokenBucket};
+use reqwest_pace::{RequestRate, TokenBucket};
 
 fn model(f: impl Fn() + Sync + Send + 'static) {
     let mut builder = loom::model::Builder::new();
@@ -29,7 +29,7 @@ fn model(f: impl Fn() + Sync + Send + 'static) {
 }
 
 fn hourly(capacity: u64) -> Arc<TokenBucket> {
-    let rate = Rate::per_hour(1).expect("one an hour is a rate");
+    let rate = RequestRate::per_hour(1).expect("one an hour is a rate");
     Arc::new(TokenBucket::new(rate, capacity).expect("a capacity above zero"))
 }
 
@@ -75,7 +75,7 @@ fn a_rate_change_racing_compare_and_swap_admits_each_token_once() {
         let bucket = hourly(2);
         let a = taker(&bucket, 2);
         let b = taker(&bucket, 1);
-        let daily = Rate::every(std::time::Duration::from_secs(86_400)).expect("a rate");
+        let daily = RequestRate::every(std::time::Duration::from_secs(86_400)).expect("a rate");
         bucket.set_rate(daily);
         let admitted = a.join().expect("thread a") + b.join().expect("thread b");
         assert_eq!(admitted, 2);

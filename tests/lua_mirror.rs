@@ -42,7 +42,7 @@ use redis::aio::MultiplexedConnection;
 use redis::Script;
 use redis_support::RedisServer;
 use reqwest_pace::limiter::{Algorithm, Gcra};
-use reqwest_pace::Rate;
+use reqwest_pace::RequestRate;
 use twin_support::{Op as TwinOp, Reply, Script as Twin};
 
 /// The script the shared bucket runs, as it is shipped.
@@ -247,7 +247,7 @@ async fn mirror(
 ) {
     let mut seq = Seq(seed);
     let (mut interval, capacity) = bucket_params(&mut seq);
-    let rate = Rate::every(Duration::from_nanos(interval)).expect("a rate");
+    let rate = RequestRate::every(Duration::from_nanos(interval)).expect("a rate");
     assert_eq!(rate.interval_nanos(), interval);
     let initial = seq.range(0, capacity);
     let mut gcra = Gcra::new(rate, capacity, initial);
@@ -354,7 +354,7 @@ async fn mirror(
                     return;
                 }
                 if faster < interval {
-                    let rate = Rate::every(Duration::from_nanos(faster)).expect("a rate");
+                    let rate = RequestRate::every(Duration::from_nanos(faster)).expect("a rate");
                     gcra.set_rate(now, rate);
                     interval = faster;
                     bucket = (interval, capacity);
@@ -369,7 +369,10 @@ async fn mirror(
                     seen.rate_changed_with_turns_booked += 1;
                     return;
                 }
-                gcra.set_rate(now, Rate::every(Duration::from_nanos(t)).expect("a rate"));
+                gcra.set_rate(
+                    now,
+                    RequestRate::every(Duration::from_nanos(t)).expect("a rate"),
+                );
                 interval = t;
                 bucket = (interval, capacity);
                 seen.rate_changed += 1;

@@ -11,9 +11,9 @@ use std::time::Duration;
 use metrics::{
     Counter, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder, SharedString, Unit,
 };
-use reqwest_pace::retry::{Backoff, Jitter, ReleaseJitter, RetryPolicy};
+use reqwest_pace::retry::{Backoff, BackoffJitter, ReleaseJitter, RetryRules};
 use reqwest_pace::testing::{Dialect, Fault, RateLimitedServer, RetryAfter};
-use reqwest_pace::{ErrorKind, Event, Rate, Scope, ThrottledClient};
+use reqwest_pace::{ErrorKind, Event, RequestRate, Scope, ThrottledClient};
 
 /// The samples a histogram received, in order.
 #[derive(Default)]
@@ -146,12 +146,13 @@ fn expected<T: Clone>(rows: &[(&str, T)]) -> BTreeMap<String, T> {
 /// delays and releases.
 fn paced_client() -> ThrottledClient {
     ThrottledClient::builder(reqwest::Client::new())
-        .rate(Rate::per_second(2).unwrap())
+        .rate(RequestRate::per_second(2).unwrap())
         .burst(1)
         .retry(
-            RetryPolicy::default()
+            RetryRules::default()
                 .with_backoff(
-                    Backoff::exponential(Duration::from_millis(100)).with_jitter(Jitter::None),
+                    Backoff::exponential(Duration::from_millis(100))
+                        .with_jitter(BackoffJitter::None),
                 )
                 .with_max_attempts(2)
                 .with_max_retry_after(Duration::from_secs(60)),
@@ -179,7 +180,7 @@ async fn a_scripted_run_is_counted_exactly() {
     reqwest_pace::describe_metrics();
 
     let server = RateLimitedServer::builder()
-        .limit(Rate::per_second(1000).unwrap())
+        .limit(RequestRate::per_second(1000).unwrap())
         .burst(1000)
         .dialect(Dialect::None)
         .start()
@@ -268,7 +269,7 @@ async fn learned_rates_are_gauged_per_layer_never_per_key() {
     reqwest_pace::describe_metrics();
 
     let server = RateLimitedServer::builder()
-        .limit(Rate::per_second(10).unwrap())
+        .limit(RequestRate::per_second(10).unwrap())
         .burst(10)
         .dialect(Dialect::XRateLimit)
         .start()
@@ -383,7 +384,7 @@ async fn circuit_changes_are_counted_and_open_breakers_gauged() {
     let _installed = metrics::set_default_local_recorder(&recorder);
     reqwest_pace::describe_metrics();
     let server = RateLimitedServer::builder()
-        .limit(Rate::per_second(1_000).unwrap())
+        .limit(RequestRate::per_second(1_000).unwrap())
         .burst(1_000)
         .dialect(Dialect::None)
         .start()
@@ -396,7 +397,7 @@ async fn circuit_changes_are_counted_and_open_breakers_gauged() {
     let client = ThrottledClient::builder(reqwest::Client::new())
         .host_scope(
             Scope::per_host()
-                .rate(Rate::per_second(1_000).unwrap())
+                .rate(RequestRate::per_second(1_000).unwrap())
                 .circuit_breaker(breaker),
         )
         .build()

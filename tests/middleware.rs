@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest_middleware::{ClientBuilder, Middleware, Next};
-use reqwest_pace::retry::{Backoff, Jitter, ReleaseJitter, RetryPolicy};
+use reqwest_pace::retry::{Backoff, BackoffJitter, ReleaseJitter, RetryRules};
 use reqwest_pace::testing::{Fault, RateLimitedServer, RetryAfter};
-use reqwest_pace::{Deadline, PaceMiddleware, Pacer, Rate, ThrottledClient};
+use reqwest_pace::{PaceMiddleware, Pacer, RequestRate, ThrottledClient, TimeLimit};
 
 /// Counts what reaches it: placed after the pacing middleware, it sees
 /// every attempt.
@@ -30,7 +30,7 @@ impl Middleware for Counter {
 /// The engine alone, with no `reqwest::Client` of its own (the chain's
 /// sends), and exact releases (no jitter after a server's `Retry-After`),
 /// so times can be asserted to the millisecond.
-fn pace(policy: RetryPolicy) -> PaceMiddleware {
+fn pace(policy: RetryRules) -> PaceMiddleware {
     PaceMiddleware::new(
         Pacer::builder()
             .retry(policy)
@@ -50,7 +50,7 @@ async fn retries_run_the_rest_of_the_chain_once_per_attempt() {
     );
     let attempts = Arc::new(AtomicU32::new(0));
     let client = ClientBuilder::new(reqwest::Client::new())
-        .with(pace(RetryPolicy::default()))
+        .with(pace(RetryRules::default()))
         .with(Counter(Arc::clone(&attempts)))
         .build();
     let start = tokio::time::Instant::now();
@@ -68,8 +68,8 @@ async fn the_crate_error_comes_out_as_a_middleware_error() {
     server.inject(Fault::service_unavailable().times(10));
     let client = ClientBuilder::new(reqwest::Client::new())
         .with(pace(
-            RetryPolicy::default().with_max_attempts(2).with_backoff(
-                Backoff::exponential(Duration::from_millis(10)).with_jitter(Jitter::None),
+            RetryRules::default().with_max_attempts(2).with_backoff(
+                Backoff::exponential(Duration::from_millis(10)).with_jitter(BackoffJitter::None),
             ),
         ))
         .build();
@@ -88,7 +88,7 @@ async fn the_crate_error_comes_out_as_a_middleware_error() {
 #[tokio::test(start_paused = true)]
 async fn the_chain_is_paced() {
     let server = RateLimitedServer::builder()
-        .limit(Rate::per_second(1000).unwrap())
+        .limit(RequestRate::per_second(1000).unwrap())
         .burst(1000)
         .start()
         .await
@@ -96,7 +96,7 @@ async fn the_chain_is_paced() {
     let client = ClientBuilder::new(reqwest::Client::new())
         .with(PaceMiddleware::new(
             ThrottledClient::builder(reqwest::Client::new())
-                .rate(Rate::per_second(10).unwrap())
+                .rate(RequestRate::per_second(10).unwrap())
                 .burst(1)
                 .build()
                 .unwrap(),
@@ -120,7 +120,7 @@ async fn a_deadline_in_the_extensions_bounds_the_middlewares_waits() {
     let attempts = Arc::new(AtomicU32::new(0));
     let pacing = PaceMiddleware::new(
         ThrottledClient::builder(reqwest::Client::new())
-            .rate(Rate::per_hour(1).unwrap())
+            .rate(RequestRate::per_hour(1).unwrap())
             .burst(1)
             .build()
             .unwrap(),
@@ -133,7 +133,7 @@ async fn a_deadline_in_the_extensions_bounds_the_middlewares_waits() {
     let start = tokio::time::Instant::now();
     let err = client
         .get(server.url())
-        .with_extension(Deadline(Duration::from_secs(1)))
+        .with_extension(TimeLimit(Duration::from_secs(1)))
         .send()
         .await
         .unwrap_err();
@@ -146,7 +146,7 @@ async fn a_deadline_in_the_extensions_bounds_the_middlewares_waits() {
     assert!(
         matches!(
             inner.downcast_ref::<reqwest_pace::Error>(),
-            Some(reqwest_pace::Error::DeadlineExceeded { .. })
+            Some(reqwest_pace::Error::TimeLimitExceeded { .. })
         ),
         "{inner:?}"
     );
@@ -158,7 +158,7 @@ async fn a_deadline_in_the_extensions_bounds_the_middlewares_waits() {
 async fn a_client_and_its_middleware_share_one_bucket() {
     let server = RateLimitedServer::builder().start().await.unwrap();
     let client = ThrottledClient::builder(reqwest::Client::new())
-        .rate(Rate::per_second(1).unwrap())
+        .rate(RequestRate::per_second(1).unwrap())
         .burst(1)
         .build()
         .unwrap();

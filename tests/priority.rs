@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use reqwest_middleware::ClientBuilder;
 use reqwest_pace::testing::RateLimitedServer;
-use reqwest_pace::{PaceLayer, PaceMiddleware, Pacer, Priority, Rate, Scope, ThrottledClient};
+use reqwest_pace::{
+    PaceLayer, PaceMiddleware, Pacer, Priority, RequestRate, Scope, ThrottledClient,
+};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tower_layer::Layer;
@@ -23,7 +25,7 @@ const MS: Duration = Duration::from_millis(1);
 /// A server that never refuses, answering each request after [`SERVICE`].
 async fn server() -> RateLimitedServer {
     RateLimitedServer::builder()
-        .limit(Rate::per_second(10_000).unwrap())
+        .limit(RequestRate::per_second(10_000).unwrap())
         .burst(10_000)
         .latency(SERVICE)
         .start()
@@ -113,7 +115,7 @@ async fn all_done(tasks: Vec<JoinHandle<(Duration, bool)>>) -> Duration {
 /// A client whose keys send `per_second`, one at a time.
 fn paced_at(per_second: u64) -> ThrottledClient {
     ThrottledClient::builder(reqwest::Client::new())
-        .rate(Rate::per_second(per_second).unwrap())
+        .rate(RequestRate::per_second(per_second).unwrap())
         .burst(1)
         .build()
         .unwrap()
@@ -243,7 +245,7 @@ async fn a_batch_call_is_not_starved_by_a_stream_of_interactive_calls() {
     let client = ThrottledClient::builder(reqwest::Client::new())
         .host_scope(
             Scope::per_host()
-                .rate(Rate::per_second(10).unwrap())
+                .rate(RequestRate::per_second(10).unwrap())
                 .burst(1)
                 .aging(Duration::from_secs(1)),
         )
@@ -284,7 +286,7 @@ async fn a_batch_call_is_not_starved_by_a_stream_of_interactive_calls() {
 async fn priorities_hold_through_the_middleware() {
     let server = server().await;
     let pacer = Pacer::builder()
-        .rate(Rate::per_second(10).unwrap())
+        .rate(RequestRate::per_second(10).unwrap())
         .burst(1)
         .build()
         .unwrap();
@@ -327,7 +329,7 @@ async fn priorities_hold_through_the_middleware() {
 async fn priorities_hold_through_the_tower_service() {
     let server = server().await;
     let pacer = Pacer::builder()
-        .rate(Rate::per_second(10).unwrap())
+        .rate(RequestRate::per_second(10).unwrap())
         .burst(1)
         .build()
         .unwrap();

@@ -14,7 +14,7 @@ use redis::AsyncCommands;
 use redis_support::{free_port, raw, RedisServer};
 use reqwest_pace::limiter::{Bounds, Grant, ServerBlock};
 use reqwest_pace::redis::{FaultPolicy, RedisBackend, RedisTokenBucket};
-use reqwest_pace::{Adjustment, Error, Limiter, Rate};
+use reqwest_pace::{Adjustment, Error, Limiter, RequestRate};
 use tokio::time::Instant;
 
 const MS: Duration = Duration::from_millis(1);
@@ -31,7 +31,7 @@ async fn dbsize(conn: &mut MultiplexedConnection) -> u64 {
 
 /// The most a token bucket may grant between two `TIME` readings: the
 /// whole capacity plus one token per interval elapsed.
-fn budget(capacity: u64, rate: Rate, from_us: u64, to_us: u64) -> u64 {
+fn budget(capacity: u64, rate: RequestRate, from_us: u64, to_us: u64) -> u64 {
     capacity + (to_us - from_us) * 1_000 / rate.interval_nanos()
 }
 
@@ -41,7 +41,7 @@ fn is_backend(result: &Result<(), Error>) -> bool {
 
 fn throttled_wait(result: Result<(), Error>) -> Duration {
     match result {
-        Err(Error::Throttled { wait, .. }) => wait,
+        Err(Error::NotYet { wait, .. }) => wait,
         other => panic!("expected Throttled, got {other:?}"),
     }
 }
@@ -52,7 +52,7 @@ fn throttled_wait(result: Result<(), Error>) -> Duration {
 async fn hammer_shared_bucket(
     server: &RedisServer,
     tasks: usize,
-    rate: Rate,
+    rate: RequestRate,
     capacity: u64,
     run: Duration,
 ) -> (u64, u64, u64) {
@@ -72,7 +72,7 @@ async fn hammer_shared_bucket(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sixty_four_connections_never_exceed_capacity_plus_rate_times_elapsed() {
     let server = RedisServer::start();
-    let rate = Rate::per_second(200).unwrap();
+    let rate = RequestRate::per_second(200).unwrap();
     let capacity = 10;
     let (granted, from, to) =
         hammer_shared_bucket(&server, 64, rate, capacity, Duration::from_millis(600)).await;
@@ -93,7 +93,7 @@ async fn sixty_four_connections_never_exceed_capacity_plus_rate_times_elapsed() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn split_get_then_set_over_admits_under_the_same_load() {
     let server = RedisServer::start();
-    let rate = Rate::per_second(200).unwrap();
+    let rate = RequestRate::per_second(200).unwrap();
     let capacity: u64 = 10;
     let t = u128::from(rate.interval_nanos());
     let span = u128::from(capacity) * t;
@@ -142,7 +142,7 @@ async fn split_get_then_set_over_admits_under_the_same_load() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sliding_log_race_keeps_every_window_within_the_limit() {
     let server = RedisServer::start();
-    let limit = Rate::new(20, Duration::from_millis(200)).unwrap();
+    let limit = RequestRate::new(20, Duration::from_millis(200)).unwrap();
     let mut logs = Vec::new();
     for _ in 0..32 {
         let backend = RedisBackend::connect(server.url()).await.unwrap();
@@ -161,7 +161,7 @@ async fn sliding_log_race_keeps_every_window_within_the_limit() {
                     Ok(()) => {
                         granted.fetch_add(1, Ordering::Relaxed);
                     }
-                    Err(Error::Throttled { wait, .. }) => tokio::time::sleep(wait).await,
+                    Err(Error::NotYet { wait, .. }) => tokio::time::sleep(wait).await,
                     Err(e) => panic!("unexpected {e:?}"),
                 }
             }
@@ -188,7 +188,7 @@ async fn acquire_sleeps_once_until_its_reserved_turn() {
     let backend = RedisBackend::connect(server.url()).await.unwrap();
     // Sub-second period: 1 token every 40 ms.
     let bucket = backend
-        .token_bucket("steady", Rate::new(1, 40 * MS).unwrap(), 1)
+        .token_bucket("steady", RequestRate::new(1, 40 * MS).unwrap(), 1)
         .unwrap();
     let start = Instant::now();
     for _ in 0..6 {
@@ -230,7 +230,7 @@ async fn sub_hz_rates_report_the_full_wait() {
     let server = RedisServer::start();
     let backend = RedisBackend::connect(server.url()).await.unwrap();
     let bucket = backend
-        .token_bucket("slow", Rate::per_minute(1).unwrap(), 1)
+        .token_bucket("slow", RequestRate::per_minute(1).unwrap(), 1)
         .unwrap();
     bucket.try_acquire(1).await.unwrap();
     let wait = throttled_wait(bucket.try_acquire(1).await);
@@ -240,7 +240,7 @@ async fn sub_hz_rates_report_the_full_wait() {
     );
 
     let log = backend
-        .sliding_log("slow", Rate::per_minute(2).unwrap())
+        .sliding_log("slow", RequestRate::per_minute(2).unwrap())
         .unwrap();
     log.try_acquire(2).await.unwrap();
     let wait = throttled_wait(log.try_acquire(1).await);
@@ -251,7 +251,7 @@ async fn sub_hz_rates_report_the_full_wait() {
 
     // Sub-second window: 3 per 150 ms, exactly.
     let fast = backend
-        .sliding_log("fast", Rate::new(3, 150 * MS).unwrap())
+        .sliding_log("fast", RequestRate::new(3, 150 * MS).unwrap())
         .unwrap();
     let start = Instant::now();
     for _ in 0..6 {
@@ -266,7 +266,7 @@ async fn weights_are_checked_against_the_shared_capacity() {
     let server = RedisServer::start();
     let backend = RedisBackend::connect(server.url()).await.unwrap();
     let bucket = backend
-        .token_bucket("heavy", Rate::per_second(10).unwrap(), 3)
+        .token_bucket("heavy", RequestRate::per_second(10).unwrap(), 3)
         .unwrap();
     assert!(matches!(
         bucket.try_acquire(4).await,
@@ -291,7 +291,7 @@ async fn weights_are_checked_against_the_shared_capacity() {
     assert!(wait > 250 * MS && wait <= 300 * MS, "{wait:?}");
 
     let log = backend
-        .sliding_log("heavy", Rate::per_second(2).unwrap())
+        .sliding_log("heavy", RequestRate::per_second(2).unwrap())
         .unwrap();
     assert!(matches!(
         log.acquire(3).await,
@@ -303,18 +303,18 @@ async fn weights_are_checked_against_the_shared_capacity() {
     ));
 
     assert!(backend
-        .token_bucket("", Rate::per_second(1).unwrap(), 1)
+        .token_bucket("", RequestRate::per_second(1).unwrap(), 1)
         .is_err());
     assert!(backend
-        .token_bucket("k", Rate::per_second(1).unwrap(), 0)
+        .token_bucket("k", RequestRate::per_second(1).unwrap(), 0)
         .is_err());
     assert!(backend
         .clone()
         .with_prefix("a{b}")
-        .token_bucket("k", Rate::per_second(1).unwrap(), 1)
+        .token_bucket("k", RequestRate::per_second(1).unwrap(), 1)
         .is_err());
     assert!(backend
-        .token_bucket("k", Rate::per_hour(1).unwrap(), 10_000)
+        .token_bucket("k", RequestRate::per_hour(1).unwrap(), 10_000)
         .is_err());
 }
 
@@ -323,7 +323,7 @@ async fn a_retry_after_seen_by_one_backend_blocks_the_other() {
     let server = RedisServer::start();
     let a = RedisBackend::connect(server.url()).await.unwrap();
     let b = RedisBackend::connect(server.url()).await.unwrap();
-    let rate = Rate::per_second(10).unwrap();
+    let rate = RequestRate::per_second(10).unwrap();
     let seen_by_a: Arc<dyn Limiter> = Arc::new(a.token_bucket("api", rate, 10).unwrap());
     let other = b.token_bucket("api", rate, 10).unwrap();
 
@@ -342,10 +342,10 @@ async fn a_retry_after_seen_by_one_backend_blocks_the_other() {
 
     // The same for a sliding log: 4 per 400 ms resumes one per 100 ms.
     let log_a = a
-        .sliding_log("api", Rate::new(4, 400 * MS).unwrap())
+        .sliding_log("api", RequestRate::new(4, 400 * MS).unwrap())
         .unwrap();
     let log_b = b
-        .sliding_log("api", Rate::new(4, 400 * MS).unwrap())
+        .sliding_log("api", RequestRate::new(4, 400 * MS).unwrap())
         .unwrap();
     let start = Instant::now();
     log_a
@@ -365,7 +365,7 @@ async fn a_block_arriving_while_a_waiter_sleeps_holds_it_back() {
     let server = RedisServer::start();
     let a = RedisBackend::connect(server.url()).await.unwrap();
     let b = RedisBackend::connect(server.url()).await.unwrap();
-    let rate = Rate::new(1, 200 * MS).unwrap();
+    let rate = RequestRate::new(1, 200 * MS).unwrap();
     let blocker = a.token_bucket("api", rate, 1).unwrap();
     let sleeper = b.token_bucket("api", rate, 1).unwrap();
     sleeper.try_acquire(1).await.unwrap();
@@ -406,7 +406,7 @@ async fn a_block_longer_than_the_bound_refuses_every_backend_with_its_cause() {
     let server = RedisServer::start();
     let a = RedisBackend::connect(server.url()).await.unwrap();
     let b = RedisBackend::connect(server.url()).await.unwrap();
-    let rate = Rate::new(1, 2 * Duration::from_secs(1)).unwrap();
+    let rate = RequestRate::new(1, 2 * Duration::from_secs(1)).unwrap();
     let seen_by_a = a.token_bucket("api", rate, 1).unwrap();
     let other = b.token_bucket("api", rate, 1).unwrap();
     let within = Bounds::default().max_block(Duration::from_secs(60));
@@ -440,7 +440,7 @@ async fn a_block_longer_than_the_bound_refuses_every_backend_with_its_cause() {
     // bound on the grant's instant refuses that, booking nothing.
     let soon = Bounds::default().by(Instant::now() + Duration::from_secs(5));
     match other.acquire_within(1, soon).await {
-        Err(Error::Throttled { wait, .. }) => assert!(wait > hour - Duration::from_secs(10)),
+        Err(Error::NotYet { wait, .. }) => assert!(wait > hour - Duration::from_secs(10)),
         other => panic!("expected Throttled, got {other:?}"),
     }
     // A later block of a spent quota takes over, with its own cause.
@@ -472,7 +472,7 @@ async fn a_sliding_log_shares_a_block_longer_than_the_bound_and_its_lifting() {
     let server = RedisServer::start();
     let a = RedisBackend::connect(server.url()).await.unwrap();
     let b = RedisBackend::connect(server.url()).await.unwrap();
-    let limit = Rate::new(4, Duration::from_secs(10)).unwrap();
+    let limit = RequestRate::new(4, Duration::from_secs(10)).unwrap();
     let log_a = a.sliding_log("quota", limit).unwrap();
     let log_b = b.sliding_log("quota", limit).unwrap();
     let within = Bounds::default().max_block(Duration::from_secs(60));
@@ -504,13 +504,13 @@ async fn a_sliding_log_shares_a_block_longer_than_the_bound_and_its_lifting() {
 async fn a_grant_past_its_bound_is_refused_and_books_nothing() {
     let server = RedisServer::start();
     let backend = RedisBackend::connect(server.url()).await.unwrap();
-    let rate = Rate::new(1, 2 * Duration::from_secs(1)).unwrap();
+    let rate = RequestRate::new(1, 2 * Duration::from_secs(1)).unwrap();
     let bucket = backend.token_bucket("api", rate, 1).unwrap();
     bucket.try_acquire(1).await.unwrap();
     for _ in 0..3 {
         let soon = Bounds::default().by(Instant::now() + 100 * MS);
         match bucket.acquire_within(1, soon).await {
-            Err(Error::Throttled { wait, .. }) => {
+            Err(Error::NotYet { wait, .. }) => {
                 assert!(wait > Duration::from_secs(1) && wait <= 2 * Duration::from_secs(1));
             }
             other => panic!("expected Throttled, got {other:?}"),
@@ -527,12 +527,12 @@ async fn learned_limits_are_shared() {
     let server = RedisServer::start();
     let a = RedisBackend::connect(server.url()).await.unwrap();
     let b = RedisBackend::connect(server.url()).await.unwrap();
-    let rate = Rate::per_second(100).unwrap();
+    let rate = RequestRate::per_second(100).unwrap();
     let learner = a.token_bucket("api", rate, 10).unwrap();
     let other = b.token_bucket("api", rate, 10).unwrap();
 
     learner
-        .adjust(Adjustment::SetRate(Rate::every(300 * MS).unwrap()))
+        .adjust(Adjustment::SetRate(RequestRate::every(300 * MS).unwrap()))
         .await
         .unwrap();
     learner.adjust(Adjustment::SetCapacity(2)).await.unwrap();
@@ -557,10 +557,10 @@ async fn learned_limits_are_shared() {
     throttled_wait(other.try_acquire(1).await);
 
     let log_a = a
-        .sliding_log("quota", Rate::per_second(10).unwrap())
+        .sliding_log("quota", RequestRate::per_second(10).unwrap())
         .unwrap();
     let log_b = b
-        .sliding_log("quota", Rate::per_second(10).unwrap())
+        .sliding_log("quota", RequestRate::per_second(10).unwrap())
         .unwrap();
     log_a.adjust(Adjustment::LimitRemaining(2)).await.unwrap();
     log_b.try_acquire(2).await.unwrap();
@@ -580,7 +580,7 @@ async fn a_dropped_acquire_gives_its_turn_back() {
     // One token per 3 s: a turn booked and not given back would push the
     // next one past 3 s from the start, for long enough to tell the two
     // apart on a loaded machine.
-    let slow = Rate::every(Duration::from_secs(3)).unwrap();
+    let slow = RequestRate::every(Duration::from_secs(3)).unwrap();
     let bucket = backend.token_bucket("cancel", slow, 1).unwrap();
     bucket.try_acquire(1).await.unwrap();
     let start = Instant::now();
@@ -639,10 +639,10 @@ async fn no_key_is_left_after_the_idle_period() {
         .with_learned_ttl(100 * MS);
     let mut conn = raw(&server).await;
     let bucket = backend
-        .token_bucket("idle", Rate::per_second(20).unwrap(), 2)
+        .token_bucket("idle", RequestRate::per_second(20).unwrap(), 2)
         .unwrap();
     let log = backend
-        .sliding_log("idle", Rate::new(2, 100 * MS).unwrap())
+        .sliding_log("idle", RequestRate::new(2, 100 * MS).unwrap())
         .unwrap();
     bucket.try_acquire(2).await.unwrap();
     log.try_acquire(2).await.unwrap();
@@ -650,7 +650,7 @@ async fn no_key_is_left_after_the_idle_period() {
         .adjust(Adjustment::BlockUntil(Instant::now() + 100 * MS))
         .await
         .unwrap();
-    log.adjust(Adjustment::SetRate(Rate::new(2, 150 * MS).unwrap()))
+    log.adjust(Adjustment::SetRate(RequestRate::new(2, 150 * MS).unwrap()))
         .await
         .unwrap();
 
@@ -694,12 +694,12 @@ async fn a_learned_rate_lasts_the_learned_ttl_and_no_longer() {
             .with_learned_ttl(Duration::from_millis(1_500))
     };
     let mut conn = raw(&server).await;
-    let open = Rate::per_second(10_000).unwrap();
+    let open = RequestRate::per_second(10_000).unwrap();
     let first = connect().await;
     let learner = first.token_bucket("learned", open, 1).unwrap();
     let forgetter = first.token_bucket("plain", open, 1).unwrap();
     forgetter.try_acquire(1).await.unwrap();
-    let learned = Rate::every(200 * MS).unwrap();
+    let learned = RequestRate::every(200 * MS).unwrap();
     learner.adjust(Adjustment::SetRate(learned)).await.unwrap();
     let ttl: i64 = conn.pttl("pace:{learned}:bucket").await.unwrap();
     assert!(ttl > 1_000, "PTTL {ttl}");
@@ -721,7 +721,7 @@ async fn a_learned_rate_lasts_the_learned_ttl_and_no_longer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn script_flush_mid_run_is_invisible() {
     let server = RedisServer::start();
-    let rate = Rate::per_second(100).unwrap();
+    let rate = RequestRate::per_second(100).unwrap();
     let capacity = 5;
     let backend = RedisBackend::connect(server.url()).await.unwrap();
     let bucket = Arc::new(backend.token_bucket("flush", rate, capacity).unwrap());
@@ -738,7 +738,7 @@ async fn script_flush_mid_run_is_invisible() {
                     Ok(()) => {
                         granted.fetch_add(1, Ordering::Relaxed);
                     }
-                    Err(Error::Throttled { wait, .. }) => tokio::time::sleep(wait).await,
+                    Err(Error::NotYet { wait, .. }) => tokio::time::sleep(wait).await,
                     Err(e) => panic!("a decision failed across SCRIPT FLUSH: {e:?}"),
                 }
             }
@@ -806,7 +806,7 @@ async fn killed_and_restarted_redis_fails_closed_then_recovers_within_budget() {
         .with_timeout(timeout)
         .with_cooldown(100 * MS)
         .with_fault_policy(FaultPolicy::FailClosed);
-    let rate = Rate::per_second(50).unwrap();
+    let rate = RequestRate::per_second(50).unwrap();
     let capacity = 5;
     let bucket = backend.token_bucket("restart", rate, capacity).unwrap();
     bucket.try_acquire(1).await.unwrap();
@@ -833,7 +833,7 @@ async fn killed_and_restarted_redis_fails_closed_then_recovers_within_budget() {
     while Instant::now() < deadline {
         match bucket.try_acquire(1).await {
             Ok(()) => granted += 1,
-            Err(Error::Throttled { wait, .. }) => tokio::time::sleep(wait).await,
+            Err(Error::NotYet { wait, .. }) => tokio::time::sleep(wait).await,
             Err(e) => panic!("{e:?}"),
         }
     }
@@ -856,7 +856,7 @@ async fn killed_redis_falls_back_to_a_local_share_and_comes_back() {
         .with_fault_policy(FaultPolicy::LocalFallback { processes: 2 });
     // Shared: 100 per second, bursts of 10. Locally: 50 per second, 5.
     let bucket = backend
-        .token_bucket("fallback", Rate::per_second(100).unwrap(), 10)
+        .token_bucket("fallback", RequestRate::per_second(100).unwrap(), 10)
         .unwrap();
     let key = bucket.redis_key().to_owned();
     bucket.try_acquire(1).await.unwrap();
@@ -868,7 +868,7 @@ async fn killed_redis_falls_back_to_a_local_share_and_comes_back() {
         let call = Instant::now();
         match bucket.try_acquire(1).await {
             Ok(()) => granted += 1,
-            Err(Error::Throttled { wait, .. }) => {
+            Err(Error::NotYet { wait, .. }) => {
                 assert!(wait <= 20 * MS, "{wait:?}");
                 tokio::time::sleep(wait).await;
             }
@@ -905,7 +905,7 @@ async fn frozen_redis_is_cut_off_by_the_timeout() {
         .with_timeout(timeout)
         .with_cooldown(Duration::ZERO);
     let open = closed.clone().with_fault_policy(FaultPolicy::FailOpen);
-    let rate = Rate::per_second(10).unwrap();
+    let rate = RequestRate::per_second(10).unwrap();
     let strict = closed.token_bucket("frozen", rate, 1).unwrap();
     let lenient = open.token_bucket("frozen", rate, 1).unwrap();
     strict.try_acquire(1).await.unwrap();
@@ -948,7 +948,7 @@ async fn unreachable_redis_follows_each_policy_within_the_timeout() {
         .unwrap()
         .with_timeout(timeout)
         .with_cooldown(Duration::ZERO);
-    let rate = Rate::per_second(10).unwrap();
+    let rate = RequestRate::per_second(10).unwrap();
     let within = |call: Instant| {
         let took = call.elapsed();
         assert!(took <= timeout + 100 * MS, "{took:?}");
@@ -1029,7 +1029,7 @@ async fn feedback_keeps_booked_reservations_and_blocks() {
     let interval = 30 * MS;
     let bucket = Arc::new(
         backend
-            .token_bucket("booked", Rate::new(1, interval).unwrap(), 1)
+            .token_bucket("booked", RequestRate::new(1, interval).unwrap(), 1)
             .unwrap(),
     );
     let start = Instant::now();
@@ -1061,14 +1061,14 @@ async fn feedback_keeps_booked_reservations_and_blocks() {
 
     // A rate change during a block keeps the block's length.
     let blocked = backend
-        .token_bucket("blocked", Rate::per_second(10).unwrap(), 10)
+        .token_bucket("blocked", RequestRate::per_second(10).unwrap(), 10)
         .unwrap();
     blocked
         .adjust(Adjustment::BlockUntil(Instant::now() + 1_000 * MS))
         .await
         .unwrap();
     blocked
-        .adjust(Adjustment::SetRate(Rate::per_second(1).unwrap()))
+        .adjust(Adjustment::SetRate(RequestRate::per_second(1).unwrap()))
         .await
         .unwrap();
     let wait = throttled_wait(blocked.try_acquire(1).await);
@@ -1086,7 +1086,7 @@ async fn feedback_keeps_booked_reservations_and_blocks() {
 async fn booked_turns_keep_their_instants_through_a_block_and_a_cut() {
     let server = RedisServer::start();
     let backend = RedisBackend::connect(server.url()).await.unwrap();
-    let rate = Rate::new(1, 45 * MS).unwrap();
+    let rate = RequestRate::new(1, 45 * MS).unwrap();
     let bucket = Arc::new(backend.token_bucket("turns", rate, 1).unwrap());
     let start = Instant::now();
     bucket.try_acquire(1).await.unwrap();
@@ -1120,7 +1120,7 @@ async fn booked_turns_keep_their_instants_through_a_block_and_a_cut() {
         "the turn past the block stands: {went:?}"
     );
 
-    let rate = Rate::new(1, 50 * MS).unwrap();
+    let rate = RequestRate::new(1, 50 * MS).unwrap();
     let bucket = Arc::new(backend.token_bucket("cut", rate, 1).unwrap());
     bucket.try_acquire(1).await.unwrap();
     // Turns at 50 and 100 ms, then a cut to one per 500 ms: the next turn
@@ -1135,7 +1135,7 @@ async fn booked_turns_keep_their_instants_through_a_block_and_a_cut() {
         .collect();
     tokio::time::sleep(10 * MS).await;
     bucket
-        .adjust(Adjustment::SetRate(Rate::new(1, 500 * MS).unwrap()))
+        .adjust(Adjustment::SetRate(RequestRate::new(1, 500 * MS).unwrap()))
         .await
         .unwrap();
     let wait = throttled_wait(bucket.try_acquire(1).await);
@@ -1205,14 +1205,14 @@ async fn light_units_while_a_heavy_one_waits(limiter: Arc<dyn Limiter>, heavy: u
 async fn a_heavy_turn_among_light_ones_is_booked_as_they_are() {
     let server = RedisServer::start();
     let backend = RedisBackend::connect(server.url()).await.unwrap();
-    let per_second = Rate::per_second(1_000).unwrap();
+    let per_second = RequestRate::per_second(1_000).unwrap();
     let bucket: Arc<dyn Limiter> =
         Arc::new(backend.token_bucket("heavy", per_second, 100).unwrap());
     let during = light_units_while_a_heavy_one_waits(bucket, 100).await;
     assert!(during < 3_000, "bucket: {during} light units meanwhile");
     let log: Arc<dyn Limiter> = Arc::new(
         backend
-            .sliding_log("heavy-log", Rate::new(100, 100 * MS).unwrap())
+            .sliding_log("heavy-log", RequestRate::new(100, 100 * MS).unwrap())
             .unwrap(),
     );
     let during = light_units_while_a_heavy_one_waits(log, 100).await;

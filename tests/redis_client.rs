@@ -10,18 +10,18 @@ use std::time::Duration;
 
 use redis_support::{until_reads, RedisServer};
 use reqwest_pace::redis::RedisBackend;
-use reqwest_pace::retry::RetryPolicy;
+use reqwest_pace::retry::RetryRules;
 use reqwest_pace::testing::{Dialect, Fault, RateLimitedServer, RetryAfter};
-use reqwest_pace::{Error, Limiter, Priority, Rate, Scope, ThrottledClient};
+use reqwest_pace::{Error, Limiter, Priority, RequestRate, Scope, ThrottledClient};
 
-async fn shared_client(redis: &RedisServer, rate: Rate) -> ThrottledClient {
-    shared_client_with(redis, rate, RetryPolicy::default()).await
+async fn shared_client(redis: &RedisServer, rate: RequestRate) -> ThrottledClient {
+    shared_client_with(redis, rate, RetryRules::default()).await
 }
 
 async fn shared_client_with(
     redis: &RedisServer,
-    rate: Rate,
-    policy: RetryPolicy,
+    rate: RequestRate,
+    policy: RetryRules,
 ) -> ThrottledClient {
     // Each client has its own backend: its own connection, as another
     // process would. A generous timeout: a machine busy with other test
@@ -47,7 +47,7 @@ async fn shared_client_with(
 
 async fn server() -> RateLimitedServer {
     RateLimitedServer::builder()
-        .limit(Rate::per_second(10_000).unwrap())
+        .limit(RequestRate::per_second(10_000).unwrap())
         .burst(10_000)
         .dialect(Dialect::None)
         .start()
@@ -60,7 +60,7 @@ async fn two_clients_share_one_budget_per_host() {
     let redis = RedisServer::start();
     let server = server().await;
     let up = tokio::time::Instant::now();
-    let rate = Rate::per_second(20).unwrap();
+    let rate = RequestRate::per_second(20).unwrap();
     let a = shared_client(&redis, rate).await;
     let b = shared_client(&redis, rate).await;
     // No request was sent before this instant, which lies at least
@@ -115,7 +115,7 @@ async fn told_to_wait(
 ) {
     let redis = RedisServer::start();
     let server = server().await;
-    let rate = Rate::per_second(100).unwrap();
+    let rate = RequestRate::per_second(100).unwrap();
     let a = shared_client(&redis, rate).await;
     let b = shared_client(&redis, rate).await;
     a.send(a.get(server.url())).await.unwrap();
@@ -196,8 +196,8 @@ fn host_of(server: &RateLimitedServer) -> String {
 async fn a_retry_after_of_the_cap_is_waited_out_by_both_clients() {
     let redis = RedisServer::start();
     let server = server().await;
-    let rate = Rate::per_second(100).unwrap();
-    let capped = || RetryPolicy::default().with_max_retry_after(Duration::from_secs(1));
+    let rate = RequestRate::per_second(100).unwrap();
+    let capped = || RetryRules::default().with_max_retry_after(Duration::from_secs(1));
     let a = shared_client_with(&redis, rate, capped()).await;
     let b = shared_client_with(&redis, rate, capped()).await;
     a.send(a.get(server.url())).await.unwrap();
@@ -256,14 +256,14 @@ async fn client_calls(redis: &RedisServer) -> u64 {
 async fn redis_calls(rate: u64, burst: u64, tasks: u64, requests: u64) -> (u64, u64) {
     let redis = RedisServer::start();
     let server = RateLimitedServer::builder()
-        .limit(Rate::per_second(rate).unwrap())
+        .limit(RequestRate::per_second(rate).unwrap())
         .burst(burst)
         .dialect(Dialect::XRateLimit)
         .start()
         .await
         .unwrap();
     let backend = RedisBackend::connect(redis.url()).await.unwrap();
-    let open = Rate::per_second(10_000).unwrap();
+    let open = RequestRate::per_second(10_000).unwrap();
     let scope = Scope::per_host().limiter(move |key| {
         let bucket = backend.token_bucket(key, open, 1)?;
         Ok(Arc::new(bucket) as Arc<dyn Limiter>)
@@ -382,7 +382,7 @@ async fn a_fleets_slot_goes_to_an_interactive_call_before_the_batch_calls_waitin
             // A rate no call waits for: the calls wait at the slot alone.
             .host_scope(
                 Scope::per_host()
-                    .rate(Rate::per_second(10_000).unwrap())
+                    .rate(RequestRate::per_second(10_000).unwrap())
                     .burst(10_000)
                     .shared_in_flight(move |_| backend.in_flight("api")?.with_max_in_flight(1)),
             )

@@ -20,7 +20,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{ErrorKind, ServerErrorKind};
 use redis_support::{free_port, spawn_redis_server};
 use reqwest_pace::redis::{FaultPolicy, RedisBackend, RedisClusterBackend, RedisTokenBucket};
-use reqwest_pace::{Adjustment, Error, Rate};
+use reqwest_pace::{Adjustment, Error, RequestRate};
 use tokio::time::Instant;
 
 const MS: Duration = Duration::from_millis(1);
@@ -352,7 +352,7 @@ async fn redis_time(conn: &mut MultiplexedConnection) -> u64 {
 }
 
 /// The most a token bucket may grant between two `TIME` readings.
-fn budget(capacity: u64, rate: Rate, from_us: u64, to_us: u64) -> u64 {
+fn budget(capacity: u64, rate: RequestRate, from_us: u64, to_us: u64) -> u64 {
     capacity + (to_us - from_us) * 1_000 / rate.interval_nanos()
 }
 
@@ -390,7 +390,7 @@ async fn hammer(bucket: RedisTokenBucket, tasks: usize, run: Duration) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_buckets_on_every_master_never_over_admit() {
     let cluster = Cluster::start();
-    let rate = Rate::per_second(100).unwrap();
+    let rate = RequestRate::per_second(100).unwrap();
     let capacity = 5;
     // One limiter per master, each key in a slot of its own, each used
     // through two backends (two processes).
@@ -442,7 +442,7 @@ async fn cluster_buckets_on_every_master_never_over_admit() {
     }
 
     // The sliding log's two keys share a slot, so its script runs there.
-    let limit = Rate::new(10, 300 * MS).unwrap();
+    let limit = RequestRate::new(10, 300 * MS).unwrap();
     let log = a.sliding_log("window", limit).unwrap();
     let [set, meta] = log.redis_keys();
     assert_eq!(cluster.slot(set), cluster.slot(meta));
@@ -454,7 +454,7 @@ async fn cluster_buckets_on_every_master_never_over_admit() {
     while Instant::now() < deadline {
         match log.try_acquire(1).await {
             Ok(()) => granted += 1,
-            Err(Error::Throttled { wait, .. }) => tokio::time::sleep(wait).await,
+            Err(Error::NotYet { wait, .. }) => tokio::time::sleep(wait).await,
             Err(e) => panic!("unexpected {e:?}"),
         }
     }
@@ -469,7 +469,7 @@ async fn cluster_buckets_on_every_master_never_over_admit() {
     // once, so six of them at one per 50 ms (burst 1) take 250 ms at
     // least, whatever the load.
     let steady = a
-        .token_bucket("steady", Rate::new(1, 50 * MS).unwrap(), 1)
+        .token_bucket("steady", RequestRate::new(1, 50 * MS).unwrap(), 1)
         .unwrap();
     let start = Instant::now();
     for _ in 0..6 {
@@ -489,7 +489,7 @@ async fn cluster_buckets_on_every_master_never_over_admit() {
 
 fn throttled_wait(result: Result<(), Error>) -> Duration {
     match result {
-        Err(Error::Throttled { wait, .. }) => wait,
+        Err(Error::NotYet { wait, .. }) => wait,
         other => panic!("expected Throttled, got {other:?}"),
     }
 }
@@ -530,7 +530,7 @@ async fn cluster_reshard_moves_a_bucket_with_its_state_through_ask_and_moved() {
     let backend = cluster_backend(&cluster).await;
     let name = name_on(&cluster, 0, "moving");
     let bucket = backend
-        .token_bucket(&name, Rate::per_minute(3).unwrap(), 3)
+        .token_bucket(&name, RequestRate::per_minute(3).unwrap(), 3)
         .unwrap();
     let key = bucket.redis_key().to_string();
     // Drained: the next token is 20 s away, which only the state can know.
@@ -596,7 +596,7 @@ async fn cluster_master_restart_fails_closed_then_recovers_within_budget() {
         .await
         .with_timeout(timeout)
         .with_cooldown(100 * MS);
-    let rate = Rate::per_second(50).unwrap();
+    let rate = RequestRate::per_second(50).unwrap();
     let capacity = 5;
     let name = name_on(&cluster, 2, "restart");
     let bucket = backend.token_bucket(&name, rate, capacity).unwrap();
@@ -631,7 +631,7 @@ async fn cluster_master_restart_fails_closed_then_recovers_within_budget() {
                 granted += 1;
                 break;
             }
-            Err(Error::Throttled { .. }) => break,
+            Err(Error::NotYet { .. }) => break,
             Err(Error::Backend { .. }) => {}
             Err(e) => panic!("{e:?}"),
         }
@@ -645,7 +645,7 @@ async fn cluster_master_restart_fails_closed_then_recovers_within_budget() {
     while Instant::now() < deadline {
         match bucket.try_acquire(1).await {
             Ok(()) => granted += 1,
-            Err(Error::Throttled { wait, .. }) => tokio::time::sleep(wait).await,
+            Err(Error::NotYet { wait, .. }) => tokio::time::sleep(wait).await,
             Err(e) => panic!("{e:?}"),
         }
     }
@@ -666,7 +666,7 @@ async fn cluster_master_down_follows_each_fault_policy_for_its_keys_only() {
     let local = closed
         .clone()
         .with_fault_policy(FaultPolicy::LocalFallback { processes: 2 });
-    let rate = Rate::per_second(10).unwrap();
+    let rate = RequestRate::per_second(10).unwrap();
     let dead = name_on(&cluster, 1, "dead");
     let alive = name_on(&cluster, 0, "alive");
     let strict = closed.token_bucket(&dead, rate, 4).unwrap();
@@ -720,7 +720,7 @@ async fn cluster_master_down_follows_each_fault_policy_for_its_keys_only() {
     // `closed`'s record of failures, with room for a loaded machine).
     let result = healthy.try_acquire(1).await;
     assert!(
-        matches!(result, Ok(()) | Err(Error::Throttled { .. })),
+        matches!(result, Ok(()) | Err(Error::NotYet { .. })),
         "a live master's key failed: {result:?}"
     );
     assert_eq!(cached(&mut live).await, [true]);
@@ -746,7 +746,7 @@ async fn cluster_unreachable_at_start_follows_the_policy_within_the_timeout() {
         .with_timeout(timeout)
         .with_cooldown(Duration::ZERO);
     assert!(backend.is_cluster());
-    let rate = Rate::per_second(10).unwrap();
+    let rate = RequestRate::per_second(10).unwrap();
     let closed = backend.token_bucket("nowhere", rate, 4).unwrap();
     let open = backend
         .clone()

@@ -11,8 +11,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
 
-use reqwest_pace::testing::{Algorithm, Dialect, RateLimitedServer};
-use reqwest_pace::{Rate, Scope, ThrottledClient};
+use reqwest_pace::testing::{Dialect, RateLimitedServer, ServerAlgorithm};
+use reqwest_pace::{RequestRate, Scope, ThrottledClient};
 use tokio::time::Instant;
 
 /// Runs `work` (URL and optional API key per request) through `client`
@@ -50,7 +50,7 @@ async fn drain(
 /// A server allowing each API key 10/s with a burst of 10.
 async fn ten_per_second_per_key() -> RateLimitedServer {
     RateLimitedServer::builder()
-        .limit(Rate::per_second(10).unwrap())
+        .limit(RequestRate::per_second(10).unwrap())
         .burst(10)
         .dialect(Dialect::XRateLimit)
         .start()
@@ -66,7 +66,7 @@ async fn a_global_cap_is_not_lowered_by_one_hosts_headers() {
     let mut servers = Vec::new();
     for _ in 0..200 {
         let server = RateLimitedServer::builder()
-            .limit(Rate::per_second(4).unwrap())
+            .limit(RequestRate::per_second(4).unwrap())
             .burst(4)
             .dialect(Dialect::XRateLimit)
             .start()
@@ -75,8 +75,8 @@ async fn a_global_cap_is_not_lowered_by_one_hosts_headers() {
         servers.push(server);
     }
     let client = ThrottledClient::builder(reqwest::Client::new())
-        .rate(Rate::per_second(2).unwrap())
-        .scope(Scope::global().rate(Rate::per_second(100).unwrap()))
+        .rate(RequestRate::per_second(2).unwrap())
+        .scope(Scope::global().rate(RequestRate::per_second(100).unwrap()))
         .build()
         .unwrap();
     let work: Vec<(String, Option<String>)> = (0..5)
@@ -124,15 +124,15 @@ async fn each_token_learns_its_own_limit_and_the_host_layer_none() {
 #[tokio::test(start_paused = true)]
 async fn each_server_bucket_is_paced_apart() {
     let server = RateLimitedServer::builder()
-        .algorithm(Algorithm::TokenBucket {
-            rate: Rate::per_second(20).unwrap(),
+        .algorithm(ServerAlgorithm::TokenBucket {
+            rate: RequestRate::per_second(20).unwrap(),
             burst: 5,
         })
         .limit_is_burst(true)
         .route(
             "/search",
             "search",
-            Algorithm::FixedWindow {
+            ServerAlgorithm::FixedWindow {
                 limit: 10,
                 window: Duration::from_secs(10),
             },

@@ -29,9 +29,10 @@ use reqwest_pace::testing::space::{
     FrontSpec, HeaderConvention, RunFigures, ServerSpec, StatedLimit, Workload,
 };
 use reqwest_pace::testing::{
-    Algorithm, Dialect, Outcome, RateLimitedServer, ResetFormat, RetryAfterPrecision, ServerService,
+    Answer, Dialect, RateLimitedServer, ResetFormat, RetryAfterPrecision, ServerAlgorithm,
+    ServerService,
 };
-use reqwest_pace::{PaceLayer, Rate, ThrottledClient};
+use reqwest_pace::{PaceLayer, RequestRate, ThrottledClient};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -282,7 +283,11 @@ fn assert_goal_on_space(first: u64, count: u64, latency: Duration, workload: Wor
 async fn a_counter_refusing_past_the_end_read_meets_the_goal() {
     let counter = |limit: u64, secs: u64, headers: HeaderConvention| {
         let window = Duration::from_secs(secs);
-        let mut spec = written_out(0, Algorithm::SlidingCounter { limit, window }, headers);
+        let mut spec = written_out(
+            0,
+            ServerAlgorithm::SlidingCounter { limit, window },
+            headers,
+        );
         spec.retry_after = Some(RetryAfterPrecision::Floor);
         spec.counts_refusals = true;
         spec
@@ -332,8 +337,8 @@ async fn what_is_left_is_placed_at_the_send_a_round_trip_before_the_answer() {
             each wait for a unit and its pace grows, and the sends after the wait outrun the \
             refill while their answers are on their way"]
 async fn a_small_bucket_answering_a_round_trip_later_meets_the_goal() {
-    let gcra = Algorithm::Gcra {
-        rate: Rate::new(176, Duration::from_secs(10)).unwrap(),
+    let gcra = ServerAlgorithm::Gcra {
+        rate: RequestRate::new(176, Duration::from_secs(10)).unwrap(),
         burst: 2,
     };
     let quota = StatedLimit::Quota;
@@ -361,10 +366,10 @@ async fn a_small_bucket_answering_a_round_trip_later_meets_the_goal() {
 /// of 124 (0.896). The server's own limiter and a limiter in front, each
 /// so bounded; 1.0 where neither is a bucket of one.
 fn share_the_timer_allows(spec: &ServerSpec) -> f64 {
-    let on_the_timer = |algorithm: &Algorithm| match *algorithm {
-        Algorithm::TokenBucket { rate, burst: 0 | 1 }
-        | Algorithm::Gcra { rate, burst: 0 | 1 }
-        | Algorithm::LeakyBucket { rate, burst: 0 } => {
+    let on_the_timer = |algorithm: &ServerAlgorithm| match *algorithm {
+        ServerAlgorithm::TokenBucket { rate, burst: 0 | 1 }
+        | ServerAlgorithm::Gcra { rate, burst: 0 | 1 }
+        | ServerAlgorithm::LeakyBucket { rate, burst: 0 } => {
             let millis = rate.interval_nanos().div_ceil(1_000_000).max(1);
             (1_000.0 / millis as f64).min(algorithm.sustained_per_second())
         }
@@ -450,7 +455,10 @@ async fn buckets_of_one_faster_than_the_timer() {
 async fn a_refusal_sent_at_the_headers_pace_does_not_end_slow_start() {
     let mut spec = ServerSpec::generate(282);
     assert!(
-        matches!(spec.algorithm, Algorithm::TokenBucket { burst: 1, .. }),
+        matches!(
+            spec.algorithm,
+            ServerAlgorithm::TokenBucket { burst: 1, .. }
+        ),
         "{spec}"
     );
     spec.latency = Duration::from_millis(ROUND_TRIP_MS);
@@ -490,7 +498,7 @@ async fn assert_goal_on(runs: impl IntoIterator<Item = (ServerSpec, Duration)>) 
 /// the phase of a reset in epoch seconds), written out: `algorithm` with
 /// `headers`, refusing with 429, no `Retry-After`, refusals not counted,
 /// no limiter in front. A test changes what its servers do otherwise.
-fn written_out(seed: u64, algorithm: Algorithm, headers: HeaderConvention) -> ServerSpec {
+fn written_out(seed: u64, algorithm: ServerAlgorithm, headers: HeaderConvention) -> ServerSpec {
     let mut spec = ServerSpec::generate(seed);
     spec.algorithm = algorithm;
     spec.headers = headers;
@@ -515,8 +523,8 @@ async fn a_stated_small_bucket_is_paced_not_held_until_its_reset() {
     assert_goal_on([
         (
             small_bucket(
-                Algorithm::LeakyBucket {
-                    rate: Rate::per_second(50).unwrap(),
+                ServerAlgorithm::LeakyBucket {
+                    rate: RequestRate::per_second(50).unwrap(),
                     burst: 0,
                 },
                 HeaderConvention::Ietf,
@@ -525,8 +533,8 @@ async fn a_stated_small_bucket_is_paced_not_held_until_its_reset() {
         ),
         (
             small_bucket(
-                Algorithm::Gcra {
-                    rate: Rate::new(4187, Duration::from_secs(60)).unwrap(),
+                ServerAlgorithm::Gcra {
+                    rate: RequestRate::new(4187, Duration::from_secs(60)).unwrap(),
                     burst: 1,
                 },
                 HeaderConvention::IetfDraft7,
@@ -535,8 +543,8 @@ async fn a_stated_small_bucket_is_paced_not_held_until_its_reset() {
         ),
         (
             small_bucket(
-                Algorithm::Gcra {
-                    rate: Rate::per_second(181).unwrap(),
+                ServerAlgorithm::Gcra {
+                    rate: RequestRate::per_second(181).unwrap(),
                     burst: 2,
                 },
                 HeaderConvention::Ietf,
@@ -564,7 +572,7 @@ async fn a_log_stating_no_reset_is_spent_again_when_its_block_ends() {
     let log = |seed, limit, secs, precision| {
         let mut spec = written_out(
             seed,
-            Algorithm::SlidingLog {
+            ServerAlgorithm::SlidingLog {
                 limit,
                 window: Duration::from_secs(secs),
             },
@@ -596,7 +604,7 @@ async fn a_ten_second_window_is_read_as_ten_seconds_a_round_trip_away() {
     let window = |latency_ms| {
         let mut spec = written_out(
             0,
-            Algorithm::FixedWindow {
+            ServerAlgorithm::FixedWindow {
                 limit: 100,
                 window: Duration::from_secs(10),
             },
@@ -622,7 +630,10 @@ async fn a_ten_second_window_is_read_as_ten_seconds_a_round_trip_away() {
 async fn a_front_limiter_binds_until_the_key_sends_past_it() {
     // The servers of seeds 68 and 105 of the space, written out; the seed
     // gives the wall clock (the phase of a reset in epoch seconds).
-    let behind = |seed: u64, algorithm: Algorithm, headers: HeaderConvention, front: Algorithm| {
+    let behind = |seed: u64,
+                  algorithm: ServerAlgorithm,
+                  headers: HeaderConvention,
+                  front: ServerAlgorithm| {
         let mut spec = written_out(seed, algorithm, headers);
         // The seed's own front (its type is non-exhaustive), set to this
         // one.
@@ -640,26 +651,26 @@ async fn a_front_limiter_binds_until_the_key_sends_past_it() {
     };
     let mut log = behind(
         68,
-        Algorithm::SlidingLog {
+        ServerAlgorithm::SlidingLog {
             limit: 84,
             window: Duration::from_secs(12),
         },
         x_ratelimit(ResetFormat::EpochSeconds),
-        Algorithm::LeakyBucket {
-            rate: Rate::per_second(10).unwrap(),
+        ServerAlgorithm::LeakyBucket {
+            rate: RequestRate::per_second(10).unwrap(),
             burst: 8,
         },
     );
     log.counts_refusals = true;
     let mut leaky = behind(
         105,
-        Algorithm::LeakyBucket {
-            rate: Rate::per_second(2).unwrap(),
+        ServerAlgorithm::LeakyBucket {
+            rate: RequestRate::per_second(2).unwrap(),
             burst: 0,
         },
         x_ratelimit(ResetFormat::DeltaSeconds),
-        Algorithm::LeakyBucket {
-            rate: Rate::per_second(2).unwrap(),
+        ServerAlgorithm::LeakyBucket {
+            rate: RequestRate::per_second(2).unwrap(),
             burst: 0,
         },
     );
@@ -689,7 +700,7 @@ async fn a_moving_window_is_paced_at_its_whole_rate() {
             reset,
             limit: StatedLimit::Quota,
         };
-        let mut spec = written_out(seed, Algorithm::SlidingLog { limit, window }, headers);
+        let mut spec = written_out(seed, ServerAlgorithm::SlidingLog { limit, window }, headers);
         spec.counts_refusals = counts_refusals;
         spec
     };
@@ -712,31 +723,31 @@ async fn a_moving_window_is_paced_at_its_whole_rate() {
 #[tokio::test(start_paused = true)]
 async fn a_bucket_of_one_that_counts_refusals_is_backed_off_from() {
     // The servers of seeds 689, 752 and 480 of the space, written out.
-    let counting = |seed: u64, algorithm: Algorithm, headers: HeaderConvention| {
+    let counting = |seed: u64, algorithm: ServerAlgorithm, headers: HeaderConvention| {
         let mut spec = written_out(seed, algorithm, headers);
         spec.counts_refusals = true;
         spec
     };
     let token = counting(
         689,
-        Algorithm::TokenBucket {
-            rate: Rate::per_second(15).unwrap(),
+        ServerAlgorithm::TokenBucket {
+            rate: RequestRate::per_second(15).unwrap(),
             burst: 1,
         },
         HeaderConvention::None,
     );
     let leaky = counting(
         752,
-        Algorithm::LeakyBucket {
-            rate: Rate::per_second(24).unwrap(),
+        ServerAlgorithm::LeakyBucket {
+            rate: RequestRate::per_second(24).unwrap(),
             burst: 0,
         },
         HeaderConvention::None,
     );
     let mut stating = counting(
         480,
-        Algorithm::LeakyBucket {
-            rate: Rate::per_second(23).unwrap(),
+        ServerAlgorithm::LeakyBucket {
+            rate: RequestRate::per_second(23).unwrap(),
             burst: 0,
         },
         HeaderConvention::XRateLimit {
@@ -795,12 +806,12 @@ fn url_of(server: &RateLimitedServer) -> reqwest::Url {
 
 /// A window long enough to see an algorithm's long run: three of its
 /// windows, and at least 10 s.
-fn long_run(algorithm: &Algorithm) -> Duration {
+fn long_run(algorithm: &ServerAlgorithm) -> Duration {
     let window = match *algorithm {
-        Algorithm::FixedWindow { window, .. }
-        | Algorithm::SlidingLog { window, .. }
-        | Algorithm::SlidingCounter { window, .. } => window,
-        Algorithm::Gcra { rate, .. } => rate.per(),
+        ServerAlgorithm::FixedWindow { window, .. }
+        | ServerAlgorithm::SlidingLog { window, .. }
+        | ServerAlgorithm::SlidingCounter { window, .. } => window,
+        ServerAlgorithm::Gcra { rate, .. } => rate.per(),
         _ => Duration::from_secs(1),
     };
     (window * 3).max(Duration::from_secs(10))
@@ -834,7 +845,7 @@ async fn even(spec: &ServerSpec, interval: Duration, run: Duration) -> Even {
     }
     let late = run * 2 / 3;
     let records = server.requests();
-    let admitted = |r: &&reqwest_pace::testing::RequestRecord| r.outcome == Outcome::Admitted;
+    let admitted = |r: &&reqwest_pace::testing::RequestRecord| r.outcome == Answer::Admitted;
     let figures = Even {
         sent: records.len() as u64,
         admitted: records.iter().filter(admitted).count() as u64,
@@ -863,7 +874,7 @@ fn plain(n: u64) -> Vec<ServerSpec> {
 }
 
 fn is_counter(spec: &ServerSpec) -> bool {
-    matches!(spec.algorithm, Algorithm::SlidingCounter { .. })
+    matches!(spec.algorithm, ServerAlgorithm::SlidingCounter { .. })
 }
 
 /// At its true rate, evenly spaced, a client is admitted every time, by
@@ -891,7 +902,7 @@ async fn a_sliding_counter_refuses_its_stated_rate() {
     let specs: Vec<ServerSpec> = plain(300).into_iter().filter(is_counter).collect();
     assert!(specs.len() >= 20, "{} specs", specs.len());
     for spec in specs {
-        let Algorithm::SlidingCounter { limit, window } = spec.algorithm else {
+        let ServerAlgorithm::SlidingCounter { limit, window } = spec.algorithm else {
             continue;
         };
         let run = long_run(&spec.algorithm);
@@ -967,7 +978,7 @@ async fn retry_after_precision_is_as_specified() {
         RetryAfterPrecision::Fractional,
     ] {
         let server = RateLimitedServer::builder()
-            .limit(Rate::per_second(20).expect("rate"))
+            .limit(RequestRate::per_second(20).expect("rate"))
             .burst(1)
             .retry_after_precision(precision)
             .start()
@@ -992,11 +1003,11 @@ async fn retry_after_precision_is_as_specified() {
 #[tokio::test(start_paused = true)]
 async fn the_front_limiter_refuses_bare() {
     let server = RateLimitedServer::builder()
-        .limit(Rate::per_second(50).expect("rate"))
+        .limit(RequestRate::per_second(50).expect("rate"))
         .burst(10)
         .dialect(Dialect::Ietf)
         .front_limiter(
-            Algorithm::FixedWindow {
+            ServerAlgorithm::FixedWindow {
                 limit: 3,
                 window: Duration::from_secs(1),
             },
@@ -1023,7 +1034,7 @@ async fn the_front_limiter_refuses_bare() {
     let stats = server.stats();
     assert_eq!((stats.total.ok, stats.total.throttled), (3, 0));
     assert_eq!(stats.total.front_refused, 1);
-    assert_eq!(server.requests()[3].outcome, Outcome::FrontRefused);
+    assert_eq!(server.requests()[3].outcome, Answer::FrontRefused);
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(call(&mut service, &url).await.status(), StatusCode::OK);
 }

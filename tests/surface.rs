@@ -1,5 +1,5 @@
 //! reqwest's whole shape: every builder method reqwest has, `patch`, and a
-//! call's `Cost` and `Deadline` honoured alike by the client, the
+//! call's `Cost` and `TimeLimit` honoured alike by the client, the
 //! middleware and the tower service (through request extensions), on
 //! tokio's paused clock.
 #![cfg(all(
@@ -18,7 +18,9 @@ use futures::future::poll_fn;
 use reqwest_middleware::ClientBuilder;
 use reqwest_pace::headers::Dimension;
 use reqwest_pace::testing::RateLimitedServer;
-use reqwest_pace::{Cost, Deadline, Error, PaceLayer, PaceMiddleware, Rate, ThrottledClient};
+use reqwest_pace::{
+    Cost, Error, PaceLayer, PaceMiddleware, RequestRate, ThrottledClient, TimeLimit,
+};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -33,7 +35,7 @@ fn ms(v: &[u64]) -> Vec<Duration> {
 /// One request a second, in bursts of up to three.
 fn three_per_burst() -> ThrottledClient {
     ThrottledClient::builder(reqwest::Client::new())
-        .rate(Rate::per_second(1).unwrap())
+        .rate(RequestRate::per_second(1).unwrap())
         .burst(3)
         .build()
         .unwrap()
@@ -130,7 +132,7 @@ fn with_half_a_second_deadline(server: &RateLimitedServer) -> http::Request<Vec<
     let mut request = http::Request::get(server.url()).body(Vec::new()).unwrap();
     request
         .extensions_mut()
-        .insert(Deadline(Duration::from_millis(500)));
+        .insert(TimeLimit(Duration::from_millis(500)));
     request
 }
 
@@ -148,7 +150,7 @@ async fn the_client_spends_the_cost_in_an_http_requests_extensions() {
     let request = with_half_a_second_deadline(&server);
     let start = tokio::time::Instant::now();
     let err = client.send(request).await.unwrap_err();
-    assert!(matches!(err, Error::DeadlineExceeded { .. }), "{err:?}");
+    assert!(matches!(err, Error::TimeLimitExceeded { .. }), "{err:?}");
     assert_eq!(start.elapsed(), Duration::ZERO);
 }
 
@@ -204,7 +206,7 @@ async fn the_tower_service_spends_the_cost_and_keeps_the_deadline_in_an_http_req
     let start = tokio::time::Instant::now();
     poll_fn(|cx| service.poll_ready(cx)).await.unwrap();
     let err = service.call(request).await.unwrap_err();
-    assert!(matches!(err, Error::DeadlineExceeded { .. }), "{err:?}");
+    assert!(matches!(err, Error::TimeLimitExceeded { .. }), "{err:?}");
     assert_eq!(start.elapsed(), Duration::ZERO);
     assert_eq!(server.requests().len(), 2);
 }

@@ -9,15 +9,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use reqwest::{Client, Response, StatusCode};
 use reqwest_pace::testing::{
-    ClientKey, Dialect, Fault, Outcome, RateLimitedServer, RetryAfter, ServerBuilder,
+    Answer, ClientKey, Dialect, Fault, RateLimitedServer, RetryAfter, ServerBuilder,
 };
-use reqwest_pace::{Error, Rate};
+use reqwest_pace::{Error, RequestRate};
 use tokio::time::{sleep, Instant};
 
 const MS: Duration = Duration::from_millis(1);
 
-fn rate(per_second: u64) -> Rate {
-    Rate::per_second(per_second).unwrap()
+fn rate(per_second: u64) -> RequestRate {
+    RequestRate::per_second(per_second).unwrap()
 }
 
 async fn start(builder: ServerBuilder) -> (RateLimitedServer, Client) {
@@ -194,10 +194,10 @@ async fn waiting_the_exact_refill_is_enough() {
     assert_eq!(
         outcomes,
         [
-            Outcome::Admitted,
-            Outcome::Throttled,
-            Outcome::Throttled,
-            Outcome::Admitted
+            Answer::Admitted,
+            Answer::Throttled,
+            Answer::Throttled,
+            Answer::Admitted
         ]
     );
 }

@@ -5,9 +5,9 @@
 use std::time::Duration;
 
 use futures::future::poll_fn;
-use reqwest_pace::retry::{Backoff, Jitter, ReleaseJitter, RetryPolicy};
+use reqwest_pace::retry::{Backoff, BackoffJitter, ReleaseJitter, RetryRules};
 use reqwest_pace::testing::{Fault, RateLimitedServer, RetryAfter};
-use reqwest_pace::{Error, PaceLayer, PaceService, Pacer, Rate};
+use reqwest_pace::{Error, PaceLayer, PaceService, Pacer, RequestRate};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -38,7 +38,7 @@ async fn get(
 async fn the_tower_service_paces_at_the_configured_rate() {
     let server = RateLimitedServer::builder().start().await.unwrap();
     let pacer = Pacer::builder()
-        .rate(Rate::per_second(10).unwrap())
+        .rate(RequestRate::per_second(10).unwrap())
         .burst(1)
         .build()
         .unwrap();
@@ -59,8 +59,8 @@ async fn the_tower_service_retries_after_the_servers_wait_and_learns() {
             .retry_after(RetryAfter::Seconds(1)),
     );
     let pacer = Pacer::builder()
-        .retry(RetryPolicy::default().with_backoff(
-            Backoff::exponential(Duration::from_millis(100)).with_jitter(Jitter::None),
+        .retry(RetryRules::default().with_backoff(
+            Backoff::exponential(Duration::from_millis(100)).with_jitter(BackoffJitter::None),
         ))
         .release_jitter(ReleaseJitter::none())
         .build()
@@ -80,8 +80,8 @@ async fn the_tower_service_gives_up_with_the_crates_error() {
     let server = RateLimitedServer::builder().start().await.unwrap();
     server.inject(Fault::service_unavailable().times(10));
     let pacer = Pacer::builder()
-        .retry(RetryPolicy::default().with_max_attempts(2).with_backoff(
-            Backoff::exponential(Duration::from_millis(10)).with_jitter(Jitter::None),
+        .retry(RetryRules::default().with_max_attempts(2).with_backoff(
+            Backoff::exponential(Duration::from_millis(10)).with_jitter(BackoffJitter::None),
         ))
         .build()
         .unwrap();

@@ -1,5 +1,5 @@
 //! The window limiters: their guarantees over every window position, exact
-//! refusal instants, and FIFO waiting through `RateLimiter` on tokio's paused
+//! refusal instants, and FIFO waiting through `QueuedLimiter` on tokio's paused
 //! clock.
 
 use std::sync::{Arc, Mutex};
@@ -10,7 +10,9 @@ use reqwest_pace::limiter::{
     Algorithm, FixedWindow, FixedWindowLimiter, Nanos, SlidingCounterLimiter, SlidingLog,
     SlidingLogLimiter, SlidingWindowCounter,
 };
-use reqwest_pace::{Adjustment, Error, KeyedLimiter, Limiter, Rate, RateLimiter, TokenBucket};
+use reqwest_pace::{
+    Adjustment, Error, KeyedLimiter, Limiter, QueuedLimiter, RequestRate, TokenBucket,
+};
 use tokio::time::Instant;
 
 const MS: u64 = 1_000_000;
@@ -60,7 +62,7 @@ impl Stream {
 
 #[tokio::test(start_paused = true)]
 async fn the_fixed_window_admits_twice_its_limit_across_a_boundary() {
-    let limit = Rate::per_minute(60).unwrap();
+    let limit = RequestRate::per_minute(60).unwrap();
     let fixed = FixedWindowLimiter::fixed_window(limit).unwrap();
     let log = SlidingLogLimiter::sliding_log(limit).unwrap();
     let start = Instant::now();
@@ -84,7 +86,7 @@ async fn the_fixed_window_admits_twice_its_limit_across_a_boundary() {
     // The exact log refuses the 61st until the first of the 60 is a minute
     // old, and says so to the nanosecond.
     match log.try_acquire(1) {
-        Err(Error::Throttled { wait, .. }) => assert_eq!(wait, Duration::from_secs(59)),
+        Err(Error::NotYet { wait, .. }) => assert_eq!(wait, Duration::from_secs(59)),
         other => panic!("unexpected {other:?}"),
     }
     log.acquire(60).await.unwrap();
@@ -93,7 +95,7 @@ async fn the_fixed_window_admits_twice_its_limit_across_a_boundary() {
 
 #[tokio::test(start_paused = true)]
 async fn the_sliding_log_admits_at_most_n_in_every_window_under_contention() {
-    let limit = Rate::per_second(10).unwrap();
+    let limit = RequestRate::per_second(10).unwrap();
     let log = Arc::new(SlidingLogLimiter::sliding_log(limit).unwrap());
     let start = Instant::now();
     let admitted = Arc::new(Mutex::new(Vec::new()));
@@ -122,7 +124,7 @@ async fn the_sliding_log_admits_at_most_n_in_every_window_under_contention() {
 
 #[test]
 fn the_log_is_exact_and_the_counter_bounded_on_a_long_bursty_run() {
-    let limit = Rate::per_second(50).unwrap();
+    let limit = RequestRate::per_second(50).unwrap();
     let mut log = SlidingLog::new(limit).unwrap();
     let mut counter = SlidingWindowCounter::new(limit).unwrap();
     let (mut by_log, mut by_counter) = (Vec::new(), Vec::new());
@@ -208,8 +210,8 @@ fn refusals_are_exact<A: Algorithm + Clone>(
     Ok(())
 }
 
-fn quota(limit: u64, window: u64) -> Rate {
-    Rate::new(limit, Duration::from_nanos(window)).unwrap()
+fn quota(limit: u64, window: u64) -> RequestRate {
+    RequestRate::new(limit, Duration::from_nanos(window)).unwrap()
 }
 
 proptest! {
@@ -306,13 +308,13 @@ proptest! {
 }
 
 // ---------------------------------------------------------------------------
-// Waiting through RateLimiter, on the paused clock
+// Waiting through QueuedLimiter, on the paused clock
 
 /// Spawn one waiter per weight, in order, each enqueued before the next is
 /// spawned; return when each was admitted, in admission order, with its
 /// index.
 async fn wait_in_line<A: Algorithm>(
-    limiter: &Arc<RateLimiter<A>>,
+    limiter: &Arc<QueuedLimiter<A>>,
     weights: &[u64],
 ) -> Vec<(usize, Duration)> {
     let start = Instant::now();
@@ -339,7 +341,8 @@ fn in_order(times: &[Duration]) -> Vec<(usize, Duration)> {
 
 #[tokio::test(start_paused = true)]
 async fn fixed_window_waiters_go_in_order_at_each_boundary() {
-    let limiter = Arc::new(FixedWindowLimiter::fixed_window(Rate::per_second(2).unwrap()).unwrap());
+    let limiter =
+        Arc::new(FixedWindowLimiter::fixed_window(RequestRate::per_second(2).unwrap()).unwrap());
     let got = wait_in_line(&limiter, &[1, 1, 1, 1, 1, 1]).await;
     let want = [0, 0, 1000, 1000, 2000, 2000].map(ms);
     assert_eq!(got, in_order(&want));
@@ -348,7 +351,8 @@ async fn fixed_window_waiters_go_in_order_at_each_boundary() {
 
 #[tokio::test(start_paused = true)]
 async fn sliding_log_waiters_go_in_order_as_admissions_expire() {
-    let limiter = Arc::new(SlidingLogLimiter::sliding_log(Rate::per_second(3).unwrap()).unwrap());
+    let limiter =
+        Arc::new(SlidingLogLimiter::sliding_log(RequestRate::per_second(3).unwrap()).unwrap());
     // The last 1 would fit at 1 s, but waits behind the 2 ahead of it.
     let got = wait_in_line(&limiter, &[1, 2, 1, 1, 2, 1]).await;
     let want = [0, 0, 1000, 1000, 2000, 2000].map(ms);
@@ -357,8 +361,9 @@ async fn sliding_log_waiters_go_in_order_as_admissions_expire() {
 
 #[tokio::test(start_paused = true)]
 async fn sliding_counter_waiters_go_in_order_as_the_previous_window_fades() {
-    let limiter =
-        Arc::new(SlidingCounterLimiter::sliding_counter(Rate::per_second(4).unwrap()).unwrap());
+    let limiter = Arc::new(
+        SlidingCounterLimiter::sliding_counter(RequestRate::per_second(4).unwrap()).unwrap(),
+    );
     let got = wait_in_line(&limiter, &[1; 8]).await;
     let want = [0, 0, 0, 0, 1250, 1500, 1750, 2000].map(ms);
     assert_eq!(got, in_order(&want));
@@ -366,7 +371,8 @@ async fn sliding_counter_waiters_go_in_order_as_the_previous_window_fades() {
 
 #[tokio::test(start_paused = true)]
 async fn a_dropped_window_waiter_passes_its_place_on() {
-    let limiter = Arc::new(SlidingLogLimiter::sliding_log(Rate::per_second(1).unwrap()).unwrap());
+    let limiter =
+        Arc::new(SlidingLogLimiter::sliding_log(RequestRate::per_second(1).unwrap()).unwrap());
     let start = Instant::now();
     limiter.try_acquire(1).unwrap();
     let head = {
@@ -394,7 +400,7 @@ async fn a_dropped_window_waiter_passes_its_place_on() {
 }
 
 /// Block a fresh limiter for 2 s, then queue five waiters of weight 1.
-async fn after_a_block<A: Algorithm>(limiter: RateLimiter<A>) -> Vec<(usize, Duration)> {
+async fn after_a_block<A: Algorithm>(limiter: QueuedLimiter<A>) -> Vec<(usize, Duration)> {
     let limiter = Arc::new(limiter);
     limiter.block_until(Instant::now() + Duration::from_secs(2));
     wait_in_line(&limiter, &[1; 5]).await
@@ -402,7 +408,7 @@ async fn after_a_block<A: Algorithm>(limiter: RateLimiter<A>) -> Vec<(usize, Dur
 
 #[tokio::test(start_paused = true)]
 async fn after_a_block_windows_resume_at_the_pace_not_in_a_burst() {
-    let rate = Rate::per_second(4).unwrap();
+    let rate = RequestRate::per_second(4).unwrap();
     let paced = in_order(&[2000, 2250, 2500, 2750, 3000].map(ms));
     let fixed = after_a_block(FixedWindowLimiter::fixed_window(rate).unwrap()).await;
     assert_eq!(fixed, paced);
@@ -416,7 +422,7 @@ async fn after_a_block_windows_resume_at_the_pace_not_in_a_burst() {
 
 #[tokio::test(start_paused = true)]
 async fn a_weight_over_the_limit_is_an_error_not_a_hang() {
-    let limiter = SlidingLogLimiter::sliding_log(Rate::per_second(3).unwrap()).unwrap();
+    let limiter = SlidingLogLimiter::sliding_log(RequestRate::per_second(3).unwrap()).unwrap();
     assert!(matches!(
         limiter.acquire(4).await,
         Err(Error::WeightExceedsCapacity {
@@ -426,7 +432,7 @@ async fn a_weight_over_the_limit_is_an_error_not_a_hang() {
         })
     ));
     assert!(matches!(
-        FixedWindowLimiter::fixed_window(Rate::per_second(3).unwrap())
+        FixedWindowLimiter::fixed_window(RequestRate::per_second(3).unwrap())
             .unwrap()
             .try_acquire(4),
         Err(Error::WeightExceedsCapacity { .. })
@@ -435,7 +441,7 @@ async fn a_weight_over_the_limit_is_an_error_not_a_hang() {
 
 #[tokio::test(start_paused = true)]
 async fn every_algorithm_fits_behind_the_same_limiter_interface() {
-    let rate = Rate::per_second(5).unwrap();
+    let rate = RequestRate::per_second(5).unwrap();
     let limiters: Vec<Arc<dyn Limiter>> = vec![
         Arc::new(TokenBucket::new(rate, 5).unwrap()),
         Arc::new(FixedWindowLimiter::fixed_window(rate).unwrap()),
@@ -448,7 +454,7 @@ async fn every_algorithm_fits_behind_the_same_limiter_interface() {
         limiter.adjust(Adjustment::LimitRemaining(0)).await.unwrap();
         assert!(matches!(
             limiter.try_acquire(1).await,
-            Err(Error::Throttled { .. })
+            Err(Error::NotYet { .. })
         ));
         limiter.adjust(Adjustment::SetRemaining(5)).await.unwrap();
         limiter.try_acquire(5).await.unwrap();
@@ -459,7 +465,7 @@ async fn every_algorithm_fits_behind_the_same_limiter_interface() {
 // ---------------------------------------------------------------------------
 // Keyed, with idle eviction
 
-async fn idle_keys_are_evicted<A: Algorithm>(keyed: KeyedLimiter<u32, RateLimiter<A>>) {
+async fn idle_keys_are_evicted<A: Algorithm>(keyed: KeyedLimiter<u32, QueuedLimiter<A>>) {
     let keyed = keyed
         .with_shards(1)
         .with_idle_timeout(Duration::from_secs(5));
@@ -487,7 +493,7 @@ async fn idle_keys_are_evicted<A: Algorithm>(keyed: KeyedLimiter<u32, RateLimite
 
 #[tokio::test(start_paused = true)]
 async fn keyed_windows_evict_idle_keys() {
-    let rate = Rate::new(2, Duration::from_millis(500)).unwrap();
+    let rate = RequestRate::new(2, Duration::from_millis(500)).unwrap();
     idle_keys_are_evicted(KeyedLimiter::fixed_windows(rate).unwrap()).await;
     idle_keys_are_evicted(KeyedLimiter::sliding_logs(rate).unwrap()).await;
     idle_keys_are_evicted(KeyedLimiter::sliding_counters(rate).unwrap()).await;
@@ -495,7 +501,7 @@ async fn keyed_windows_evict_idle_keys() {
 
 #[tokio::test(start_paused = true)]
 async fn keyed_windows_keep_keys_whose_window_is_not_empty() {
-    let rate = Rate::per_minute(10).unwrap();
+    let rate = RequestRate::per_minute(10).unwrap();
     let fixed = KeyedLimiter::fixed_windows(rate).unwrap();
     let log = KeyedLimiter::sliding_logs(rate).unwrap();
     let counter = KeyedLimiter::sliding_counters(rate).unwrap();

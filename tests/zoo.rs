@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use reqwest_pace::testing::{zoo, Algorithm, ServerBuilder};
+use reqwest_pace::testing::{zoo, ServerAlgorithm, ServerBuilder};
 use reqwest_pace::ThrottledClient;
 use tokio::time::Instant;
 use zoo_support::{check_phases, preset, Figures};
@@ -90,7 +90,7 @@ async fn zoo_fixed_window_legacy_epoch_resets() {
 #[tokio::test(start_paused = true)]
 async fn zoo_fixed_window_of_fractional_seconds_with_epoch_resets() {
     let make = || {
-        zoo::fixed_window_legacy().algorithm(Algorithm::FixedWindow {
+        zoo::fixed_window_legacy().algorithm(ServerAlgorithm::FixedWindow {
             limit: 25,
             window: Duration::from_millis(2_500),
         })

@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use reqwest_pace::headers::Dimension;
-use reqwest_pace::retry::RetryPolicy;
+use reqwest_pace::retry::RetryRules;
 use reqwest_pace::testing::llm::{LlmDialect, LlmLimit, LlmServer, LlmServerBuilder, LlmStats};
 use reqwest_pace::{Charge, Cost, Event, FromHeaders, Priority, Scope, ThrottledClient, UsageBody};
 use tokio::time::Instant;
@@ -176,7 +176,7 @@ fn client(
         None => (Scope::per_host(), tokens),
     };
     let builder = ThrottledClient::builder(reqwest::Client::new())
-        .retry(RetryPolicy::default().with_retry_non_idempotent(true))
+        .retry(RetryRules::default().with_retry_non_idempotent(true))
         .host_scope(host)
         .scope(tokens)
         .reconcile((FromHeaders, UsageBody))
@@ -197,7 +197,7 @@ fn client(
                 }
                 // The refusal read and learned from: a fleet's shared cap
                 // is lowered in Redis before this event.
-                Event::Throttled { status: 429, .. } => {
+                Event::Refused { status: 429, .. } => {
                     watch.first_refusal.get_or_insert_with(|| start.elapsed());
                 }
                 _ => {}
@@ -246,7 +246,7 @@ impl Fleet {
         let (a, b) = (self.backend.clone(), self.backend.clone());
         let host = Scope::per_host().shared_in_flight(move |key| a.in_flight(key));
         let tokens = tokens.limiter(move |key| {
-            let open = reqwest_pace::Rate::per_second(1_000_000)?;
+            let open = reqwest_pace::RequestRate::per_second(1_000_000)?;
             let bucket = b.token_bucket(format!("tokens:{key}"), open, 1_000_000)?;
             Ok(Arc::new(bucket) as Arc<dyn reqwest_pace::Limiter>)
         });

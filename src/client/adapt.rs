@@ -71,7 +71,7 @@ use super::scope::DEFAULT_HEADROOM;
 use super::spacing::{Spacing, Tuning as SpacingTuning};
 use super::tuning::TUNING;
 use crate::headers::{Dimension, Limit, RateLimitSignal, MAX_WAIT};
-use crate::limiter::{Adjustment, Grant, Rate};
+use crate::limiter::{Adjustment, Grant, RequestRate};
 
 /// The slowest rate the header-less regime goes down to.
 const MIN_RATE: f64 = TUNING.header_less.min_rate;
@@ -155,7 +155,7 @@ impl Verdict {
 #[derive(Debug)]
 pub(crate) struct Adaptive {
     dimension: Dimension,
-    ceiling: Option<Rate>,
+    ceiling: Option<RequestRate>,
     burst: Option<u64>,
     headroom: f64,
     /// Per limit (name and partition): what its readings show.
@@ -424,7 +424,7 @@ impl Adaptive {
 
     pub(crate) fn new(
         dimension: Dimension,
-        ceiling: Option<Rate>,
+        ceiling: Option<RequestRate>,
         burst: Option<u64>,
         headroom: f64,
     ) -> Self {
@@ -535,7 +535,7 @@ impl Adaptive {
                 capped = capped.min(headers);
             }
         }
-        let rate = Rate::from_per_second_f64(capped).ok()?;
+        let rate = RequestRate::from_per_second_f64(capped).ok()?;
         let per_second = rate.per_second_f64();
         if let Some(applied) = self.applied {
             // Not worth a lock and an event: the same rate to within 1 %.
@@ -794,7 +794,7 @@ impl Adaptive {
         // one refuses any gap shorter. Nor a nanosecond longer: a timer
         // wakes on its millisecond tick, rounded up, so a gap a hair over
         // a whole millisecond is sent a whole millisecond later.
-        let mut rate = Rate::every(interval);
+        let mut rate = RequestRate::every(interval);
         if let (Some(c), Ok(r)) = (self.ceiling, rate.as_ref()) {
             if c.per_second_f64() < r.per_second_f64() {
                 rate = Ok(c);
@@ -1180,7 +1180,7 @@ impl Adaptive {
     /// (`too_fast`, the rate refused, is then given), a cut that names the
     /// rate refused, for the others.
     fn lowered_to(&mut self, rate: f64, too_fast: Option<f64>, out: &mut Vec<Adjustment>) {
-        match too_fast.map(Rate::from_per_second_f64) {
+        match too_fast.map(RequestRate::from_per_second_f64) {
             Some(Ok(too_fast)) => {
                 if let Some(Adjustment::SetRate(to)) = self.rate_adjustment(rate) {
                     out.push(Adjustment::Cut { to, too_fast });
@@ -1277,7 +1277,7 @@ impl Adaptive {
                 if let Some(ceiling) = self.ceiling {
                     at_most = at_most.min(ceiling.per_second_f64());
                 }
-                if let Ok(at_most) = Rate::from_per_second_f64(at_most) {
+                if let Ok(at_most) = RequestRate::from_per_second_f64(at_most) {
                     self.applied = Some(rate.min(at_most.per_second_f64()));
                     out.push(Adjustment::grow_rate(rate / base, at_most));
                 }
@@ -1372,7 +1372,7 @@ mod tests {
     fn a_pace_is_rounded_down_to_whole_ticks_where_the_limit_leaves_room() {
         let ms = Duration::from_millis(1);
         let interval = |per_second: f64| {
-            Rate::from_per_second_f64(per_second)
+            RequestRate::from_per_second_f64(per_second)
                 .expect("a rate")
                 .interval()
         };
@@ -1530,7 +1530,7 @@ mod tests {
     fn a_configured_ceiling_caps_the_learned_rate() {
         let mut a = Adaptive::new(
             Dimension::Requests,
-            Some(Rate::per_second(5).unwrap()),
+            Some(RequestRate::per_second(5).unwrap()),
             None,
             1.0,
         );
@@ -1548,7 +1548,7 @@ mod tests {
     fn a_configured_burst_caps_the_header_less_regime_too() {
         let mut a = Adaptive::new(
             Dimension::Requests,
-            Some(Rate::per_second(100).unwrap()),
+            Some(RequestRate::per_second(100).unwrap()),
             Some(1),
             1.0,
         );
@@ -1636,7 +1636,7 @@ mod tests {
         // `spacing::Tuning::backoff_doublings`) ...
         let backoff = Duration::from_millis(120);
         assert_eq!(a.spaced_by, Some(backoff));
-        let every = |gap| Rate::every(gap).expect("a rate");
+        let every = |gap| RequestRate::every(gap).expect("a rate");
         assert!(
             taught.contains(&Adjustment::SetRate(every(backoff))),
             "{taught:?}"
@@ -1767,7 +1767,7 @@ mod tests {
     fn a_process_of_a_fleet_never_admitted_still_cuts_the_shared_rate() {
         let mut a = fresh();
         let t0 = Instant::now();
-        let fleet = Rate::per_second(8).expect("a rate");
+        let fleet = RequestRate::per_second(8).expect("a rate");
         let mut cuts = Vec::new();
         let mut at = t0;
         for k in 1..=6u64 {
@@ -1791,7 +1791,7 @@ mod tests {
     fn a_block_on_a_shared_limiter_measures_the_fleets_grants() {
         let mut a = fresh();
         let t0 = Instant::now();
-        let fleet = Rate::per_second(100).expect("a rate");
+        let fleet = RequestRate::per_second(100).expect("a rate");
         let mut last = Vec::new();
         for k in 0..5u64 {
             let at = t0 + Duration::from_millis(100 * k);

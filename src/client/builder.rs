@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::engine::{Inner, Pacer, Random};
 use super::events::Hook;
 use super::{Event, Scope, ThrottledClient};
-use crate::retry::{ReleaseJitter, RetryBudget, RetryPolicy};
+use crate::retry::{ReleaseJitter, RetryBudget, RetryRules};
 use crate::Error;
 
 /// Builds a [`Pacer`] (`PaceBuilder<()>`, from [`Pacer::builder`]) or a
@@ -19,7 +19,7 @@ pub struct PaceBuilder<S> {
     sender: S,
     host_scope: Option<Scope>,
     scopes: Vec<Scope>,
-    policy: RetryPolicy,
+    policy: RetryRules,
     budget: Option<RetryBudget>,
     hook: Option<Hook>,
     deadline: Option<Duration>,
@@ -41,7 +41,7 @@ impl<S> PaceBuilder<S> {
             sender,
             host_scope: Some(Scope::per_host()),
             scopes: Vec::new(),
-            policy: RetryPolicy::default(),
+            policy: RetryRules::default(),
             budget: Some(RetryBudget::default()),
             hook: None,
             deadline: None,
@@ -58,7 +58,7 @@ impl<S> PaceBuilder<S> {
     /// permissively and paces itself from what its responses say. Set
     /// after [`without_host_scope`](Self::without_host_scope), it applies
     /// to nothing, and `build` fails.
-    pub fn rate(mut self, rate: crate::Rate) -> Self {
+    pub fn rate(mut self, rate: crate::RequestRate) -> Self {
         match self.host_scope.take() {
             Some(scope) => self.host_scope = Some(scope.rate(rate)),
             None => self.ignored = Some("rate"),
@@ -133,7 +133,7 @@ impl<S> PaceBuilder<S> {
     }
 
     /// How failures are retried.
-    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+    pub fn retry(mut self, policy: RetryRules) -> Self {
         self.policy = policy;
         self
     }
@@ -166,15 +166,15 @@ impl<S> PaceBuilder<S> {
         self
     }
 
-    /// A deadline for every call, from when it starts: pacing waits, the
+    /// A time limit for every call, from when it starts: pacing waits, the
     /// wait for a key's first response, `Retry-After` blocks and retries
     /// all end by it, and a wait that would end past it fails at once with
-    /// [`Error::DeadlineExceeded`]. Off by default (the retry policy's
+    /// [`Error::TimeLimitExceeded`]. Off by default (the retry policy's
     /// `max_elapsed` still bounds every wait after the first send); a
     /// request can set its own with
-    /// [`PacedRequestBuilder::deadline`](crate::PacedRequestBuilder::deadline).
-    pub fn deadline(mut self, deadline: Duration) -> Self {
-        self.deadline = Some(deadline);
+    /// [`PacedRequestBuilder::time_limit`](crate::PacedRequestBuilder::time_limit).
+    pub fn time_limit(mut self, limit: Duration) -> Self {
+        self.deadline = Some(limit);
         self
     }
 
@@ -281,7 +281,7 @@ impl PaceBuilder<reqwest::Client> {
 
 impl Pacer {
     /// Start building an engine with one adaptive bucket per host, the
-    /// default [`RetryPolicy`] and the default [`RetryBudget`].
+    /// default [`RetryRules`] and the default [`RetryBudget`].
     pub fn builder() -> PaceBuilder<()> {
         PaceBuilder::new(())
     }
@@ -290,11 +290,11 @@ impl Pacer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Rate;
+    use crate::RequestRate;
 
     #[test]
     fn a_rate_or_burst_without_a_host_layer_fails_the_build() {
-        let rate = Rate::per_second(5).unwrap();
+        let rate = RequestRate::per_second(5).unwrap();
         let built = Pacer::builder().without_host_scope().rate(rate).build();
         match built {
             Err(Error::InvalidConfig(message)) => assert!(message.contains("`rate`"), "{message}"),

@@ -7,7 +7,7 @@
 //! however the caller sends: a `reqwest::Client`, the rest of a middleware
 //! chain, a tower service) → **read** (the outcome and the server's signal)
 //! → **adjust** (teach the buckets what the server said) → **decide** (the
-//! pure [`RetryPolicy::decide`]: retry after a delay, return, or give up).
+//! pure [`RetryRules::decide`]: retry after a delay, return, or give up).
 
 use std::future::Future;
 use std::sync::atomic::Ordering;
@@ -27,7 +27,7 @@ use super::{scope, CircuitState, Cost, Event, KeyStatus, Priority, SendFailure};
 use crate::error::{ErrorKind, LastResponse, NotRetriedReason};
 use crate::headers::RateLimitSignal;
 use crate::limiter::Adjustment;
-use crate::retry::{Attempted, Decision, Outcome, ReleaseJitter, RetryBudget, RetryPolicy};
+use crate::retry::{Attempted, Decision, Outcome, ReleaseJitter, RetryBudget, RetryRules};
 use crate::Error;
 
 /// What an attempt's result says of its server's health, for the circuit
@@ -59,9 +59,9 @@ pub(crate) type Random = Arc<dyn Fn() -> f64 + Send + Sync>;
 /// learned rates and the budget.
 ///
 /// ```
-/// use reqwest_pace::{Pacer, Rate};
+/// use reqwest_pace::{Pacer, RequestRate};
 ///
-/// let pacer = Pacer::builder().rate(Rate::per_second(20)?).build()?;
+/// let pacer = Pacer::builder().rate(RequestRate::per_second(20)?).build()?;
 /// assert_eq!(pacer.policy().max_attempts(), 4);
 /// # Ok::<(), reqwest_pace::Error>(())
 /// ```
@@ -72,7 +72,7 @@ pub struct Pacer {
 
 pub(crate) struct Inner {
     pub(crate) scopes: Vec<BuiltScope>,
-    pub(crate) policy: RetryPolicy,
+    pub(crate) policy: RetryRules,
     pub(crate) budget: Option<Arc<RetryBudget>>,
     pub(crate) hook: Option<Hook>,
     pub(crate) deadline: Option<Duration>,
@@ -141,7 +141,7 @@ impl Call {
     /// A log read as a refilling bucket refused a quarter of a key's sends
     /// for seconds, each with `Retry-After: 0`, and a call that four of
     /// them fell on failed while the others went through.
-    pub(crate) fn counted_attempts(&self, policy: &RetryPolicy) -> u32 {
+    pub(crate) fn counted_attempts(&self, policy: &RetryRules) -> u32 {
         let free = if self.time_bounds_paced_refusals(policy) {
             self.paced_refusals
         } else {
@@ -154,7 +154,7 @@ impl Call {
     /// refusals its keys' models paced ([`Call::counted_attempts`]): such a
     /// refusal then leaves the call free to take the key's next send at
     /// once, in its place at its keys.
-    fn time_bounds_paced_refusals(&self, policy: &RetryPolicy) -> bool {
+    fn time_bounds_paced_refusals(&self, policy: &RetryRules) -> bool {
         self.limit(policy.max_elapsed()).is_some()
     }
 
@@ -179,7 +179,7 @@ struct Read {
 
 impl Pacer {
     /// The retry policy in force.
-    pub fn policy(&self) -> &RetryPolicy {
+    pub fn policy(&self) -> &RetryRules {
         &self.inner.policy
     }
 

@@ -49,11 +49,11 @@ pub enum Event {
         /// The response status.
         status: u16,
     },
-    /// The server throttled the request: a 429, a 503, or a 403 with
-    /// `Retry-After` or a spent quota
+    /// The server refused the request for its rate: a 429, a 503, or a
+    /// 403 with `Retry-After` or a spent quota
     /// ([`RateLimitSignal::is_throttled`](crate::headers::RateLimitSignal::is_throttled)).
     #[non_exhaustive]
-    Throttled {
+    Refused {
         /// The call it belongs to ([`Event::call`]).
         call: u64,
         /// The scope's name.
@@ -145,10 +145,10 @@ impl Event {
     /// # async fn main() -> Result<(), reqwest_pace::Error> {
     /// use std::sync::{Arc, Mutex};
     /// use reqwest_pace::testing::RateLimitedServer;
-    /// use reqwest_pace::{Event, Rate, ThrottledClient};
+    /// use reqwest_pace::{Event, RequestRate, ThrottledClient};
     ///
     /// let server = RateLimitedServer::builder()
-    ///     .limit(Rate::per_second(100)?)
+    ///     .limit(RequestRate::per_second(100)?)
     ///     .start()
     ///     .await?;
     /// let seen = Arc::new(Mutex::new(Vec::new()));
@@ -180,7 +180,7 @@ impl Event {
             Event::Waited { call, .. }
             | Event::Sent { call, .. }
             | Event::Received { call, .. }
-            | Event::Throttled { call, .. }
+            | Event::Refused { call, .. }
             | Event::Retrying { call, .. }
             | Event::GaveUp { call, .. }
             | Event::Completed { call, .. } => Some(*call),
@@ -233,7 +233,7 @@ pub(crate) fn emit(hook: Option<&Hook>, event: Event) {
         } => {
             tracing::debug!(target: "reqwest_pace", call, attempt, status, "received")
         }
-        Event::Throttled {
+        Event::Refused {
             call,
             scope,
             key,

@@ -135,7 +135,7 @@ impl Pacer {
             slot.refused().await;
             tracing::debug!(target: "reqwest_pace", key = &*m.state.key, in_flight, "concurrency refusal: fewer calls in flight for the fleet");
         }
-        self.emit(Event::Throttled {
+        self.emit(Event::Refused {
             call: call.id,
             scope: scope.config.name.clone(),
             key: m.state.key.clone(),
@@ -321,7 +321,7 @@ impl Pacer {
         };
         let wait = verdict.server_wait;
         if signal.is_throttled() {
-            self.emit(Event::Throttled {
+            self.emit(Event::Refused {
                 call: call.id,
                 scope: scope.config.name.clone(),
                 key: m.state.key.clone(),
@@ -428,7 +428,7 @@ impl Pacer {
             .applied
             .is_none_or(|applied| (per_second - applied).abs() > applied * 0.01);
         if changed {
-            if let Ok(rate) = crate::limiter::Rate::from_per_second_f64(per_second) {
+            if let Ok(rate) = crate::limiter::RequestRate::from_per_second_f64(per_second) {
                 weights.applied = Some(rate.per_second_f64());
                 adjustments.push(Adjustment::SetRate(rate));
             }

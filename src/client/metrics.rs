@@ -122,7 +122,7 @@ pub(crate) fn record(event: &Event) {
         Event::Received { status, .. } => {
             counter!(RESPONSES, "class" => class(*status)).increment(1);
         }
-        Event::Throttled { scope, status, .. } => counter!(
+        Event::Refused { scope, status, .. } => counter!(
             THROTTLED,
             "scope" => scope.clone(),
             "status" => status.to_string()

@@ -4,7 +4,7 @@
 //! The flow is one-way: a request's keys (one per [`Scope`]) pick its
 //! buckets; it waits for each bucket; it is sent; the response's
 //! [`RateLimitSignal`](crate::headers::RateLimitSignal) adjusts the
-//! buckets; the [`RetryPolicy`] decides whether to sleep and try again.
+//! buckets; the [`RetryRules`] decides whether to sleep and try again.
 //! [`Pacer`] (the `engine` module) runs that loop over any way of sending
 //! an attempt; [`ThrottledClient`] is a `Pacer` with a `reqwest::Client`.
 
@@ -51,7 +51,7 @@ pub use robots::Robots;
 pub use scope::{host_key, Scope};
 
 use crate::headers::Dimension;
-use crate::retry::RetryPolicy;
+use crate::retry::RetryRules;
 use crate::Error;
 
 /// `wait` after `at`; a wait past what the clock can hold (a configured
@@ -77,7 +77,7 @@ pub(crate) fn later_by(at: tokio::time::Instant, wait: Duration) -> tokio::time:
 /// [`burst`](Scope::burst) does. A weight of 0 in a dimension (requests
 /// included) charges no scope of that dimension.
 ///
-/// A call carries it as a [`Deadline`] does: [`PacedRequestBuilder::cost`]
+/// A call carries it as a [`TimeLimit`] does: [`PacedRequestBuilder::cost`]
 /// on the client's own builder, or in the request's extensions
 /// (`reqwest-middleware`'s for [`PaceMiddleware`](crate::PaceMiddleware),
 /// an `http::Request`'s for the tower service and
@@ -143,16 +143,17 @@ impl Cost {
     }
 }
 
-/// A deadline for one call, from when it is sent, in a request's
+/// A time limit for one call, from when it is sent (a duration, where
+/// tokio's deadline is an instant), in a request's
 /// extensions: `reqwest-middleware`'s for
 /// [`PaceMiddleware`](crate::PaceMiddleware)
-/// (`.with_extension(Deadline(..))`), an `http::Request`'s for the tower
+/// (`.with_extension(TimeLimit(..))`), an `http::Request`'s for the tower
 /// service and for [`ThrottledClient::send`]; a [`ThrottledClient`]'s own
-/// builder takes [`PacedRequestBuilder::deadline`]. It overrides the
-/// client's [`deadline`](ThrottledClientBuilder::deadline). A [`Cost`] and
+/// builder takes [`PacedRequestBuilder::time_limit`]. It overrides the
+/// client's [`time_limit`](ThrottledClientBuilder::time_limit). A [`Cost`] and
 /// a [`Priority`] in the same extensions are honoured the same way.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Deadline(pub Duration);
+pub struct TimeLimit(pub Duration);
 
 /// What a key has learned and whether it is closed; see
 /// [`ThrottledClient::key_status`].
@@ -194,8 +195,8 @@ pub struct KeyStatus {
 }
 
 /// Something that can become a [`reqwest::Request`]: a `Request`, a
-/// `RequestBuilder`, a [`PacedRequestBuilder`] (with its cost, deadline
-/// and priority), or an `http::Request` (with the [`Cost`], [`Deadline`]
+/// `RequestBuilder`, a [`PacedRequestBuilder`] (with its cost, time limit
+/// and priority), or an `http::Request` (with the [`Cost`], [`TimeLimit`]
 /// and [`Priority`] in its extensions).
 pub trait IntoRequest {
     /// Build the request.
@@ -208,7 +209,7 @@ pub trait IntoRequest {
         None
     }
 
-    /// Build the request with the cost and deadline it carries (a
+    /// Build the request with the cost and time limit it carries (a
     /// [`PacedRequestBuilder`]'s; none for a plain request or builder).
     fn into_call(self) -> Result<(Request, Option<Cost>, Option<Duration>), reqwest::Error>
     where
@@ -230,7 +231,7 @@ impl IntoRequest for RequestBuilder {
     }
 }
 
-/// An `http::Request`: its extensions' [`Cost`], [`Deadline`] and
+/// An `http::Request`: its extensions' [`Cost`], [`TimeLimit`] and
 /// [`Priority`] are the call's, as a middleware chain's are.
 impl<B: Into<reqwest::Body>> IntoRequest for http::Request<B> {
     fn into_request(self) -> Result<Request, reqwest::Error> {
@@ -248,7 +249,7 @@ impl<B: Into<reqwest::Body>> IntoRequest for http::Request<B> {
 }
 
 /// What a request's extensions say of its call: its [`Cost`],
-/// [`Deadline`] and [`Priority`].
+/// [`TimeLimit`] and [`Priority`].
 pub(crate) struct CallOptions {
     pub(crate) cost: Option<Cost>,
     pub(crate) deadline: Option<Duration>,
@@ -258,12 +259,12 @@ pub(crate) struct CallOptions {
     pub(crate) priority: Priority,
 }
 
-/// The [`Cost`], [`Deadline`] and [`Priority`] a request's extensions
+/// The [`Cost`], [`TimeLimit`] and [`Priority`] a request's extensions
 /// carry.
 pub(crate) fn from_extensions(extensions: &http::Extensions) -> CallOptions {
     CallOptions {
         cost: extensions.get::<Cost>().cloned(),
-        deadline: extensions.get::<Deadline>().map(|d| d.0),
+        deadline: extensions.get::<TimeLimit>().map(|d| d.0),
         priority: extensions.get::<Priority>().copied().unwrap_or_default(),
     }
 }
@@ -284,11 +285,11 @@ pub(crate) enum SendFailure {
 /// clones share the same buckets, learned rates and retry budget.
 ///
 /// ```no_run
-/// use reqwest_pace::{Rate, ThrottledClient};
+/// use reqwest_pace::{RequestRate, ThrottledClient};
 ///
 /// # async fn run() -> Result<(), reqwest_pace::Error> {
 /// let client = ThrottledClient::builder(reqwest::Client::new())
-///     .rate(Rate::per_second(10)?) // a ceiling per host; omit it to learn
+///     .rate(RequestRate::per_second(10)?) // a ceiling per host; omit it to learn
 ///     .build()?;
 /// let response = client.get("https://api.example.com/items").send().await?;
 /// println!("{}", response.status());
@@ -303,7 +304,7 @@ pub struct ThrottledClient {
 
 impl ThrottledClient {
     /// Start building a client around `client`, with one adaptive bucket per
-    /// host, the default [`RetryPolicy`] and the default
+    /// host, the default [`RetryRules`] and the default
     /// [`RetryBudget`](crate::retry::RetryBudget).
     pub fn builder(client: reqwest::Client) -> ThrottledClientBuilder {
         PaceBuilder::new(client)
@@ -345,7 +346,7 @@ impl ThrottledClient {
 
     /// A POST request; `client.post(url).send()` paces and learns (and
     /// retries only with
-    /// [`RetryPolicy::with_retry_non_idempotent`](crate::retry::RetryPolicy::with_retry_non_idempotent)).
+    /// [`RetryRules::with_retry_non_idempotent`](crate::retry::RetryRules::with_retry_non_idempotent)).
     pub fn post(&self, url: impl reqwest::IntoUrl) -> PacedRequestBuilder {
         self.request(reqwest::Method::POST, url)
     }
@@ -371,7 +372,7 @@ impl ThrottledClient {
     }
 
     /// The retry policy in force.
-    pub fn policy(&self) -> &RetryPolicy {
+    pub fn policy(&self) -> &RetryRules {
         self.pacer.policy()
     }
 

@@ -40,7 +40,7 @@ pub(crate) const DEFAULT_AGING: Duration = Duration::from_secs(10);
 /// Three classes: [`BATCH`](Self::BATCH) (0), [`NORMAL`](Self::NORMAL) (1,
 /// the default) and [`INTERACTIVE`](Self::INTERACTIVE) (2). A call carries
 /// one as it carries a [`Cost`](crate::Cost) or a
-/// [`Deadline`](crate::Deadline): [`PacedRequestBuilder::priority`] on the
+/// [`TimeLimit`](crate::TimeLimit): [`PacedRequestBuilder::priority`] on the
 /// client's own builder, or in the request's extensions
 /// (`reqwest-middleware`'s for [`PaceMiddleware`](crate::PaceMiddleware),
 /// an `http::Request`'s for the tower service's
@@ -85,7 +85,7 @@ pub(crate) const DEFAULT_AGING: Duration = Duration::from_secs(10);
 ///   lost.
 /// - **Deadlines.** The call's deadline bounds its time in the queue, as
 ///   it bounds every wait: past it, the call fails with
-///   [`Error::DeadlineExceeded`].
+///   [`Error::TimeLimitExceeded`].
 ///
 /// The order is per key and per process: calls of other processes sharing
 /// a limiter (feature `redis`) are not ordered with this process's. A

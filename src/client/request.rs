@@ -151,13 +151,13 @@ impl PacedRequestBuilder {
         self
     }
 
-    /// A deadline for this call, from when it is sent: every wait (the
+    /// A time limit for this call, from when it is sent: every wait (the
     /// buckets, the key's first response, `Retry-After`, retries) ends by
     /// it, and one that would end past it fails at once with
-    /// [`Error::DeadlineExceeded`]. Overrides the client's
-    /// [`deadline`](crate::ThrottledClientBuilder::deadline).
-    pub fn deadline(mut self, deadline: Duration) -> Self {
-        self.deadline = Some(deadline);
+    /// [`Error::TimeLimitExceeded`]. Overrides the client's
+    /// [`time_limit`](crate::ThrottledClientBuilder::time_limit).
+    pub fn time_limit(mut self, limit: Duration) -> Self {
+        self.deadline = Some(limit);
         self
     }
 

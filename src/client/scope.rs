@@ -18,7 +18,7 @@ use super::concurrency::{InFlight, SharedInFlight};
 use super::memory::Memory;
 use super::priority::Turns;
 use crate::headers::Dimension;
-use crate::limiter::{Evictable, KeyedLimiter, Limiter, Rate, ServerBlock, TokenBucket};
+use crate::limiter::{Evictable, KeyedLimiter, Limiter, RequestRate, ServerBlock, TokenBucket};
 use crate::Error;
 
 type KeyFn = Arc<dyn Fn(&Request) -> Option<String> + Send + Sync>;
@@ -114,12 +114,12 @@ pub(crate) const DEFAULT_HEADROOM: f64 = 0.97;
 /// API credential.
 ///
 /// ```
-/// use reqwest_pace::{Scope, Rate};
+/// use reqwest_pace::{Scope, RequestRate};
 ///
 /// // At most 100/s in all, and 10/s per API token (by the Authorization
 /// // header; requests without one are not in this scope).
-/// let global = Scope::global().rate(Rate::per_second(100)?);
-/// let per_token = Scope::per_header("token", "authorization").rate(Rate::per_second(10)?);
+/// let global = Scope::global().rate(RequestRate::per_second(100)?);
+/// let per_token = Scope::per_header("token", "authorization").rate(RequestRate::per_second(10)?);
 /// # Ok::<(), reqwest_pace::Error>(())
 /// ```
 #[derive(Clone)]
@@ -128,7 +128,7 @@ pub struct Scope {
     pub(crate) name: Arc<str>,
     key: KeyRule,
     breadth: Breadth,
-    rate: Option<Rate>,
+    rate: Option<RequestRate>,
     burst: Option<u64>,
     dimension: Dimension,
     /// `None`: by the default rule (see [`Scope::adaptive`]).
@@ -299,7 +299,7 @@ impl Scope {
     /// does not learn from responses unless [`adaptive(true)`](Self::adaptive)
     /// is asked for (then the rate is a ceiling on what it learns). Without
     /// a rate the scope starts permissively and learns.
-    pub fn rate(mut self, rate: Rate) -> Self {
+    pub fn rate(mut self, rate: RequestRate) -> Self {
         self.rate = Some(rate);
         self
     }
@@ -455,7 +455,7 @@ impl Scope {
     /// how classes are ordered), and a call dropped while it waits leaves
     /// the queue without taking a permit. A request in several scopes with caps takes them in the
     /// order the scopes were added (the host scope first). A call's
-    /// [`deadline`](crate::PaceBuilder::deadline) bounds the wait for a
+    /// [`time_limit`](crate::PaceBuilder::time_limit) bounds the wait for a
     /// permit, as it bounds every wait. A key with a request in flight is
     /// never dropped as idle, so the cap holds however many keys come and
     /// go.
@@ -711,7 +711,7 @@ impl Scope {
         };
         let rate = match self.rate {
             Some(r) => r,
-            None => Rate::per_second(OPEN_RATE_PER_SECOND)?,
+            None => RequestRate::per_second(OPEN_RATE_PER_SECOND)?,
         };
         // Fail now, not on the first request.
         TokenBucket::new(rate, capacity)?;
@@ -908,7 +908,7 @@ impl BuiltScope {
     }
 
     /// The configured rate, a ceiling on what the scope learns.
-    pub(crate) fn ceiling(&self) -> Option<Rate> {
+    pub(crate) fn ceiling(&self) -> Option<RequestRate> {
         self.config.rate
     }
 
@@ -930,9 +930,9 @@ impl BuiltScope {
 
 /// A rate of one send per `delay` (no delay: one a nanosecond, as good as
 /// none; never fails below 584 years).
-fn spacing(delay: Duration) -> Result<Rate, Error> {
+fn spacing(delay: Duration) -> Result<RequestRate, Error> {
     let nanos = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX).max(1);
-    Rate::every(Duration::from_nanos(nanos))
+    RequestRate::every(Duration::from_nanos(nanos))
 }
 
 /// One key's limiter and what has been learned about it.
@@ -978,7 +978,7 @@ pub(crate) struct KeyState {
     /// its sends by it, when its scope has one.
     pub(crate) politeness: Option<(Mutex<Politeness>, Arc<TokenBucket>)>,
     /// The rate and capacity the key's bucket was made with.
-    made_with: (Rate, u64),
+    made_with: (RequestRate, u64),
     /// What the key's calls spend in its dimension, and what its server
     /// allows of it (see [`Weights`]).
     pub(crate) weights: Mutex<Weights>,
@@ -1163,9 +1163,19 @@ impl KeyState {
     /// resumed from what the key `learned` before its last state was
     /// dropped: its bucket then starts at the learned rate and capacity,
     /// full, and no probe goes first.
-    fn new(config: &Scope, key: &str, made_with: (Rate, u64), learned: Option<Learned>) -> Self {
+    fn new(
+        config: &Scope,
+        key: &str,
+        made_with: (RequestRate, u64),
+        learned: Option<Learned>,
+    ) -> Self {
         let (rate, capacity) = learned
-            .and_then(|l| Some((Rate::from_per_second_f64(l.per_second).ok()?, l.capacity)))
+            .and_then(|l| {
+                Some((
+                    RequestRate::from_per_second_f64(l.per_second).ok()?,
+                    l.capacity,
+                ))
+            })
             .unwrap_or(made_with);
         let (limiter, local) = match &config.factory {
             Some(factory) => (factory(key).map_err(|e| e.to_string()), None),

@@ -127,7 +127,7 @@ type ProbeGuard<'m> = tokio::sync::MutexGuard<'m, ()>;
 /// A wait that did not end well.
 enum WaitError {
     /// It would end past `limit` (the deadline or `max_elapsed`).
-    Deadline {
+    TimeLimit {
         wait: Option<Duration>,
         limit: Duration,
     },
@@ -160,8 +160,8 @@ impl Pacer {
             .await
         {
             Ok(sent) => sent,
-            Err(WaitError::Deadline { wait, limit }) => {
-                let error = Error::DeadlineExceeded {
+            Err(WaitError::TimeLimit { wait, limit }) => {
+                let error = Error::TimeLimitExceeded {
                     wait,
                     limit,
                     attempts: call.attempt - 1,
@@ -656,7 +656,7 @@ async fn by_deadline<F: std::future::Future>(
         None => Ok(wait.await),
         Some((at, limit)) => tokio::time::timeout_at(at, wait)
             .await
-            .map_err(|_| WaitError::Deadline { wait: None, limit }),
+            .map_err(|_| WaitError::TimeLimit { wait: None, limit }),
     }
 }
 
@@ -711,7 +711,7 @@ impl Spacer {
                 let at = previous + self.interval();
                 if let Some((_, limit)) = until.filter(|(deadline, _)| at > *deadline) {
                     let wait = Some(at.saturating_duration_since(Instant::now()));
-                    return Err(WaitError::Deadline { wait, limit });
+                    return Err(WaitError::TimeLimit { wait, limit });
                 }
                 tokio::time::sleep_until(at).await;
             }
@@ -830,7 +830,7 @@ async fn wait_for_probe(
         Ok(guard) if !state.has_seen_response() => Ok(Some(guard)),
         Ok(_) => Ok(None),
         Err(_) => match until.filter(|(at, _)| *at <= probe_until) {
-            Some((_, limit)) => Err(WaitError::Deadline { wait: None, limit }),
+            Some((_, limit)) => Err(WaitError::TimeLimit { wait: None, limit }),
             None => {
                 tracing::debug!(
                     target: "reqwest_pace",
@@ -914,8 +914,8 @@ async fn acquire_by(
         return Ok(limiter.acquire_within(weight, bounds).await);
     };
     match tokio::time::timeout_at(at, limiter.acquire_within(weight, bounds.by(at))).await {
-        Err(_) => Err(WaitError::Deadline { wait: None, limit }),
-        Ok(Err(Error::Throttled { wait })) => Err(WaitError::Deadline {
+        Err(_) => Err(WaitError::TimeLimit { wait: None, limit }),
+        Ok(Err(Error::NotYet { wait })) => Err(WaitError::TimeLimit {
             wait: Some(wait),
             limit,
         }),
@@ -931,11 +931,11 @@ pub(crate) fn status_or_429(status: u16) -> StatusCode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Rate, TokenBucket};
+    use crate::{RequestRate, TokenBucket};
 
     #[tokio::test(start_paused = true)]
     async fn a_weight_over_a_learned_burst_raises_it_and_is_one_acquisition() {
-        let bucket = TokenBucket::with_initial(Rate::per_second(10).unwrap(), 4, 0).unwrap();
+        let bucket = TokenBucket::with_initial(RequestRate::per_second(10).unwrap(), 4, 0).unwrap();
         let start = Instant::now();
         assert!(acquire(&bucket, 10, true, Bounds::default(), None)
             .await
@@ -946,7 +946,7 @@ mod tests {
         assert_eq!(bucket.available(), 0);
         assert_eq!(bucket.capacity(), 10);
         // With a configured burst the same weight is an error.
-        let bucket = TokenBucket::with_initial(Rate::per_second(10).unwrap(), 4, 0).unwrap();
+        let bucket = TokenBucket::with_initial(RequestRate::per_second(10).unwrap(), 4, 0).unwrap();
         assert!(matches!(
             acquire(&bucket, 10, false, Bounds::default(), None).await,
             Err(WaitError::Failed(Error::WeightExceedsCapacity {
@@ -958,13 +958,13 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_wait_past_the_deadline_fails_at_once_with_the_wait() {
-        let bucket = TokenBucket::with_initial(Rate::per_second(1).unwrap(), 1, 0).unwrap();
+        let bucket = TokenBucket::with_initial(RequestRate::per_second(1).unwrap(), 1, 0).unwrap();
         let start = Instant::now();
         let limit = Duration::from_millis(500);
         let until = Some((start + limit, limit));
         // One token in a second, by a deadline half a second away.
         match acquire(&bucket, 1, false, Bounds::default(), until).await {
-            Err(WaitError::Deadline { wait, limit: l }) => {
+            Err(WaitError::TimeLimit { wait, limit: l }) => {
                 assert_eq!(wait, Some(Duration::from_secs(1)));
                 assert_eq!(l, limit);
             }

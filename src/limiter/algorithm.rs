@@ -1,6 +1,6 @@
 //! The contract between the waiting machinery and a limiting algorithm.
 
-use super::Rate;
+use super::RequestRate;
 
 /// Nanoseconds since a limiter's origin (its creation instant). Algorithms
 /// see time only as this number, passed in by the caller, so their arithmetic
@@ -9,7 +9,7 @@ pub type Nanos = u64;
 
 /// A limiting algorithm: the pure, clock-free arithmetic of one key's state.
 ///
-/// [`RateLimiter`](super::RateLimiter) wraps an `Algorithm` with a clock, a
+/// [`QueuedLimiter`](super::QueuedLimiter) wraps an `Algorithm` with a clock, a
 /// lock and a FIFO queue of waiters; the algorithm itself only answers "may
 /// `weight` go at `now`, and if not, when?". Implementations must be exact:
 /// when [`try_admit`](Algorithm::try_admit) refuses with `ready_at`, a call at
@@ -20,7 +20,7 @@ pub type Nanos = u64;
 /// does, with the lock-free word of [`BucketWord`](super::BucketWord);
 /// others name [`LockOnly`].
 pub trait Algorithm: Send + 'static {
-    /// How a [`RateLimiter`](super::RateLimiter) of this algorithm decides
+    /// How a [`QueuedLimiter`](super::QueuedLimiter) of this algorithm decides
     /// calls without its lock: [`LockOnly`] when it never does.
     type FastPath: FastPath<Self>;
 
@@ -38,7 +38,7 @@ pub trait Algorithm: Send + 'static {
     fn earliest(&self, now: Nanos, weight: u64) -> Nanos;
 
     /// Change the sustained rate, keeping the tokens already earned.
-    fn set_rate(&mut self, now: Nanos, rate: Rate);
+    fn set_rate(&mut self, now: Nanos, rate: RequestRate);
 
     /// Change the capacity (the burst), keeping the tokens already earned
     /// (clamped to the new capacity).
@@ -98,13 +98,13 @@ pub trait Algorithm: Send + 'static {
     fn is_idle(&self, now: Nanos) -> bool;
 
     /// The current sustained rate.
-    fn rate(&self) -> Rate;
+    fn rate(&self) -> RequestRate;
 
     /// What is available at `now`, in whole tokens.
     fn available(&self, now: Nanos) -> u64;
 }
 
-/// What a [`RateLimiter`](super::RateLimiter) keeps beside its lock to
+/// What a [`QueuedLimiter`](super::QueuedLimiter) keeps beside its lock to
 /// decide some calls of algorithm `A` without taking it.
 ///
 /// The limiter calls it at three points, and the last two always under its

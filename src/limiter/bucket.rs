@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use super::algorithm::{sealed, Algorithm, FastPath, Nanos};
 use super::gcra::{admit, Gcra};
 use super::keyed::Fold;
-use super::{Rate, RateLimiter, TokenBucket};
+use super::{QueuedLimiter, RequestRate, TokenBucket};
 use crate::sync::AtomicU64;
 use crate::Error;
 
@@ -147,7 +147,7 @@ impl FastPath<Gcra> for BucketWord {
 /// which decides its compact entries.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Template {
-    rate: Rate,
+    rate: RequestRate,
     capacity: u64,
     /// `capacity × interval`: how long an empty bucket takes to fill.
     span: Nanos,
@@ -161,7 +161,7 @@ impl Template {
     /// span is over half of that range (292 years) stays a whole limiter
     /// per key (its arithmetic is 128-bit), so that `full_at`, at most
     /// `now + span`, cannot saturate within 292 years of the map's life.
-    pub(super) fn new(rate: Rate, capacity: u64) -> Option<Template> {
+    pub(super) fn new(rate: RequestRate, capacity: u64) -> Option<Template> {
         rate.interval_nanos()
             .checked_mul(capacity)
             .filter(|span| *span <= u64::MAX / 2)
@@ -195,7 +195,7 @@ impl Template {
                 *full_at = next;
                 Ok(())
             }
-            Err(ready) => Err(Error::throttled_at(ready, now)),
+            Err(ready) => Err(Error::not_yet_at(ready, now)),
         }
     }
 }
@@ -206,7 +206,7 @@ pub(super) struct BucketFold;
 
 impl Fold<TokenBucket> for BucketFold {
     fn expand(&self, template: &Template, full_at: Nanos, origin: Instant) -> TokenBucket {
-        RateLimiter::from_algorithm_at(
+        QueuedLimiter::from_algorithm_at(
             Gcra::with_full_at(template.rate, template.capacity, full_at),
             origin,
         )

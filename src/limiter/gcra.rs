@@ -9,13 +9,13 @@
 
 use super::algorithm::{Algorithm, Nanos};
 use super::bucket::BucketWord;
-use super::Rate;
+use super::RequestRate;
 
 /// Token-bucket state: capacity (burst) and refill rate (sustained rate)
 /// kept apart.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Gcra {
-    rate: Rate,
+    rate: RequestRate,
     capacity: u64,
     /// When the bucket is full again, in nanoseconds since the origin.
     full_at: u128,
@@ -81,9 +81,9 @@ pub(crate) fn admit<N: Tick>(full_at: N, now: N, need: N, span: N) -> Result<N, 
 
 impl Gcra {
     /// A bucket holding `initial` tokens (clamped to `capacity`) at instant 0.
-    /// `capacity` must be at least 1; [`RateLimiter`](super::RateLimiter)
+    /// `capacity` must be at least 1; [`QueuedLimiter`](super::QueuedLimiter)
     /// constructors check it.
-    pub fn new(rate: Rate, capacity: u64, initial: u64) -> Gcra {
+    pub fn new(rate: RequestRate, capacity: u64, initial: u64) -> Gcra {
         let capacity = capacity.max(1);
         let missing = capacity - initial.min(capacity);
         Gcra {
@@ -96,7 +96,7 @@ impl Gcra {
 
     /// A bucket that is full again at `full_at`, for a keyed map's
     /// compact entry made whole.
-    pub(super) fn with_full_at(rate: Rate, capacity: u64, full_at: Nanos) -> Gcra {
+    pub(super) fn with_full_at(rate: RequestRate, capacity: u64, full_at: Nanos) -> Gcra {
         Gcra {
             rate,
             capacity: capacity.max(1),
@@ -160,7 +160,7 @@ impl Algorithm for Gcra {
         narrow(by_tokens).max(now).max(self.blocked_until)
     }
 
-    fn set_rate(&mut self, now: Nanos, rate: Rate) {
+    fn set_rate(&mut self, now: Nanos, rate: RequestRate) {
         // Keep the earned tokens: the deficit in tokens is unchanged, only
         // the time it takes to make it up changes. Time inside a block is
         // not owed tokens: it is measured from the block's end, so a block
@@ -243,7 +243,7 @@ impl Algorithm for Gcra {
         self.full_at <= wide(now) && self.blocked_until <= now
     }
 
-    fn rate(&self) -> Rate {
+    fn rate(&self) -> RequestRate {
         self.rate
     }
 
@@ -285,7 +285,11 @@ mod tests {
     const MS: u64 = 1_000_000;
 
     fn bucket(per_second: u64, capacity: u64) -> Gcra {
-        Gcra::new(Rate::per_second(per_second).unwrap(), capacity, capacity)
+        Gcra::new(
+            RequestRate::per_second(per_second).unwrap(),
+            capacity,
+            capacity,
+        )
     }
 
     #[test]
@@ -327,7 +331,7 @@ mod tests {
 
     #[test]
     fn starts_at_initial() {
-        let mut g = Gcra::new(Rate::per_second(10).unwrap(), 4, 0);
+        let mut g = Gcra::new(RequestRate::per_second(10).unwrap(), 4, 0);
         assert_eq!(g.available(0), 0);
         assert_eq!(g.try_admit(0, 1), Err(100 * MS));
         assert_eq!(g.available(400 * MS), 4);
@@ -397,7 +401,7 @@ mod tests {
     fn rate_change_keeps_tokens() {
         let mut g = bucket(10, 10);
         g.limit_remaining(0, 5); // 5 tokens missing: 500 ms to refill
-        g.set_rate(0, Rate::per_second(100).unwrap());
+        g.set_rate(0, RequestRate::per_second(100).unwrap());
         assert_eq!(g.available(0), 5);
         assert_eq!(g.available(50 * MS), 10);
     }
@@ -417,7 +421,7 @@ mod tests {
     fn a_rate_change_during_a_block_keeps_the_block() {
         let mut g = bucket(10, 10);
         g.block_until(0, 1_000 * MS);
-        g.set_rate(0, Rate::per_second(1).unwrap());
+        g.set_rate(0, RequestRate::per_second(1).unwrap());
         assert_eq!(g.try_admit(0, 1), Err(1_000 * MS));
         assert_eq!(g.try_admit(1_000 * MS, 1), Ok(()));
         // Then the new rate: one per second.
@@ -455,7 +459,7 @@ mod tests {
             capacity in 1u64..=8,
             ops in proptest::collection::vec(op(), 1..300),
         ) {
-            let rate = Rate::per_second(per_second).unwrap();
+            let rate = RequestRate::per_second(per_second).unwrap();
             let mut g = Gcra::new(rate, capacity, capacity);
             let mut now = 0u64;
             let mut admitted = 0u128;
@@ -481,7 +485,7 @@ mod tests {
             capacity in 1u64..=16,
             steps in proptest::collection::vec((0u64..20 * MS, 1u64..=16), 1..100),
         ) {
-            let rate = Rate::per_second(per_second).unwrap();
+            let rate = RequestRate::per_second(per_second).unwrap();
             let t = rate.interval_nanos();
             let mut g = Gcra::new(rate, capacity, capacity);
             let mut full_at = 0;
@@ -508,7 +512,7 @@ mod tests {
             at in 0u64..1_000 * MS,
             weight in 1u64..=16,
         ) {
-            let rate = Rate::per_second(per_second).unwrap();
+            let rate = RequestRate::per_second(per_second).unwrap();
             let mut g = Gcra::new(rate, capacity, capacity);
             for _ in 0..taken.min(capacity) {
                 prop_assert!(g.try_admit(0, 1).is_ok());

@@ -29,7 +29,7 @@ use tokio::time::Instant;
 
 use super::algorithm::{Algorithm, Nanos};
 use super::bucket::{BucketFold, Template};
-use super::{Rate, RateLimiter, TokenBucket};
+use super::{QueuedLimiter, RequestRate, TokenBucket};
 use crate::sync::lock;
 use crate::Error;
 
@@ -42,9 +42,9 @@ pub trait Evictable {
     fn is_idle(&self) -> bool;
 }
 
-impl<A: Algorithm> Evictable for RateLimiter<A> {
+impl<A: Algorithm> Evictable for QueuedLimiter<A> {
     fn is_idle(&self) -> bool {
-        RateLimiter::is_idle(self)
+        QueuedLimiter::is_idle(self)
     }
 }
 
@@ -81,11 +81,11 @@ const DEFAULT_IDLE: Duration = Duration::from_secs(60);
 ///   burst early. Raise the bound if that matters more than memory.
 ///
 /// ```
-/// use reqwest_pace::{KeyedLimiter, Rate};
+/// use reqwest_pace::{KeyedLimiter, RequestRate};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), reqwest_pace::Error> {
-/// let per_host = KeyedLimiter::token_buckets(Rate::per_second(5)?, 1)?.with_max_keys(10_000);
+/// let per_host = KeyedLimiter::token_buckets(RequestRate::per_second(5)?, 1)?.with_max_keys(10_000);
 /// per_host.acquire(&"api.example.com", 1).await?;
 /// per_host.acquire(&"cdn.example.com", 1).await?; // its own bucket: no wait
 /// assert_eq!(per_host.len(), 2);
@@ -207,10 +207,10 @@ where
     /// compact until a caller has to wait on it.
     ///
     /// Fails on a zero capacity, checked once here.
-    pub fn token_buckets(rate: Rate, capacity: u64) -> Result<Self, Error> {
+    pub fn token_buckets(rate: RequestRate, capacity: u64) -> Result<Self, Error> {
         TokenBucket::new(rate, capacity)?;
         let mut map = Self::new(move |_| {
-            RateLimiter::from_algorithm(super::Gcra::new(rate, capacity, capacity))
+            QueuedLimiter::from_algorithm(super::Gcra::new(rate, capacity, capacity))
         });
         map.compact = Template::new(rate, capacity).map(|template| Compact {
             template,
@@ -590,7 +590,7 @@ where
     }
 }
 
-impl<K, A> KeyedLimiter<K, RateLimiter<A>>
+impl<K, A> KeyedLimiter<K, QueuedLimiter<A>>
 where
     K: Hash + Eq + Clone,
     A: Algorithm,
@@ -601,7 +601,7 @@ where
             // Most calls need no wait: decide them in place, and make the
             // key's whole limiter (with its queue) only to wait on it.
             match self.try_acquire(key, weight) {
-                Err(Error::Throttled { .. }) => {}
+                Err(Error::NotYet { .. }) => {}
                 done => return done,
             }
         }
@@ -689,7 +689,7 @@ mod tests {
     /// one, compact or whole, and a new key is made owned.
     #[tokio::test(start_paused = true)]
     async fn a_borrowed_key_finds_the_same_entry() {
-        let keyed = KeyedLimiter::token_buckets(Rate::per_second(10).unwrap(), 2)
+        let keyed = KeyedLimiter::token_buckets(RequestRate::per_second(10).unwrap(), 2)
             .unwrap()
             .with_shards(1);
         // Compact first: its level is kept when it is made whole.
@@ -704,7 +704,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn idle_keys_are_swept_after_the_timeout() {
-        let keyed = KeyedLimiter::token_buckets(Rate::per_second(10).unwrap(), 2)
+        let keyed = KeyedLimiter::token_buckets(RequestRate::per_second(10).unwrap(), 2)
             .unwrap()
             .with_shards(1)
             .with_idle_timeout(Duration::from_secs(5));
@@ -739,7 +739,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_sweep_gives_back_the_room_of_the_keys_it_drops() {
-        let keyed = KeyedLimiter::token_buckets(Rate::per_second(10).unwrap(), 2)
+        let keyed = KeyedLimiter::token_buckets(RequestRate::per_second(10).unwrap(), 2)
             .unwrap()
             .with_shards(2)
             .with_idle_timeout(Duration::from_secs(5));
@@ -768,7 +768,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_zero_idle_timeout_still_keeps_buckets_that_are_not_full() {
-        let keyed = KeyedLimiter::token_buckets(Rate::per_second(1).unwrap(), 1)
+        let keyed = KeyedLimiter::token_buckets(RequestRate::per_second(1).unwrap(), 1)
             .unwrap()
             .with_idle_timeout(Duration::ZERO);
         keyed.try_acquire(&"a", 1).unwrap();
@@ -779,7 +779,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn busy_keys_are_not_evicted_as_idle() {
-        let keyed = KeyedLimiter::token_buckets(Rate::per_second(1).unwrap(), 1)
+        let keyed = KeyedLimiter::token_buckets(RequestRate::per_second(1).unwrap(), 1)
             .unwrap()
             .with_idle_timeout(Duration::from_millis(10));
         keyed.try_acquire(&"a", 1).unwrap();
@@ -793,7 +793,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_bound_holds_with_millions_of_keys() {
-        let keyed = KeyedLimiter::token_buckets(Rate::per_second(1).unwrap(), 1)
+        let keyed = KeyedLimiter::token_buckets(RequestRate::per_second(1).unwrap(), 1)
             .unwrap()
             .with_max_keys(1_000);
         let bound = keyed.max_keys();
@@ -820,7 +820,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_bound_spares_held_keys_and_their_state() {
-        let keyed = KeyedLimiter::token_buckets(Rate::per_minute(1).unwrap(), 1)
+        let keyed = KeyedLimiter::token_buckets(RequestRate::per_minute(1).unwrap(), 1)
             .unwrap()
             .with_shards(1)
             .with_max_keys(100);
@@ -843,7 +843,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_bound_drops_compact_buckets_before_a_blocked_key() {
-        let keyed = KeyedLimiter::token_buckets(Rate::per_second(1).unwrap(), 1)
+        let keyed = KeyedLimiter::token_buckets(RequestRate::per_second(1).unwrap(), 1)
             .unwrap()
             .with_shards(1)
             .with_max_keys(8);
@@ -866,7 +866,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn peek_does_not_keep_an_idle_key_alive() {
         let keyed = KeyedLimiter::new(|_: &u32| {
-            TokenBucket::new(Rate::per_second(10).unwrap(), 1).unwrap()
+            TokenBucket::new(RequestRate::per_second(10).unwrap(), 1).unwrap()
         })
         .with_shards(1)
         .with_idle_timeout(Duration::from_secs(5));
@@ -882,19 +882,19 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn one_token_in_300_years_is_refused_exactly() {
         let interval = Duration::from_secs(300 * 365 * 86_400);
-        let rate = Rate::every(interval).unwrap();
+        let rate = RequestRate::every(interval).unwrap();
         let keyed = KeyedLimiter::token_buckets(rate, 1).unwrap();
         let bucket = TokenBucket::new(rate, 1).unwrap();
         keyed.try_acquire(&1, 1).unwrap();
         bucket.try_acquire(1).unwrap();
         for refused in [keyed.try_acquire(&1, 1), bucket.try_acquire(1)] {
-            assert!(matches!(refused, Err(Error::Throttled { wait }) if wait == interval));
+            assert!(matches!(refused, Err(Error::NotYet { wait }) if wait == interval));
         }
     }
 
     #[tokio::test(start_paused = true)]
     async fn the_bound_drops_unheld_whole_buckets_before_held_ones() {
-        let keyed = KeyedLimiter::token_buckets(Rate::per_second(1).unwrap(), 1)
+        let keyed = KeyedLimiter::token_buckets(RequestRate::per_second(1).unwrap(), 1)
             .unwrap()
             .with_shards(1)
             .with_max_keys(16);
@@ -908,7 +908,7 @@ mod tests {
         // The newest whole bucket, held by nobody (its own rate keeps it
         // from folding back).
         let unheld = keyed.get(&100);
-        unheld.set_rate(Rate::per_second(2).unwrap());
+        unheld.set_rate(RequestRate::per_second(2).unwrap());
         unheld.try_acquire(1).unwrap();
         drop(unheld);
         keyed.try_acquire(&200, 1).unwrap(); // drops two entries
@@ -921,7 +921,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_bound_drops_the_bucket_full_again_soonest_among_ties() {
         for _ in 0..20 {
-            let keyed = KeyedLimiter::token_buckets(Rate::per_second(1).unwrap(), 1)
+            let keyed = KeyedLimiter::token_buckets(RequestRate::per_second(1).unwrap(), 1)
                 .unwrap()
                 .with_shards(1)
                 .with_max_keys(16);
@@ -940,7 +940,7 @@ mod tests {
 
     #[test]
     fn an_unbounded_map_reports_its_bound_without_overflow() {
-        let keyed = KeyedLimiter::<u32>::token_buckets(Rate::per_second(1).unwrap(), 1)
+        let keyed = KeyedLimiter::<u32>::token_buckets(RequestRate::per_second(1).unwrap(), 1)
             .unwrap()
             .with_shards(8)
             .with_max_keys(usize::MAX);
@@ -950,7 +950,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_bucket_spanning_centuries_is_kept_whole_and_exact() {
-        let rate = Rate::per_second(1).unwrap();
+        let rate = RequestRate::per_second(1).unwrap();
         let capacity = u64::MAX / 1_000_000_000;
         let keyed = KeyedLimiter::token_buckets(rate, capacity).unwrap();
         let bucket = TokenBucket::new(rate, capacity).unwrap();
@@ -963,7 +963,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn weights_of_zero_or_over_the_capacity_make_no_key() {
-        let keyed = KeyedLimiter::token_buckets(Rate::per_second(1).unwrap(), 2).unwrap();
+        let keyed = KeyedLimiter::token_buckets(RequestRate::per_second(1).unwrap(), 2).unwrap();
         assert!(keyed.try_acquire(&"a", 0).is_ok());
         assert!(matches!(
             keyed.try_acquire(&"a", 3),
@@ -977,12 +977,12 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn compact_keys_decide_like_a_bucket() {
-        let rate = Rate::per_second(10).unwrap();
+        let rate = RequestRate::per_second(10).unwrap();
         let keyed = KeyedLimiter::token_buckets(rate, 3).unwrap();
         let bucket = TokenBucket::new(rate, 3).unwrap();
         let waits = |r: Result<(), Error>| match r {
             Ok(()) => None,
-            Err(Error::Throttled { wait }) => Some(wait),
+            Err(Error::NotYet { wait }) => Some(wait),
             Err(e) => panic!("unexpected {e:?}"),
         };
         for (advance_ms, weight) in [(0, 1), (0, 2), (0, 1), (40, 1), (60, 1), (0, 2), (250, 3)] {
@@ -1007,7 +1007,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn waiters_on_a_compact_key_queue_on_its_full_bucket_then_fold_back() {
         let keyed = Arc::new(
-            KeyedLimiter::token_buckets(Rate::per_second(10).unwrap(), 1)
+            KeyedLimiter::token_buckets(RequestRate::per_second(10).unwrap(), 1)
                 .unwrap()
                 .with_idle_timeout(Duration::from_secs(3_600)),
         );
@@ -1036,15 +1036,15 @@ mod tests {
         assert!(is_compact(&keyed, &"k"));
         assert!(matches!(
             keyed.try_acquire(&"k", 1),
-            Err(Error::Throttled { wait }) if wait == Duration::from_millis(100)
+            Err(Error::NotYet { wait }) if wait == Duration::from_millis(100)
         ));
     }
 
     #[tokio::test(start_paused = true)]
     async fn an_adjusted_or_blocked_key_stays_whole_until_it_matches_the_template() {
-        let keyed = KeyedLimiter::token_buckets(Rate::per_second(10).unwrap(), 10).unwrap();
+        let keyed = KeyedLimiter::token_buckets(RequestRate::per_second(10).unwrap(), 10).unwrap();
         let slow = keyed.get(&"slow");
-        slow.set_rate(Rate::per_second(1).unwrap());
+        slow.set_rate(RequestRate::per_second(1).unwrap());
         slow.try_acquire(1).unwrap();
         drop(slow);
         keyed
@@ -1056,7 +1056,7 @@ mod tests {
         assert!(keyed.try_acquire(&"blocked", 1).is_err());
         assert!(matches!(
             keyed.try_acquire(&"slow", 10),
-            Err(Error::Throttled { wait }) if wait == Duration::from_secs(1)
+            Err(Error::NotYet { wait }) if wait == Duration::from_secs(1)
         ));
         tokio::time::advance(Duration::from_secs(2)).await;
         assert_eq!(keyed.sweep(), 1, "the slow key's bucket is full again");

@@ -2,7 +2,7 @@
 //!
 //! The split follows governor's: an [`Algorithm`] is the pure arithmetic of
 //! one key's state as a function of `now` (in [`gcra`](Gcra) for the token
-//! bucket); [`RateLimiter`] adds the tokio clock, a lock and a FIFO queue of
+//! bucket); [`QueuedLimiter`] adds the tokio clock, a lock and a FIFO queue of
 //! waiters; [`KeyedLimiter`] holds one limiter per key. The token bucket's
 //! two speed-ups (deciding without the lock, and keeping a keyed map's
 //! idle keys as one instant each) live beside it in `bucket.rs`, reached
@@ -34,8 +34,8 @@ pub use bucket::BucketWord;
 pub(crate) use gcra::admit;
 pub use gcra::Gcra;
 pub use keyed::{Evictable, KeyedLimiter};
-pub use rate::Rate;
-pub use wait::{Acquire, RateLimiter, TokenBucket};
+pub use rate::RequestRate;
+pub use wait::{Acquire, QueuedLimiter, TokenBucket};
 pub use window::{
     FixedWindow, FixedWindowLimiter, SlidingCounterLimiter, SlidingLog, SlidingLogLimiter,
     SlidingWindowCounter,
@@ -53,7 +53,7 @@ pub const WINDOW_LEAP: Duration = Duration::from_millis(500);
 #[non_exhaustive]
 pub enum Adjustment {
     /// Change the sustained rate, keeping tokens already earned.
-    SetRate(Rate),
+    SetRate(RequestRate),
     /// Change the capacity (burst), keeping tokens already earned.
     SetCapacity(u64),
     /// Lower what is available now to at most this many tokens.
@@ -86,9 +86,9 @@ pub enum Adjustment {
     #[non_exhaustive]
     Cut {
         /// The rate to go on at.
-        to: Rate,
+        to: RequestRate,
         /// The rate that was too fast.
-        too_fast: Rate,
+        too_fast: RequestRate,
     },
     /// Raise the sustained rate by a factor (in parts per million: a
     /// million keeps it), up to `at_most`, keeping tokens already earned.
@@ -101,7 +101,7 @@ pub enum Adjustment {
         /// The factor, in millionths.
         parts_per_million: u32,
         /// The ceiling the growth stops at.
-        at_most: Rate,
+        at_most: RequestRate,
     },
     /// The server refused this many of the units granted (a 429): a
     /// limiter that counts its grants for every process sharing it
@@ -125,19 +125,19 @@ impl Adjustment {
     /// it here).
     ///
     /// ```
-    /// use reqwest_pace::{Adjustment, Rate};
+    /// use reqwest_pace::{Adjustment, RequestRate};
     ///
-    /// let cut = Adjustment::cut(Rate::per_second(7)?, Rate::per_second(10)?);
-    /// assert!(matches!(cut, Adjustment::Cut { to, .. } if to == Rate::per_second(7)?));
+    /// let cut = Adjustment::cut(RequestRate::per_second(7)?, RequestRate::per_second(10)?);
+    /// assert!(matches!(cut, Adjustment::Cut { to, .. } if to == RequestRate::per_second(7)?));
     /// # Ok::<(), reqwest_pace::Error>(())
     /// ```
-    pub fn cut(to: Rate, too_fast: Rate) -> Adjustment {
+    pub fn cut(to: RequestRate, too_fast: RequestRate) -> Adjustment {
         Adjustment::Cut { to, too_fast }
     }
 
     /// [`GrowRate`](Adjustment::GrowRate) by `factor` (at least 1, at most
     /// about 4 294), up to `at_most`.
-    pub fn grow_rate(factor: f64, at_most: Rate) -> Adjustment {
+    pub fn grow_rate(factor: f64, at_most: RequestRate) -> Adjustment {
         let ppm = (factor * 1e6).clamp(1e6, f64::from(u32::MAX));
         Adjustment::GrowRate {
             parts_per_million: ppm as u32,
@@ -148,10 +148,14 @@ impl Adjustment {
 
 /// `rate` grown by `parts_per_million`, up to `at_most`; `None` when that
 /// does not raise it.
-pub(crate) fn grown(rate: Rate, parts_per_million: u32, at_most: Rate) -> Option<Rate> {
+pub(crate) fn grown(
+    rate: RequestRate,
+    parts_per_million: u32,
+    at_most: RequestRate,
+) -> Option<RequestRate> {
     let target =
         (rate.per_second_f64() * f64::from(parts_per_million) / 1e6).min(at_most.per_second_f64());
-    Rate::from_per_second_f64(target)
+    RequestRate::from_per_second_f64(target)
         .ok()
         .filter(|r| r.per_second_f64() > rate.per_second_f64())
 }
@@ -196,7 +200,7 @@ impl ServerBlock {
 #[non_exhaustive]
 pub struct Bounds {
     /// Refuse at once, taking nothing, when the grant would come later than
-    /// this: [`Error::Throttled`] with the wait.
+    /// this: [`Error::NotYet`] with the wait.
     pub by: Option<Instant>,
     /// Refuse at once, taking nothing, when the limiter is held by a
     /// server's [`Block`](Adjustment::Block) that ends further away than
@@ -239,10 +243,10 @@ pub struct Grant {
     /// slows down for a server that sends no headers grows from the fleet's
     /// rate, not its own, sees when another process slowed the fleet, and
     /// joins a fleet at its rate instead of a cold start.
-    pub shared_rate: Option<Rate>,
+    pub shared_rate: Option<RequestRate>,
     /// For such a limiter: the rate a server last refused, as the process
     /// that saw it named it ([`Adjustment::Cut`]); `None` while none has.
-    pub shared_too_fast: Option<Rate>,
+    pub shared_too_fast: Option<RequestRate>,
 }
 
 impl Grant {
@@ -256,13 +260,13 @@ impl Grant {
     }
 
     /// The same grant, with the rate a server last refused.
-    pub fn with_too_fast(mut self, too_fast: Option<Rate>) -> Self {
+    pub fn with_too_fast(mut self, too_fast: Option<RequestRate>) -> Self {
         self.shared_too_fast = too_fast;
         self
     }
 
     /// The same grant, with the rate its shared state held.
-    pub fn with_rate(mut self, rate: Option<Rate>) -> Self {
+    pub fn with_rate(mut self, rate: Option<RequestRate>) -> Self {
         self.shared_rate = rate;
         self
     }
@@ -278,7 +282,7 @@ pub trait Limiter: Send + Sync + 'static {
     /// Wait until `weight` tokens are granted.
     fn acquire(&self, weight: u64) -> BoxFuture<'_, Result<(), Error>>;
 
-    /// Take `weight` tokens now or fail with [`Error::Throttled`] saying how
+    /// Take `weight` tokens now or fail with [`Error::NotYet`] saying how
     /// long to wait.
     fn try_acquire(&self, weight: u64) -> BoxFuture<'_, Result<(), Error>>;
 
@@ -299,7 +303,7 @@ pub trait Limiter: Send + Sync + 'static {
     }
 
     /// Wait until `weight` tokens are granted, within `bounds`: refused at
-    /// once, taking nothing, with [`Error::Throttled`] when the grant would
+    /// once, taking nothing, with [`Error::NotYet`] when the grant would
     /// come after [`Bounds::by`], or with [`Error::Blocked`] when a server's
     /// block longer than [`Bounds::max_block`] holds the limiter (where the
     /// limiter can tell). The grant says where it falls in a shared count.
@@ -312,10 +316,10 @@ pub trait Limiter: Send + Sync + 'static {
             if let Some(by) = bounds.by {
                 match self.try_acquire(weight).await {
                     Ok(()) => return Ok(Grant::default()),
-                    Err(Error::Throttled { wait }) if Instant::now() + wait > by => {
-                        return Err(Error::Throttled { wait })
+                    Err(Error::NotYet { wait }) if Instant::now() + wait > by => {
+                        return Err(Error::NotYet { wait })
                     }
-                    Err(Error::Throttled { .. }) => {}
+                    Err(Error::NotYet { .. }) => {}
                     Err(e) => return Err(e),
                 }
             }
@@ -339,7 +343,7 @@ pub(crate) async fn adjust_in_turn<L: Limiter + ?Sized>(
     first.map_or(Ok(()), Err)
 }
 
-impl<A: Algorithm> RateLimiter<A> {
+impl<A: Algorithm> QueuedLimiter<A> {
     /// Apply an [`Adjustment`].
     pub fn apply(&self, adjustment: Adjustment) -> Result<(), Error> {
         match adjustment {
@@ -363,13 +367,13 @@ impl<A: Algorithm> RateLimiter<A> {
     }
 }
 
-impl<A: Algorithm> Limiter for RateLimiter<A> {
+impl<A: Algorithm> Limiter for QueuedLimiter<A> {
     fn acquire(&self, weight: u64) -> BoxFuture<'_, Result<(), Error>> {
-        Box::pin(RateLimiter::acquire(self, weight))
+        Box::pin(QueuedLimiter::acquire(self, weight))
     }
 
     fn try_acquire(&self, weight: u64) -> BoxFuture<'_, Result<(), Error>> {
-        Box::pin(std::future::ready(RateLimiter::try_acquire(self, weight)))
+        Box::pin(std::future::ready(QueuedLimiter::try_acquire(self, weight)))
     }
 
     fn adjust(&self, adjustment: Adjustment) -> BoxFuture<'_, Result<(), Error>> {

@@ -19,7 +19,7 @@ use tokio::time::{Instant, Sleep};
 
 use super::algorithm::{Algorithm, FastPath, Nanos};
 use super::gcra::Gcra;
-use super::Rate;
+use super::RequestRate;
 use crate::sync::{lock_model as lock, AtomicU64, Mutex, MutexGuard};
 use crate::Error;
 
@@ -28,8 +28,8 @@ use crate::Error;
 ///
 /// Guarantees, whatever the algorithm:
 /// - **FIFO.** Waiters are admitted in the order they first polled
-///   [`acquire`](RateLimiter::acquire); a later arrival never barges ahead
-///   (and [`try_acquire`](RateLimiter::try_acquire) refuses while anyone
+///   [`acquire`](QueuedLimiter::acquire); a later arrival never barges ahead
+///   (and [`try_acquire`](QueuedLimiter::try_acquire) refuses while anyone
 ///   waits).
 /// - **One wake-up per admission.** Only the head of the queue holds a timer;
 ///   N waiters do not all wake for one token.
@@ -47,7 +47,7 @@ use crate::Error;
 ///   the window algorithms) takes the lock, which first takes the word back.
 ///
 /// The token bucket is [`TokenBucket`], this type over [`Gcra`].
-pub struct RateLimiter<A: Algorithm> {
+pub struct QueuedLimiter<A: Algorithm> {
     origin: Instant,
     state: Mutex<State<A>>,
     /// While nobody is queued: the earliest instant (nanoseconds since the
@@ -68,7 +68,7 @@ pub struct RateLimiter<A: Algorithm> {
 /// fast path or publishes the refusal hint.
 struct Locked<'a, A: Algorithm> {
     state: MutexGuard<'a, State<A>>,
-    limiter: &'a RateLimiter<A>,
+    limiter: &'a QueuedLimiter<A>,
     now: Nanos,
 }
 
@@ -182,19 +182,19 @@ struct Waiter {
 ///
 /// ```
 /// use std::time::Duration;
-/// use reqwest_pace::{Rate, TokenBucket};
+/// use reqwest_pace::{RequestRate, TokenBucket};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), reqwest_pace::Error> {
 /// // 10 per second sustained, bursts of up to 5.
-/// let bucket = TokenBucket::new(Rate::per_second(10)?, 5)?;
+/// let bucket = TokenBucket::new(RequestRate::per_second(10)?, 5)?;
 /// let start = tokio::time::Instant::now();
 /// for _ in 0..5 {
 ///     bucket.try_acquire(1)?; // the burst goes at once
 /// }
 /// // The sixth has to wait one interval; try_acquire says exactly how long.
 /// match bucket.try_acquire(1) {
-///     Err(reqwest_pace::Error::Throttled { wait, .. }) => {
+///     Err(reqwest_pace::Error::NotYet { wait, .. }) => {
 ///         assert_eq!(wait, Duration::from_millis(100))
 ///     }
 ///     other => panic!("unexpected {other:?}"),
@@ -204,19 +204,19 @@ struct Waiter {
 /// # Ok(())
 /// # }
 /// ```
-pub type TokenBucket = RateLimiter<Gcra>;
+pub type TokenBucket = QueuedLimiter<Gcra>;
 
-impl RateLimiter<Gcra> {
+impl QueuedLimiter<Gcra> {
     /// A full bucket of `capacity` tokens refilling at `rate`.
     ///
     /// Fails on a zero capacity.
-    pub fn new(rate: Rate, capacity: u64) -> Result<Self, Error> {
+    pub fn new(rate: RequestRate, capacity: u64) -> Result<Self, Error> {
         Self::with_initial(rate, capacity, capacity)
     }
 
     /// A bucket of `capacity` tokens refilling at `rate`, holding `initial`
     /// tokens (clamped to `capacity`) at creation.
-    pub fn with_initial(rate: Rate, capacity: u64, initial: u64) -> Result<Self, Error> {
+    pub fn with_initial(rate: RequestRate, capacity: u64, initial: u64) -> Result<Self, Error> {
         if capacity == 0 {
             return Err(Error::config("a token bucket needs a capacity above zero"));
         }
@@ -224,14 +224,14 @@ impl RateLimiter<Gcra> {
     }
 }
 
-impl RateLimiter<Gcra> {
+impl QueuedLimiter<Gcra> {
     /// The bucket as a keyed map's compact entry on the map's `origin` at
     /// `now` (nanoseconds since it): its `full_at`, when nothing else about
     /// it differs from a bucket of `rate` and `capacity` (nobody queued, no
     /// block in force).
     pub(crate) fn compact_state(
         &self,
-        rate: Rate,
+        rate: RequestRate,
         capacity: u64,
         origin: Instant,
         now: Nanos,
@@ -248,7 +248,7 @@ impl RateLimiter<Gcra> {
     }
 }
 
-impl<A: Algorithm> RateLimiter<A> {
+impl<A: Algorithm> QueuedLimiter<A> {
     /// Wrap an algorithm whose instant 0 is now.
     pub fn from_algorithm(algorithm: A) -> Self {
         Self::from_algorithm_at(algorithm, Instant::now())
@@ -258,7 +258,7 @@ impl<A: Algorithm> RateLimiter<A> {
     /// that its compact entries and full limiters share one time line).
     pub(crate) fn from_algorithm_at(algorithm: A, origin: Instant) -> Self {
         let fast = A::FastPath::new(&algorithm);
-        RateLimiter {
+        QueuedLimiter {
             fast,
             origin,
             state: Mutex::new(State {
@@ -324,7 +324,7 @@ impl<A: Algorithm> RateLimiter<A> {
 
     /// Take `weight` tokens now, or say how long until they would be there.
     ///
-    /// Refuses with [`Error::Throttled`] while other callers are queued in
+    /// Refuses with [`Error::NotYet`] while other callers are queued in
     /// [`acquire`](Self::acquire), so it never barges ahead of them; the wait
     /// is then an estimate that counts the queue ahead. With nobody queued
     /// the wait is exact: a call after exactly that long succeeds if nothing
@@ -342,12 +342,12 @@ impl<A: Algorithm> RateLimiter<A> {
         }
         let now = self.nanos(at);
         if let Some(decided) = self.try_fast(now, weight) {
-            return decided.map_err(|ready| Error::throttled_at(ready, now));
+            return decided.map_err(|ready| Error::not_yet_at(ready, now));
         }
         if weight == 1 {
             let hint = self.hint.load(Ordering::Acquire);
             if now < hint {
-                return Err(Error::throttled_at(hint, now));
+                return Err(Error::not_yet_at(hint, now));
             }
         }
         let mut state = self.lock_at(now);
@@ -358,7 +358,7 @@ impl<A: Algorithm> RateLimiter<A> {
         } else {
             Err(state.algorithm.earliest(now, state.queued_weight + weight))
         };
-        outcome.map_err(|ready| Error::throttled_at(ready, now))
+        outcome.map_err(|ready| Error::not_yet_at(ready, now))
     }
 
     /// Wait until `weight` tokens can be taken, in FIFO order, then take
@@ -381,14 +381,14 @@ impl<A: Algorithm> RateLimiter<A> {
     }
 
     /// Change the sustained rate. Tokens already earned are kept.
-    pub fn set_rate(&self, rate: Rate) {
+    pub fn set_rate(&self, rate: RequestRate) {
         self.with_state(|algorithm, now| algorithm.set_rate(now, rate));
     }
 
     /// Raise the sustained rate by `parts_per_million` millionths of
     /// itself, up to `at_most` (see [`Adjustment::GrowRate`](super::Adjustment::GrowRate)).
     /// Tokens already earned are kept; the rate is never lowered.
-    pub fn grow_rate(&self, parts_per_million: u32, at_most: Rate) {
+    pub fn grow_rate(&self, parts_per_million: u32, at_most: RequestRate) {
         self.with_state(|algorithm, now| {
             if let Some(rate) = super::grown(algorithm.rate(), parts_per_million, at_most) {
                 algorithm.set_rate(now, rate);
@@ -464,7 +464,7 @@ impl<A: Algorithm> RateLimiter<A> {
     }
 
     /// The current sustained rate.
-    pub fn rate(&self) -> Rate {
+    pub fn rate(&self) -> RequestRate {
         lock(&self.state).algorithm.rate()
     }
 
@@ -501,23 +501,23 @@ impl<A: Algorithm> RateLimiter<A> {
     }
 }
 
-impl<A> fmt::Debug for RateLimiter<A>
+impl<A> fmt::Debug for QueuedLimiter<A>
 where
     A: Algorithm + fmt::Debug,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = self.lock_at(self.now());
-        f.debug_struct("RateLimiter")
+        f.debug_struct("QueuedLimiter")
             .field("algorithm", &state.algorithm)
             .field("waiting", &state.queue.len())
             .finish()
     }
 }
 
-/// The future returned by [`RateLimiter::acquire`].
+/// The future returned by [`QueuedLimiter::acquire`].
 #[must_use = "futures do nothing unless polled"]
 pub struct Acquire<'a, A: Algorithm> {
-    limiter: &'a RateLimiter<A>,
+    limiter: &'a QueuedLimiter<A>,
     weight: u64,
     /// Our place in the queue, once we have one.
     id: Option<u64>,
@@ -584,7 +584,7 @@ impl<A: Algorithm> Future for Acquire<'_, A> {
             let id = match this.id {
                 Some(id) => id,
                 None => {
-                    if let Err(e) = RateLimiter::check_weight(&state.algorithm, this.weight) {
+                    if let Err(e) = QueuedLimiter::check_weight(&state.algorithm, this.weight) {
                         return Poll::Ready(Err(e));
                     }
                     if state.queue.is_empty() && state.algorithm.try_admit(now, this.weight).is_ok()
@@ -617,7 +617,7 @@ impl<A: Algorithm> Future for Acquire<'_, A> {
                 Some(_) => admitted_at(this.scheduled, now),
                 None => state.catch_up(now, this.weight),
             };
-            let outcome = match RateLimiter::check_weight(&state.algorithm, this.weight) {
+            let outcome = match QueuedLimiter::check_weight(&state.algorithm, this.weight) {
                 Err(e) => Err(e),
                 Ok(()) => match state.algorithm.try_admit(at, this.weight) {
                     Ok(()) => {
@@ -690,7 +690,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_bucket_faster_than_the_timer_keeps_its_rate() {
         let bucket = std::sync::Arc::new(
-            TokenBucket::with_initial(Rate::per_second(10_000).unwrap(), 1, 0).unwrap(),
+            TokenBucket::with_initial(RequestRate::per_second(10_000).unwrap(), 1, 0).unwrap(),
         );
         let start = Instant::now();
         let waiters: Vec<_> = (0..50)
@@ -720,13 +720,13 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_word_is_armed_only_while_the_bucket_is_as_made() {
-        let rate = Rate::per_second(10).unwrap();
+        let rate = RequestRate::per_second(10).unwrap();
         let bucket = TokenBucket::new(rate, 2).unwrap();
         assert!(armed(&bucket));
         bucket.try_acquire(2).unwrap();
         assert!(armed(&bucket), "decisions keep it armed");
 
-        bucket.set_rate(Rate::per_second(5).unwrap());
+        bucket.set_rate(RequestRate::per_second(5).unwrap());
         assert!(!armed(&bucket), "another rate is decided under the lock");
         bucket.set_rate(rate);
         assert!(armed(&bucket));
@@ -750,7 +750,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn window_limiters_never_arm() {
         let log = crate::SlidingLogLimiter::from_algorithm(
-            crate::limiter::SlidingLog::new(Rate::per_second(10).unwrap()).unwrap(),
+            crate::limiter::SlidingLog::new(RequestRate::per_second(10).unwrap()).unwrap(),
         );
         log.try_acquire(1).unwrap();
         // Its fast path is the one that never decides: every call, this

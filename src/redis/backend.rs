@@ -15,7 +15,7 @@ use super::bucket::RedisTokenBucket;
 use super::in_flight::RedisInFlight;
 use super::log::RedisSlidingLog;
 use super::scripts;
-use crate::limiter::Rate;
+use crate::limiter::RequestRate;
 use crate::Error;
 
 /// The default per-call timeout: one Redis round trip on a healthy network
@@ -50,7 +50,7 @@ pub const DEFAULT_COOLDOWN: Duration = Duration::from_millis(500);
 ///
 /// ```
 /// use reqwest_pace::redis::{FaultPolicy, RedisBackend};
-/// use reqwest_pace::{Error, Rate};
+/// use reqwest_pace::{Error, RequestRate};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Error> {
@@ -59,12 +59,12 @@ pub const DEFAULT_COOLDOWN: Duration = Duration::from_millis(500);
 ///     .with_fault_policy(FaultPolicy::LocalFallback { processes: 4 });
 /// // The fleet's 40 per second, bursts of 8, become 10 per second, bursts
 /// // of 2, in this process while Redis is away.
-/// let bucket = backend.token_bucket("api", Rate::per_second(40)?, 8)?;
+/// let bucket = backend.token_bucket("api", RequestRate::per_second(40)?, 8)?;
 /// bucket.try_acquire(2).await?;
-/// assert!(matches!(bucket.try_acquire(1).await, Err(Error::Throttled { .. })));
+/// assert!(matches!(bucket.try_acquire(1).await, Err(Error::NotYet { .. })));
 ///
 /// let closed = RedisBackend::open("redis://127.0.0.1:1/")?;
-/// let bucket = closed.token_bucket("api", Rate::per_second(40)?, 8)?;
+/// let bucket = closed.token_bucket("api", RequestRate::per_second(40)?, 8)?;
 /// assert!(matches!(bucket.try_acquire(1).await, Err(Error::Backend { .. })));
 /// # Ok(())
 /// # }
@@ -156,7 +156,7 @@ pub type RedisClusterBackend = RedisBackend<ClusterConnection>;
 /// ```no_run
 /// use std::time::Duration;
 /// use reqwest_pace::redis::{FaultPolicy, RedisBackend};
-/// use reqwest_pace::{Limiter, Rate};
+/// use reqwest_pace::{Limiter, RequestRate};
 ///
 /// # async fn run() -> Result<(), reqwest_pace::Error> {
 /// let backend = RedisBackend::connect("redis://127.0.0.1:6380/")
@@ -165,7 +165,7 @@ pub type RedisClusterBackend = RedisBackend<ClusterConnection>;
 ///     .with_timeout(Duration::from_millis(100))
 ///     .with_fault_policy(FaultPolicy::LocalFallback { processes: 8 });
 /// // One budget of 10 per second, bursts of 20, for all 8 replicas.
-/// let bucket = backend.token_bucket("api.example.com", Rate::per_second(10)?, 20)?;
+/// let bucket = backend.token_bucket("api.example.com", RequestRate::per_second(10)?, 20)?;
 /// bucket.acquire(1).await?;
 /// # Ok(())
 /// # }
@@ -298,7 +298,7 @@ impl RedisBackend<ClusterConnection> {
     ///
     /// ```no_run
     /// use reqwest_pace::redis::RedisBackend;
-    /// use reqwest_pace::Rate;
+    /// use reqwest_pace::RequestRate;
     ///
     /// # async fn run() -> Result<(), reqwest_pace::Error> {
     /// let backend = RedisBackend::connect_cluster([
@@ -307,7 +307,7 @@ impl RedisBackend<ClusterConnection> {
     /// ])
     /// .await?;
     /// // The bucket's key is `pace:{api.example.com}:bucket`, in one slot.
-    /// let bucket = backend.token_bucket("api.example.com", Rate::per_second(20)?, 5)?;
+    /// let bucket = backend.token_bucket("api.example.com", RequestRate::per_second(20)?, 5)?;
     /// bucket.acquire(1).await?;
     /// # Ok(())
     /// # }
@@ -455,7 +455,7 @@ impl<C: RedisConnection> RedisBackend<C> {
     pub fn token_bucket(
         &self,
         key: impl AsRef<str>,
-        rate: Rate,
+        rate: RequestRate,
         capacity: u64,
     ) -> Result<RedisTokenBucket, Error> {
         RedisTokenBucket::new(self.link(), key.as_ref(), rate, capacity)
@@ -468,7 +468,11 @@ impl<C: RedisConnection> RedisBackend<C> {
     /// Fails on an empty key, a prefix with `{` or `}`, a zero timeout, a
     /// fault policy with zero processes, or a limit above
     /// [`MAX_LOG_LIMIT`](super::MAX_LOG_LIMIT).
-    pub fn sliding_log(&self, key: impl AsRef<str>, limit: Rate) -> Result<RedisSlidingLog, Error> {
+    pub fn sliding_log(
+        &self,
+        key: impl AsRef<str>,
+        limit: RequestRate,
+    ) -> Result<RedisSlidingLog, Error> {
         RedisSlidingLog::new(self.link(), key.as_ref(), limit)
     }
 

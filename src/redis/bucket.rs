@@ -8,7 +8,7 @@ use futures::future::BoxFuture;
 use super::backend::Link;
 use super::scripts;
 use super::shared::{unsupported, Core, Fallback, Op};
-use crate::limiter::{Adjustment, Bounds, Grant, Limiter, Rate};
+use crate::limiter::{Adjustment, Bounds, Grant, Limiter, RequestRate};
 use crate::Error;
 
 /// The script's source, for `EVAL` where Redis lacks it (the same file
@@ -50,11 +50,11 @@ pub const MAX_REFILL_NANOS: u64 = 1 << 52;
 /// ```no_run
 /// use std::time::Duration;
 /// use reqwest_pace::redis::RedisBackend;
-/// use reqwest_pace::{Adjustment, Rate};
+/// use reqwest_pace::{Adjustment, RequestRate};
 ///
 /// # async fn run() -> Result<(), reqwest_pace::Error> {
 /// let backend = RedisBackend::connect("redis://127.0.0.1:6380/").await?;
-/// let bucket = backend.token_bucket("api.example.com", Rate::per_second(5)?, 10)?;
+/// let bucket = backend.token_bucket("api.example.com", RequestRate::per_second(5)?, 10)?;
 /// bucket.acquire(1).await?;
 /// // A 429 with Retry-After: 30 seen here holds back every process.
 /// let until = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -65,7 +65,7 @@ pub const MAX_REFILL_NANOS: u64 = 1 << 52;
 #[derive(Clone)]
 pub struct RedisTokenBucket {
     core: Arc<Core>,
-    rate: Rate,
+    rate: RequestRate,
     capacity: u64,
 }
 
@@ -73,7 +73,7 @@ impl RedisTokenBucket {
     pub(crate) fn new(
         backend: Link,
         key: &str,
-        rate: Rate,
+        rate: RequestRate,
         capacity: u64,
     ) -> Result<RedisTokenBucket, Error> {
         backend.validate(key)?;
@@ -127,7 +127,7 @@ impl RedisTokenBucket {
         self.core.acquire(weight, bounds).await
     }
 
-    /// Take `weight` tokens now or fail with [`Error::Throttled`] and the
+    /// Take `weight` tokens now or fail with [`Error::NotYet`] and the
     /// exact wait (counting reservations already booked by any process).
     pub async fn try_acquire(&self, weight: u64) -> Result<(), Error> {
         self.core.try_acquire(weight).await
@@ -146,7 +146,7 @@ impl RedisTokenBucket {
 
     /// The rate this bucket was built with (the shared state may hold a
     /// learned one).
-    pub fn rate(&self) -> Rate {
+    pub fn rate(&self) -> RequestRate {
         self.rate
     }
 

@@ -8,7 +8,7 @@ use futures::future::BoxFuture;
 use super::backend::Link;
 use super::scripts;
 use super::shared::{unsupported, Core, Fallback, Op};
-use crate::limiter::{Adjustment, Bounds, Grant, Limiter, Rate};
+use crate::limiter::{Adjustment, Bounds, Grant, Limiter, RequestRate};
 use crate::Error;
 
 /// The script's source, for `EVAL` where Redis lacks it (the same file
@@ -21,7 +21,7 @@ const SOURCE: &str = include_str!("lua/sliding_log.lua");
 /// [`RedisTokenBucket`](super::RedisTokenBucket).
 pub const MAX_LOG_LIMIT: u64 = 100_000;
 
-fn window_micros(limit: Rate) -> u64 {
+fn window_micros(limit: RequestRate) -> u64 {
     // Round up: a window a hair longer is never more permissive.
     u64::try_from(limit.per().as_nanos().div_ceil(1_000)).unwrap_or(u64::MAX)
 }
@@ -60,12 +60,12 @@ fn check_limit(limit: u64) -> Result<(), Error> {
 ///
 /// ```no_run
 /// use reqwest_pace::redis::RedisBackend;
-/// use reqwest_pace::Rate;
+/// use reqwest_pace::RequestRate;
 ///
 /// # async fn run() -> Result<(), reqwest_pace::Error> {
 /// let backend = RedisBackend::connect("redis://127.0.0.1:6380/").await?;
 /// // At most 100 calls in any minute, across the fleet.
-/// let quota = backend.sliding_log("search-api", Rate::per_minute(100)?)?;
+/// let quota = backend.sliding_log("search-api", RequestRate::per_minute(100)?)?;
 /// quota.acquire(1).await?;
 /// # Ok(())
 /// # }
@@ -73,11 +73,15 @@ fn check_limit(limit: u64) -> Result<(), Error> {
 #[derive(Clone)]
 pub struct RedisSlidingLog {
     core: Arc<Core>,
-    limit: Rate,
+    limit: RequestRate,
 }
 
 impl RedisSlidingLog {
-    pub(crate) fn new(backend: Link, key: &str, limit: Rate) -> Result<RedisSlidingLog, Error> {
+    pub(crate) fn new(
+        backend: Link,
+        key: &str,
+        limit: RequestRate,
+    ) -> Result<RedisSlidingLog, Error> {
         backend.validate(key)?;
         check_limit(limit.count())?;
         let fallback = Fallback::new(backend.fault_policy(), limit, limit.count())?;
@@ -118,7 +122,7 @@ impl RedisSlidingLog {
         self.core.acquire(weight, bounds).await
     }
 
-    /// Take `weight` tokens now or fail with [`Error::Throttled`] and the
+    /// Take `weight` tokens now or fail with [`Error::NotYet`] and the
     /// wait until they would fit.
     pub async fn try_acquire(&self, weight: u64) -> Result<(), Error> {
         self.core.try_acquire(weight).await
@@ -144,7 +148,7 @@ impl RedisSlidingLog {
 
     /// The limit this log was built with (the shared state may hold a
     /// learned one).
-    pub fn limit(&self) -> Rate {
+    pub fn limit(&self) -> RequestRate {
         self.limit
     }
 }
@@ -209,8 +213,11 @@ mod tests {
 
     #[test]
     fn windows_round_up_to_microseconds() {
-        assert_eq!(window_micros(Rate::per_minute(1).unwrap()), 60_000_000);
-        let odd = Rate::new(1, Duration::from_nanos(1_500)).unwrap();
+        assert_eq!(
+            window_micros(RequestRate::per_minute(1).unwrap()),
+            60_000_000
+        );
+        let odd = RequestRate::new(1, Duration::from_nanos(1_500)).unwrap();
         assert_eq!(window_micros(odd), 2);
     }
 

@@ -23,7 +23,7 @@
 //!
 //! ```no_run
 //! use reqwest_pace::redis::{FaultPolicy, RedisBackend};
-//! use reqwest_pace::{Limiter, Rate};
+//! use reqwest_pace::{Limiter, RequestRate};
 //! use std::sync::Arc;
 //!
 //! # async fn run() -> Result<(), reqwest_pace::Error> {
@@ -31,7 +31,7 @@
 //!     .await?
 //!     .with_fault_policy(FaultPolicy::LocalFallback { processes: 4 });
 //! let limiter: Arc<dyn Limiter> =
-//!     Arc::new(backend.token_bucket("api.example.com", Rate::per_second(20)?, 5)?);
+//!     Arc::new(backend.token_bucket("api.example.com", RequestRate::per_second(20)?, 5)?);
 //! limiter.acquire(1).await?;
 //! # Ok(())
 //! # }
@@ -111,7 +111,7 @@
 //!
 //! ```no_run
 //! use reqwest_pace::redis::{FaultPolicy, RedisBackend};
-//! use reqwest_pace::Rate;
+//! use reqwest_pace::RequestRate;
 //!
 //! # async fn run() -> Result<(), reqwest_pace::Error> {
 //! let backend = RedisBackend::connect_cluster([
@@ -121,7 +121,7 @@
 //! ])
 //! .await?
 //! .with_fault_policy(FaultPolicy::LocalFallback { processes: 4 });
-//! let bucket = backend.token_bucket("api.example.com", Rate::per_second(20)?, 5)?;
+//! let bucket = backend.token_bucket("api.example.com", RequestRate::per_second(20)?, 5)?;
 //! bucket.acquire(1).await?;
 //! # Ok(())
 //! # }

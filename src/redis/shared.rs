@@ -9,7 +9,7 @@ use redis::Script;
 
 use super::backend::{FaultPolicy, Link};
 use super::scripts::Reply;
-use crate::limiter::{Adjustment, Bounds, Grant, Rate, ServerBlock, TokenBucket};
+use crate::limiter::{Adjustment, Bounds, Grant, RequestRate, ServerBlock, TokenBucket};
 use crate::Error;
 
 /// One shared limiter: its script, its keys, and its local fallback.
@@ -364,7 +364,7 @@ fn lost(lessons: &[Op], error: &Error) {
 fn grant(count: u64, interval: u64, too_fast: u64) -> Grant {
     let rate = |ns: u64| {
         (ns > 0)
-            .then(|| Rate::every(Duration::from_nanos(ns)).ok())
+            .then(|| RequestRate::every(Duration::from_nanos(ns)).ok())
             .flatten()
     };
     Grant::counted(count)
@@ -398,13 +398,13 @@ fn held(wait: Duration, cause: u64, bounds: Bounds) -> Error {
 
 /// `rate` spread over `processes`: the same count over a period that many
 /// times longer.
-pub(crate) fn share_of_rate(rate: Rate, processes: u32) -> Result<Rate, Error> {
+pub(crate) fn share_of_rate(rate: RequestRate, processes: u32) -> Result<RequestRate, Error> {
     let per = rate.per().checked_mul(processes).ok_or_else(|| {
         Error::config(format!(
             "{rate} divided by {processes} processes is too slow"
         ))
     })?;
-    Rate::new(rate.count(), per)
+    RequestRate::new(rate.count(), per)
 }
 
 /// `n` spread over `processes`, at least 1 for a capacity.
@@ -415,7 +415,7 @@ pub(crate) fn share_of(n: u64, processes: u32) -> u64 {
 impl Fallback {
     pub(crate) fn new(
         policy: FaultPolicy,
-        rate: Rate,
+        rate: RequestRate,
         capacity: u64,
     ) -> Result<Option<Fallback>, Error> {
         let FaultPolicy::LocalFallback { processes } = policy else {
@@ -474,7 +474,7 @@ impl Fallback {
         // the excess takes to refill, and admit nothing now.
         let interval = self.bucket.rate().interval();
         let excess = u32::try_from(weight - capacity).unwrap_or(u32::MAX);
-        Err(Error::Throttled {
+        Err(Error::NotYet {
             wait: interval.saturating_mul(excess),
         })
     }
@@ -595,7 +595,7 @@ impl Core {
                     // own bound: handed back (dropped armed), as a turn
                     // that bound refused.
                     if bounds.by.is_some_and(|by| sent + wait > by) {
-                        return Err(Error::Throttled { wait });
+                        return Err(Error::NotYet { wait });
                     }
                     {
                         let mut lessons = crate::sync::lock(&self.lessons);
@@ -616,7 +616,7 @@ impl Core {
                 {
                     tokio::time::sleep(wait.saturating_sub(BOOK_AHEAD_AT_MOST)).await;
                 }
-                Reply::Throttled { wait } => return Err(Error::Throttled { wait }),
+                Reply::Throttled { wait } => return Err(Error::NotYet { wait }),
                 Reply::Held { wait, cause } => return Err(held(wait, cause, bounds)),
                 Reply::TooHeavy { capacity } => {
                     return Err(Error::WeightExceedsCapacity { weight, capacity })
@@ -703,10 +703,8 @@ impl Core {
                 if let Some(by) = bounds.by {
                     match fallback.try_acquire(weight) {
                         Ok(()) => return Ok(Grant::default()),
-                        Err(Error::Throttled { wait })
-                            if tokio::time::Instant::now() + wait > by =>
-                        {
-                            return Err(Error::Throttled { wait })
+                        Err(Error::NotYet { wait }) if tokio::time::Instant::now() + wait > by => {
+                            return Err(Error::NotYet { wait })
                         }
                         Err(_) => {}
                     }
@@ -728,7 +726,7 @@ impl Core {
             .await
         {
             Ok(Reply::Granted { .. }) => Ok(()),
-            Ok(Reply::Throttled { wait }) => Err(Error::Throttled { wait }),
+            Ok(Reply::Throttled { wait }) => Err(Error::NotYet { wait }),
             Ok(Reply::TooHeavy { capacity }) => {
                 Err(Error::WeightExceedsCapacity { weight, capacity })
             }
@@ -937,7 +935,7 @@ mod tests {
 
     #[test]
     fn shares() {
-        let rate = Rate::per_second(100).unwrap();
+        let rate = RequestRate::per_second(100).unwrap();
         let share = share_of_rate(rate, 4).unwrap();
         assert_eq!(share.interval(), Duration::from_millis(40));
         assert_eq!(share_of(10, 4), 2);

@@ -3,13 +3,13 @@
 use std::time::Duration;
 
 /// How a backoff delay is randomised, after the AWS Architecture Blog's
-/// "Exponential Backoff And Jitter" (Brooker, 2015).
+/// "Exponential Backoff And BackoffJitter" (Brooker, 2015).
 ///
 /// With `cap` the largest delay and `base · 2^n` the exponential step for
 /// retry `n` (0-based), `step = min(cap, base · 2^n)`:
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[non_exhaustive]
-pub enum Jitter {
+pub enum BackoffJitter {
     /// `step` exactly: synchronised clients retry in lock-step. For tests
     /// and for schedules that must be predictable.
     None,
@@ -25,15 +25,15 @@ pub enum Jitter {
 }
 
 /// An exponential backoff schedule: `base`, doubling per retry, capped, with
-/// [`Jitter`].
+/// [`BackoffJitter`].
 ///
 /// ```
 /// use std::time::Duration;
-/// use reqwest_pace::retry::{Backoff, Jitter};
+/// use reqwest_pace::retry::{Backoff, BackoffJitter};
 ///
 /// let b = Backoff::exponential(Duration::from_millis(100))
 ///     .with_max_delay(Duration::from_secs(1))
-///     .with_jitter(Jitter::None);
+///     .with_jitter(BackoffJitter::None);
 /// let schedule: Vec<_> = (0..5).map(|n| b.delay(n, None, 0.5)).collect();
 /// assert_eq!(
 ///     schedule,
@@ -44,7 +44,7 @@ pub enum Jitter {
 pub struct Backoff {
     base: Duration,
     max_delay: Duration,
-    jitter: Jitter,
+    jitter: BackoffJitter,
 }
 
 impl Default for Backoff {
@@ -53,7 +53,7 @@ impl Default for Backoff {
         Backoff {
             base: Duration::from_millis(100),
             max_delay: Duration::from_secs(20),
-            jitter: Jitter::Full,
+            jitter: BackoffJitter::Full,
         }
     }
 }
@@ -75,7 +75,7 @@ impl Backoff {
     }
 
     /// The jitter kind.
-    pub fn with_jitter(mut self, jitter: Jitter) -> Self {
+    pub fn with_jitter(mut self, jitter: BackoffJitter) -> Self {
         self.jitter = jitter;
         self
     }
@@ -91,7 +91,7 @@ impl Backoff {
     }
 
     /// The jitter kind.
-    pub fn jitter(&self) -> Jitter {
+    pub fn jitter(&self) -> BackoffJitter {
         self.jitter
     }
 
@@ -113,10 +113,10 @@ impl Backoff {
         };
         let step = self.step(n);
         match self.jitter {
-            Jitter::None => step,
-            Jitter::Full => step.mul_f64(unit),
-            Jitter::Equal => step / 2 + (step / 2).mul_f64(unit),
-            Jitter::Decorrelated => {
+            BackoffJitter::None => step,
+            BackoffJitter::Full => step.mul_f64(unit),
+            BackoffJitter::Equal => step / 2 + (step / 2).mul_f64(unit),
+            BackoffJitter::Decorrelated => {
                 let low = self.base.min(self.max_delay);
                 let high = previous
                     .unwrap_or(self.base)
@@ -138,7 +138,7 @@ mod tests {
 
     #[test]
     fn equal_jitter_is_half_to_full_step() {
-        let b = Backoff::exponential(100 * MS).with_jitter(Jitter::Equal);
+        let b = Backoff::exponential(100 * MS).with_jitter(BackoffJitter::Equal);
         assert_eq!(b.delay(1, None, 0.0), 100 * MS);
         assert_eq!(b.delay(1, None, 1.0), 200 * MS);
     }
@@ -147,7 +147,7 @@ mod tests {
     fn decorrelated_grows_from_the_previous_delay() {
         let b = Backoff::exponential(100 * MS)
             .with_max_delay(10_000 * MS)
-            .with_jitter(Jitter::Decorrelated);
+            .with_jitter(BackoffJitter::Decorrelated);
         assert_eq!(b.delay(0, None, 1.0), 300 * MS);
         assert_eq!(b.delay(5, Some(300 * MS), 1.0), 900 * MS);
         assert_eq!(b.delay(5, Some(300 * MS), 0.0), 100 * MS);
@@ -174,16 +174,16 @@ mod tests {
             prev_ms in proptest::option::of(0u64..1_000_000),
         ) {
             let prev = prev_ms.map(Duration::from_millis);
-            for jitter in [Jitter::None, Jitter::Full, Jitter::Equal, Jitter::Decorrelated] {
+            for jitter in [BackoffJitter::None, BackoffJitter::Full, BackoffJitter::Equal, BackoffJitter::Decorrelated] {
                 let b = Backoff::exponential(Duration::from_millis(base_ms))
                     .with_max_delay(Duration::from_millis(cap_ms))
                     .with_jitter(jitter);
                 let d = b.delay(n, prev, unit);
                 prop_assert!(d <= b.max_delay());
-                if matches!(jitter, Jitter::None | Jitter::Full | Jitter::Equal) {
+                if matches!(jitter, BackoffJitter::None | BackoffJitter::Full | BackoffJitter::Equal) {
                     prop_assert!(d <= b.step(n));
                 }
-                if jitter == Jitter::Equal {
+                if jitter == BackoffJitter::Equal {
                     prop_assert!(d >= b.step(n) / 2);
                 }
             }

@@ -90,17 +90,17 @@ impl Classifier for DefaultClassifier {
 ///
 /// ```
 /// use std::time::Duration;
-/// use reqwest_pace::retry::{Backoff, Jitter, RetryPolicy};
+/// use reqwest_pace::retry::{Backoff, BackoffJitter, RetryRules};
 ///
-/// let policy = RetryPolicy::default()
+/// let policy = RetryRules::default()
 ///     .with_max_attempts(6)
 ///     .with_max_elapsed(Duration::from_secs(30))
-///     .with_backoff(Backoff::exponential(Duration::from_millis(50)).with_jitter(Jitter::Equal))
+///     .with_backoff(Backoff::exponential(Duration::from_millis(50)).with_jitter(BackoffJitter::Equal))
 ///     .with_retry_non_idempotent(true);
 /// assert_eq!(policy.max_attempts(), 6);
 /// ```
 #[derive(Clone)]
-pub struct RetryPolicy {
+pub struct RetryRules {
     max_attempts: u32,
     max_elapsed: Option<Duration>,
     max_retry_after: Duration,
@@ -109,9 +109,9 @@ pub struct RetryPolicy {
     classifier: Arc<dyn Classifier>,
 }
 
-impl Default for RetryPolicy {
+impl Default for RetryRules {
     fn default() -> Self {
-        RetryPolicy {
+        RetryRules {
             max_attempts: 4,
             max_elapsed: Some(Duration::from_secs(60)),
             max_retry_after: Duration::from_secs(60),
@@ -122,10 +122,10 @@ impl Default for RetryPolicy {
     }
 }
 
-impl RetryPolicy {
+impl RetryRules {
     /// Never retry: every request is sent once (it is still paced).
     pub fn never() -> Self {
-        RetryPolicy::default().with_max_attempts(1)
+        RetryRules::default().with_max_attempts(1)
     }
 
     /// Attempts in all, the first included (at least 1). A client that
@@ -213,9 +213,9 @@ pub fn is_idempotent(method: &Method) -> bool {
     )
 }
 
-impl fmt::Debug for RetryPolicy {
+impl fmt::Debug for RetryRules {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RetryPolicy")
+        f.debug_struct("RetryRules")
             .field("max_attempts", &self.max_attempts)
             .field("max_elapsed", &self.max_elapsed)
             .field("max_retry_after", &self.max_retry_after)
@@ -247,12 +247,12 @@ mod tests {
 
     #[test]
     fn only_idempotent_methods_by_default() {
-        let p = RetryPolicy::default();
+        let p = RetryRules::default();
         assert!(p.allows_method(&Method::GET));
         assert!(p.allows_method(&Method::PUT));
         assert!(!p.allows_method(&Method::POST));
         assert!(!p.allows_method(&Method::PATCH));
-        assert!(RetryPolicy::default()
+        assert!(RetryRules::default()
             .with_retry_non_idempotent(true)
             .allows_method(&Method::POST));
     }

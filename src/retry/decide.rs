@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use reqwest::Method;
 
-use super::{Outcome, ReleaseJitter, RetryPolicy};
+use super::{Outcome, ReleaseJitter, RetryRules};
 use crate::error::{ErrorKind, NotRetriedReason};
 
 /// `Retry-After` counts whole seconds: a shorter wait says only that the
@@ -67,7 +67,7 @@ pub enum Decision {
     GiveUp(ErrorKind),
 }
 
-impl RetryPolicy {
+impl RetryRules {
     /// The retry decision after `attempt`, releasing a server's wait with
     /// `jitter`: a pure function of its inputs.
     ///
@@ -75,9 +75,9 @@ impl RetryPolicy {
     /// use std::time::Duration;
     /// use reqwest::Method;
     /// use reqwest_pace::ErrorKind;
-    /// use reqwest_pace::retry::{Attempted, Decision, Outcome, ReleaseJitter, RetryPolicy};
+    /// use reqwest_pace::retry::{Attempted, Decision, Outcome, ReleaseJitter, RetryRules};
     ///
-    /// let policy = RetryPolicy::default();
+    /// let policy = RetryRules::default();
     /// let attempt = Attempted {
     ///     number: 1,
     ///     outcome: Outcome::Retryable,
@@ -166,7 +166,7 @@ impl RetryPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::retry::{Backoff, Jitter};
+    use crate::retry::{Backoff, BackoffJitter};
 
     const S: Duration = Duration::from_secs(1);
     const MS: Duration = Duration::from_millis(1);
@@ -185,9 +185,9 @@ mod tests {
         }
     }
 
-    fn policy() -> RetryPolicy {
-        RetryPolicy::default()
-            .with_backoff(Backoff::exponential(100 * MS).with_jitter(Jitter::None))
+    fn policy() -> RetryRules {
+        RetryRules::default()
+            .with_backoff(Backoff::exponential(100 * MS).with_jitter(BackoffJitter::None))
             .with_max_retry_after(60 * S)
     }
 

@@ -11,8 +11,8 @@ mod classify;
 mod decide;
 mod release;
 
-pub use backoff::{Backoff, Jitter};
+pub use backoff::{Backoff, BackoffJitter};
 pub use budget::RetryBudget;
-pub use classify::{is_idempotent, Classifier, DefaultClassifier, Outcome, RetryPolicy};
+pub use classify::{is_idempotent, Classifier, DefaultClassifier, Outcome, RetryRules};
 pub use decide::{Attempted, Decision};
 pub use release::ReleaseJitter;

@@ -1,4 +1,4 @@
-//! Jitter on release after an instant a server gave.
+//! BackoffJitter on release after an instant a server gave.
 
 use std::time::Duration;
 

@@ -6,7 +6,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::limiter::{Algorithm as _, Gcra, Nanos};
-use crate::Rate;
+use crate::RequestRate;
 
 /// The limiter algorithm of a [`RateLimitedServer`](super::RateLimitedServer):
 /// each client key gets one, made fresh on its first request.
@@ -40,11 +40,11 @@ use crate::Rate;
 /// not of a second.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum Algorithm {
+pub enum ServerAlgorithm {
     /// `rate` refill, `burst` capacity.
     TokenBucket {
         /// The sustained rate.
-        rate: Rate,
+        rate: RequestRate,
         /// The capacity.
         burst: u64,
     },
@@ -66,7 +66,7 @@ pub enum Algorithm {
     /// nginx's leaky bucket: `rate`, and `burst` excess requests allowed.
     LeakyBucket {
         /// The sustained rate.
-        rate: Rate,
+        rate: RequestRate,
         /// Excess requests allowed beyond the rate.
         burst: u64,
     },
@@ -79,19 +79,19 @@ pub enum Algorithm {
         /// The window.
         window: Duration,
     },
-    /// `rate` written as a count per period (`Rate::new(1000, 60 s)` is
+    /// `rate` written as a count per period (`RequestRate::new(1000, 60 s)` is
     /// 1000 per minute, stated so in the headers), at most `burst` at once:
     /// a token bucket of capacity `burst` refilling at `rate`.
     Gcra {
         /// The sustained rate; its count and period are the stated limit
         /// and window.
-        rate: Rate,
+        rate: RequestRate,
         /// How many may pass at once (the bucket's capacity).
         burst: u64,
     },
 }
 
-impl Algorithm {
+impl ServerAlgorithm {
     /// The true long-run limit, in requests per second: the rate, or the
     /// limit per window.
     ///
@@ -104,13 +104,12 @@ impl Algorithm {
         let per =
             |count: f64, window: Duration| count / window.as_secs_f64().max(f64::MIN_POSITIVE);
         match *self {
-            Algorithm::TokenBucket { rate, .. }
-            | Algorithm::LeakyBucket { rate, .. }
-            | Algorithm::Gcra { rate, .. } => rate.per_second_f64(),
-            Algorithm::FixedWindow { limit, window } | Algorithm::SlidingLog { limit, window } => {
-                per(limit as f64, window)
-            }
-            Algorithm::SlidingCounter { limit, window } => {
+            ServerAlgorithm::TokenBucket { rate, .. }
+            | ServerAlgorithm::LeakyBucket { rate, .. }
+            | ServerAlgorithm::Gcra { rate, .. } => rate.per_second_f64(),
+            ServerAlgorithm::FixedWindow { limit, window }
+            | ServerAlgorithm::SlidingLog { limit, window } => per(limit as f64, window),
+            ServerAlgorithm::SlidingCounter { limit, window } => {
                 let limit = limit as f64;
                 per((limit - 1.0).max(limit / 2.0), window)
             }
@@ -120,47 +119,55 @@ impl Algorithm {
     /// How many requests may pass at once from a fresh key.
     pub fn burst(&self) -> u64 {
         match *self {
-            Algorithm::TokenBucket { burst, .. } | Algorithm::Gcra { burst, .. } => burst,
-            Algorithm::LeakyBucket { burst, .. } => burst.saturating_add(1),
-            Algorithm::FixedWindow { limit, .. }
-            | Algorithm::SlidingLog { limit, .. }
-            | Algorithm::SlidingCounter { limit, .. } => limit,
+            ServerAlgorithm::TokenBucket { burst, .. } | ServerAlgorithm::Gcra { burst, .. } => {
+                burst
+            }
+            ServerAlgorithm::LeakyBucket { burst, .. } => burst.saturating_add(1),
+            ServerAlgorithm::FixedWindow { limit, .. }
+            | ServerAlgorithm::SlidingLog { limit, .. }
+            | ServerAlgorithm::SlidingCounter { limit, .. } => limit,
         }
     }
 
     /// The stated window: 1 s for the buckets (their limit is per second).
     pub(crate) fn window(&self) -> Duration {
         match *self {
-            Algorithm::FixedWindow { window, .. }
-            | Algorithm::SlidingLog { window, .. }
-            | Algorithm::SlidingCounter { window, .. } => window,
-            Algorithm::Gcra { rate, .. } => rate.per(),
-            Algorithm::TokenBucket { .. } | Algorithm::LeakyBucket { .. } => Duration::from_secs(1),
+            ServerAlgorithm::FixedWindow { window, .. }
+            | ServerAlgorithm::SlidingLog { window, .. }
+            | ServerAlgorithm::SlidingCounter { window, .. } => window,
+            ServerAlgorithm::Gcra { rate, .. } => rate.per(),
+            ServerAlgorithm::TokenBucket { .. } | ServerAlgorithm::LeakyBucket { .. } => {
+                Duration::from_secs(1)
+            }
         }
     }
 
     /// The same algorithm at a new rate: buckets take it, windows scale
     /// their limit to `rate × window` (at least 1).
-    pub(crate) fn with_rate(self, rate: Rate) -> Algorithm {
+    pub(crate) fn with_rate(self, rate: RequestRate) -> ServerAlgorithm {
         let scaled = |window: Duration| {
             ((rate.per_second_f64() * window.as_secs_f64()).round() as u64).max(1)
         };
         match self {
-            Algorithm::TokenBucket { burst, .. } => Algorithm::TokenBucket { rate, burst },
-            Algorithm::LeakyBucket { burst, .. } => Algorithm::LeakyBucket { rate, burst },
-            Algorithm::FixedWindow { window, .. } => Algorithm::FixedWindow {
+            ServerAlgorithm::TokenBucket { burst, .. } => {
+                ServerAlgorithm::TokenBucket { rate, burst }
+            }
+            ServerAlgorithm::LeakyBucket { burst, .. } => {
+                ServerAlgorithm::LeakyBucket { rate, burst }
+            }
+            ServerAlgorithm::FixedWindow { window, .. } => ServerAlgorithm::FixedWindow {
                 limit: scaled(window),
                 window,
             },
-            Algorithm::SlidingLog { window, .. } => Algorithm::SlidingLog {
+            ServerAlgorithm::SlidingLog { window, .. } => ServerAlgorithm::SlidingLog {
                 limit: scaled(window),
                 window,
             },
-            Algorithm::SlidingCounter { window, .. } => Algorithm::SlidingCounter {
+            ServerAlgorithm::SlidingCounter { window, .. } => ServerAlgorithm::SlidingCounter {
                 limit: scaled(window),
                 window,
             },
-            Algorithm::Gcra { burst, .. } => Algorithm::Gcra { rate, burst },
+            ServerAlgorithm::Gcra { burst, .. } => ServerAlgorithm::Gcra { rate, burst },
         }
     }
 
@@ -176,26 +183,26 @@ impl Algorithm {
 
     pub(crate) fn meter(&self) -> Meter {
         match *self {
-            Algorithm::TokenBucket { rate, burst } => {
+            ServerAlgorithm::TokenBucket { rate, burst } => {
                 let burst = burst.max(1);
                 Meter::Bucket(Gcra::new(rate, burst, burst))
             }
-            Algorithm::LeakyBucket { rate, burst } => {
+            ServerAlgorithm::LeakyBucket { rate, burst } => {
                 let capacity = burst.saturating_add(1);
                 Meter::Bucket(Gcra::new(rate, capacity, capacity))
             }
-            Algorithm::FixedWindow { .. } => Meter::Window {
+            ServerAlgorithm::FixedWindow { .. } => Meter::Window {
                 start: None,
                 count: 0,
                 aligned: false,
             },
-            Algorithm::SlidingLog { .. } => Meter::Log(VecDeque::new()),
-            Algorithm::SlidingCounter { .. } => Meter::Counter {
+            ServerAlgorithm::SlidingLog { .. } => Meter::Log(VecDeque::new()),
+            ServerAlgorithm::SlidingCounter { .. } => Meter::Counter {
                 index: 0,
                 previous: 0,
                 current: 0,
             },
-            Algorithm::Gcra { rate, burst } => {
+            ServerAlgorithm::Gcra { rate, burst } => {
                 let burst = burst.max(1);
                 Meter::Bucket(Gcra::new(rate, burst, burst))
             }
@@ -203,33 +210,33 @@ impl Algorithm {
     }
 }
 
-impl fmt::Display for Algorithm {
+impl fmt::Display for ServerAlgorithm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Algorithm::TokenBucket { rate, burst } => {
+            ServerAlgorithm::TokenBucket { rate, burst } => {
                 write!(
                     f,
                     "token bucket {:.3}/s burst {burst}",
                     rate.per_second_f64()
                 )
             }
-            Algorithm::LeakyBucket { rate, burst } => {
+            ServerAlgorithm::LeakyBucket { rate, burst } => {
                 write!(
                     f,
                     "leaky bucket {:.3}/s burst {burst}",
                     rate.per_second_f64()
                 )
             }
-            Algorithm::FixedWindow { limit, window } => {
+            ServerAlgorithm::FixedWindow { limit, window } => {
                 write!(f, "fixed window {limit} per {window:?}")
             }
-            Algorithm::SlidingLog { limit, window } => {
+            ServerAlgorithm::SlidingLog { limit, window } => {
                 write!(f, "moving window {limit} per {window:?}")
             }
-            Algorithm::SlidingCounter { limit, window } => {
+            ServerAlgorithm::SlidingCounter { limit, window } => {
                 write!(f, "sliding counter {limit} per {window:?}")
             }
-            Algorithm::Gcra { rate, burst } => {
+            ServerAlgorithm::Gcra { rate, burst } => {
                 write!(
                     f,
                     "gcra {} per {:?} burst {burst}",
@@ -291,7 +298,7 @@ impl Meter {
     /// after counting it.
     pub(crate) fn decide(
         &mut self,
-        algorithm: &Algorithm,
+        algorithm: &ServerAlgorithm,
         now: Nanos,
         counts_refusals: bool,
     ) -> Decision {
@@ -319,7 +326,7 @@ impl Meter {
                 aligned,
             } => {
                 let (limit, window) = match *algorithm {
-                    Algorithm::FixedWindow { limit, window } => (limit, nanos(window)),
+                    ServerAlgorithm::FixedWindow { limit, window } => (limit, nanos(window)),
                     _ => (0, 0),
                 };
                 let begun = match *start {
@@ -346,7 +353,7 @@ impl Meter {
             }
             Meter::Log(log) => {
                 let (limit, window) = match *algorithm {
-                    Algorithm::SlidingLog { limit, window } => (limit, nanos(window)),
+                    ServerAlgorithm::SlidingLog { limit, window } => (limit, nanos(window)),
                     _ => (0, 0),
                 };
                 while log
@@ -384,7 +391,9 @@ impl Meter {
                 current,
             } => {
                 let (limit, window) = match *algorithm {
-                    Algorithm::SlidingCounter { limit, window } => (limit, nanos(window).max(1)),
+                    ServerAlgorithm::SlidingCounter { limit, window } => {
+                        (limit, nanos(window).max(1))
+                    }
                     _ => (0, 1),
                 };
                 let k = now / window;
@@ -417,7 +426,7 @@ impl Meter {
     }
 
     /// Whether the key is as good as new (its state can be dropped).
-    pub(crate) fn is_idle(&self, algorithm: &Algorithm, now: Nanos) -> bool {
+    pub(crate) fn is_idle(&self, algorithm: &ServerAlgorithm, now: Nanos) -> bool {
         match self {
             Meter::Bucket(bucket) => bucket.is_idle(now),
             Meter::Window { start, .. } => {
@@ -435,7 +444,7 @@ impl Meter {
 
     /// A new rate for a bucket (tokens earned are kept); windows take the
     /// new limit from the algorithm on their next decision.
-    pub(crate) fn set_rate(&mut self, now: Nanos, rate: Rate) {
+    pub(crate) fn set_rate(&mut self, now: Nanos, rate: RequestRate) {
         if let Meter::Bucket(bucket) = self {
             bucket.set_rate(now, rate);
         }
@@ -518,7 +527,7 @@ mod tests {
     /// its first request comes, and ends there for every key.
     #[test]
     fn an_aligned_fixed_window_begins_at_a_multiple_of_its_length() {
-        let alg = Algorithm::FixedWindow {
+        let alg = ServerAlgorithm::FixedWindow {
             limit: 2,
             window: Duration::from_secs(2),
         };
@@ -536,7 +545,7 @@ mod tests {
 
     #[test]
     fn a_fixed_window_starts_at_the_first_request_and_again_after_it_ends() {
-        let alg = Algorithm::FixedWindow {
+        let alg = ServerAlgorithm::FixedWindow {
             limit: 2,
             window: Duration::from_secs(2),
         };
@@ -556,7 +565,7 @@ mod tests {
 
     #[test]
     fn a_sliding_log_frees_one_slot_as_each_request_leaves_the_window() {
-        let alg = Algorithm::SlidingLog {
+        let alg = ServerAlgorithm::SlidingLog {
             limit: 2,
             window: Duration::from_secs(1),
         };
@@ -577,8 +586,8 @@ mod tests {
 
     #[test]
     fn nginx_lets_burst_plus_one_through_at_once() {
-        let alg = Algorithm::LeakyBucket {
-            rate: Rate::per_second(20).unwrap(),
+        let alg = ServerAlgorithm::LeakyBucket {
+            rate: RequestRate::per_second(20).unwrap(),
             burst: 5,
         };
         let mut m = alg.meter();
@@ -592,7 +601,7 @@ mod tests {
 
     #[test]
     fn a_sliding_counter_weighs_the_previous_window_by_what_is_left_of_it() {
-        let alg = Algorithm::SlidingCounter {
+        let alg = ServerAlgorithm::SlidingCounter {
             limit: 10,
             window: Duration::from_secs(1),
         };
@@ -621,7 +630,7 @@ mod tests {
 
     #[test]
     fn a_sliding_counter_with_a_full_window_waits_for_the_next_ones_decay() {
-        let alg = Algorithm::SlidingCounter {
+        let alg = ServerAlgorithm::SlidingCounter {
             limit: 1,
             window: Duration::from_secs(2),
         };
@@ -639,8 +648,8 @@ mod tests {
 
     #[test]
     fn counting_refusals_pushes_a_bucket_one_interval_per_refusal() {
-        let alg = Algorithm::TokenBucket {
-            rate: Rate::per_second(10).unwrap(),
+        let alg = ServerAlgorithm::TokenBucket {
+            rate: RequestRate::per_second(10).unwrap(),
             burst: 1,
         };
         let mut m = alg.meter();
@@ -660,7 +669,7 @@ mod tests {
 
     #[test]
     fn counting_refusals_logs_them_in_a_moving_window() {
-        let alg = Algorithm::SlidingLog {
+        let alg = ServerAlgorithm::SlidingLog {
             limit: 2,
             window: Duration::from_secs(1),
         };
@@ -684,8 +693,8 @@ mod tests {
 
     #[test]
     fn a_gcra_states_its_period() {
-        let alg = Algorithm::Gcra {
-            rate: Rate::per_minute(600).unwrap(),
+        let alg = ServerAlgorithm::Gcra {
+            rate: RequestRate::per_minute(600).unwrap(),
             burst: 5,
         };
         assert_eq!(alg.window(), Duration::from_secs(60));

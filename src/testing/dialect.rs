@@ -32,7 +32,7 @@ use crate::Error;
 /// | [`None`](Dialect::None) | nothing | nothing |
 ///
 /// The table speaks of the default token bucket; with another
-/// [`Algorithm`](super::Algorithm) the limit is its limit per window, `w`
+/// [`ServerAlgorithm`](super::ServerAlgorithm) the limit is its limit per window, `w`
 /// its window, and "full" its reset (the window's end, or when the oldest
 /// request leaves a moving window). Draft 6 and 7 are what
 /// express-rate-limit writes with `standardHeaders: 'draft-6'` and

@@ -46,9 +46,9 @@ pub mod llm;
 pub mod space;
 pub mod zoo;
 
-pub use algorithm::Algorithm;
+pub use algorithm::ServerAlgorithm;
 pub use dialect::{Dialect, ResetFormat, RetryAfterPrecision};
 pub use fault::{Fault, RetryAfter};
 pub use key::ClientKey;
 pub use server::{RateLimitedServer, ServerBuilder, ServerService};
-pub use state::{Counts, Outcome, RequestRecord, ServerStats};
+pub use state::{Answer, Counts, RequestRecord, ServerStats};

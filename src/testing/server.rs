@@ -21,12 +21,12 @@ use tokio::net::TcpListener;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::algorithm::Algorithm;
+use super::algorithm::ServerAlgorithm;
 use super::dialect::{self, http_date, Dialect, ResetFormat, RetryAfterPrecision, Style};
 use super::fault::{Fault, RetryAfter};
 use super::key::{client_key, ClientKey};
 use super::state::{Front, Policy, RequestRecord, Seen, ServerStats, State, Verdict};
-use crate::{Error, Rate};
+use crate::{Error, RequestRate};
 
 /// A real HTTP/1.1 server on a loopback port that limits each client with a
 /// token bucket and answers `429 Too Many Requests` with the rate-limit
@@ -79,12 +79,12 @@ use crate::{Error, Rate};
 ///
 /// ```
 /// use reqwest_pace::testing::{Dialect, RateLimitedServer};
-/// use reqwest_pace::Rate;
+/// use reqwest_pace::RequestRate;
 ///
 /// #[tokio::main]
 /// async fn main() -> Result<(), Box<dyn std::error::Error>> {
 ///     let server = RateLimitedServer::builder()
-///         .limit(Rate::per_second(10)?)
+///         .limit(RequestRate::per_second(10)?)
 ///         .burst(2)
 ///         .dialect(Dialect::XRateLimit)
 ///         .start()
@@ -290,12 +290,12 @@ impl RateLimitedServer {
     }
 
     /// The limiter algorithm now in force.
-    pub fn algorithm(&self) -> Algorithm {
+    pub fn algorithm(&self) -> ServerAlgorithm {
         self.inner.app.state().algorithm()
     }
 
     /// The current limit: the sustained rate of the algorithm.
-    pub fn limit(&self) -> Rate {
+    pub fn limit(&self) -> RequestRate {
         self.inner.app.state().limit()
     }
 
@@ -307,7 +307,7 @@ impl RateLimitedServer {
     /// Change the limit now, for every key: existing buckets keep the
     /// tokens they hold and refill at the new rate from now on, new keys
     /// start full at the new rate, and the headers report the new limit.
-    pub fn set_limit(&self, rate: Rate) {
+    pub fn set_limit(&self, rate: RequestRate) {
         let now = self.inner.app.elapsed();
         self.inner.app.state().set_limit(now, rate);
     }
@@ -394,9 +394,9 @@ impl RateLimitedServer {
 /// Settings are checked once, in [`start`](Self::start).
 #[derive(Clone, Debug)]
 pub struct ServerBuilder {
-    limit: Option<Rate>,
+    limit: Option<RequestRate>,
     burst: Option<u64>,
-    algorithm: Option<Algorithm>,
+    algorithm: Option<ServerAlgorithm>,
     dialect: Dialect,
     reset_format: Option<ResetFormat>,
     limit_is_burst: bool,
@@ -405,12 +405,12 @@ pub struct ServerBuilder {
     precision: RetryAfterPrecision,
     counts_refusals: bool,
     aligned_windows: bool,
-    front: Option<(Algorithm, StatusCode)>,
+    front: Option<(ServerAlgorithm, StatusCode)>,
     wall_clock: Option<SystemTime>,
-    routes: Vec<(String, String, Algorithm)>,
+    routes: Vec<(String, String, ServerAlgorithm)>,
     api_key_header: String,
     hops: usize,
-    changes: Vec<(Duration, Rate)>,
+    changes: Vec<(Duration, RequestRate)>,
     latency: Duration,
     latency_per_in_flight: Duration,
     bind: SocketAddr,
@@ -421,7 +421,7 @@ impl ServerBuilder {
     /// The sustained rate per client key of the default token bucket
     /// (default 50 per second). With a non-bucket
     /// [`algorithm`](Self::algorithm) it is an error at `start`.
-    pub fn limit(mut self, rate: Rate) -> Self {
+    pub fn limit(mut self, rate: RequestRate) -> Self {
         self.limit = Some(rate);
         self
     }
@@ -436,7 +436,7 @@ impl ServerBuilder {
 
     /// The limiter each client key meets (default: the token bucket of
     /// [`limit`](Self::limit) and [`burst`](Self::burst)).
-    pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
+    pub fn algorithm(mut self, algorithm: ServerAlgorithm) -> Self {
         self.algorithm = Some(algorithm);
         self
     }
@@ -469,7 +469,7 @@ impl ServerBuilder {
     /// name in `x-ratelimit-resource`; the others write the resource's
     /// figures without its name). The first matching route wins; other
     /// paths are the `core` resource.
-    pub fn route(mut self, prefix: &str, name: &str, algorithm: Algorithm) -> Self {
+    pub fn route(mut self, prefix: &str, name: &str, algorithm: ServerAlgorithm) -> Self {
         self.routes
             .push((prefix.to_owned(), name.to_owned(), algorithm));
         self
@@ -512,7 +512,7 @@ impl ServerBuilder {
     }
 
     /// Whether the main limiter's fixed windows
-    /// ([`Algorithm::FixedWindow`]) begin at whole multiples of their
+    /// ([`ServerAlgorithm::FixedWindow`]) begin at whole multiples of their
     /// length on the server's clock, counted from its start (default: no).
     /// Kong's rate-limiting plugin, django-ratelimit, and a Redis key
     /// named after `now / window` count so: every key's windows end
@@ -529,10 +529,10 @@ impl ServerBuilder {
     /// proxy or WAF stands in front of an API: per client key, it decides
     /// first with `algorithm`, and what it refuses is answered `status`
     /// (a 4xx or 5xx) with no rate-limit headers and no `Retry-After`, and
-    /// never reaches the main limiter ([`Outcome::FrontRefused`]).
+    /// never reaches the main limiter ([`Answer::FrontRefused`]).
     ///
-    /// [`Outcome::FrontRefused`]: super::Outcome::FrontRefused
-    pub fn front_limiter(mut self, algorithm: Algorithm, status: StatusCode) -> Self {
+    /// [`Answer::FrontRefused`]: super::Answer::FrontRefused
+    pub fn front_limiter(mut self, algorithm: ServerAlgorithm, status: StatusCode) -> Self {
         self.front = Some((algorithm, status));
         self
     }
@@ -568,7 +568,7 @@ impl ServerBuilder {
     /// At `after` past [`start`](Self::start), change the limit to `rate`
     /// as [`RateLimitedServer::set_limit`] would (on the tokio clock).
     /// May be called several times; changes apply in time order.
-    pub fn change_limit_at(mut self, after: Duration, rate: Rate) -> Self {
+    pub fn change_limit_at(mut self, after: Duration, rate: RequestRate) -> Self {
         self.changes.push((after, rate));
         self
     }
@@ -730,7 +730,7 @@ impl ServerBuilder {
     /// The algorithm to run: the explicit one, or the token bucket of
     /// `limit` and `burst`; an error when both are given or a value is out
     /// of range.
-    fn checked_algorithm(&self) -> Result<(Algorithm, Rate), Error> {
+    fn checked_algorithm(&self) -> Result<(ServerAlgorithm, RequestRate), Error> {
         let algorithm = match self.algorithm {
             Some(algorithm) => {
                 if self.limit.is_some() || self.burst.is_some() {
@@ -740,10 +740,10 @@ impl ServerBuilder {
                 }
                 algorithm
             }
-            None => Algorithm::TokenBucket {
+            None => ServerAlgorithm::TokenBucket {
                 rate: match self.limit {
                     Some(rate) => rate,
-                    None => Rate::per_second(50)?,
+                    None => RequestRate::per_second(50)?,
                 },
                 burst: self.burst.unwrap_or(10),
             },
@@ -755,13 +755,15 @@ impl ServerBuilder {
 
 /// The sustained rate of `algorithm`, or an error when a burst, limit or
 /// window is zero.
-fn checked(algorithm: Algorithm) -> Result<Rate, Error> {
+fn checked(algorithm: ServerAlgorithm) -> Result<RequestRate, Error> {
     let valid = match algorithm {
-        Algorithm::TokenBucket { burst, .. } | Algorithm::Gcra { burst, .. } => burst > 0,
-        Algorithm::LeakyBucket { .. } => true,
-        Algorithm::FixedWindow { limit, window }
-        | Algorithm::SlidingLog { limit, window }
-        | Algorithm::SlidingCounter { limit, window } => limit > 0 && !window.is_zero(),
+        ServerAlgorithm::TokenBucket { burst, .. } | ServerAlgorithm::Gcra { burst, .. } => {
+            burst > 0
+        }
+        ServerAlgorithm::LeakyBucket { .. } => true,
+        ServerAlgorithm::FixedWindow { limit, window }
+        | ServerAlgorithm::SlidingLog { limit, window }
+        | ServerAlgorithm::SlidingCounter { limit, window } => limit > 0 && !window.is_zero(),
     };
     if !valid {
         return Err(Error::config(format!(
@@ -769,12 +771,12 @@ fn checked(algorithm: Algorithm) -> Result<Rate, Error> {
         )));
     }
     match algorithm {
-        Algorithm::TokenBucket { rate, .. }
-        | Algorithm::LeakyBucket { rate, .. }
-        | Algorithm::Gcra { rate, .. } => Ok(rate),
-        Algorithm::FixedWindow { limit, window }
-        | Algorithm::SlidingLog { limit, window }
-        | Algorithm::SlidingCounter { limit, window } => Rate::new(limit, window),
+        ServerAlgorithm::TokenBucket { rate, .. }
+        | ServerAlgorithm::LeakyBucket { rate, .. }
+        | ServerAlgorithm::Gcra { rate, .. } => Ok(rate),
+        ServerAlgorithm::FixedWindow { limit, window }
+        | ServerAlgorithm::SlidingLog { limit, window }
+        | ServerAlgorithm::SlidingCounter { limit, window } => RequestRate::new(limit, window),
     }
 }
 

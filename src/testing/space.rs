@@ -65,10 +65,10 @@ use tokio::time::Instant;
 use tower_service::Service;
 
 use super::{
-    Algorithm, Dialect, Outcome, RateLimitedServer, ResetFormat, RetryAfterPrecision,
+    Answer, Dialect, RateLimitedServer, ResetFormat, RetryAfterPrecision, ServerAlgorithm,
     ServerBuilder, ServerService,
 };
-use crate::{Error, Rate};
+use crate::{Error, RequestRate};
 
 /// Which rate-limit headers a generated server writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -116,7 +116,7 @@ pub enum StatedLimit {
 #[non_exhaustive]
 pub struct FrontSpec {
     /// How it counts, per client key.
-    pub algorithm: Algorithm,
+    pub algorithm: ServerAlgorithm,
     /// The status of its bare refusals.
     pub status: StatusCode,
 }
@@ -137,7 +137,7 @@ pub struct ServerSpec {
     /// The seed it was drawn from.
     pub seed: u64,
     /// The main limiter, per client key.
-    pub algorithm: Algorithm,
+    pub algorithm: ServerAlgorithm,
     /// The headers it writes.
     pub headers: HeaderConvention,
     /// How refusals write `Retry-After`, or `None` for not at all.
@@ -179,8 +179,8 @@ fn pick<T: Copy>(rng: &mut fastrand::Rng, items: &[T]) -> T {
 
 /// A rate of `per_second` rounded to whole requests per second (at least
 /// 1): what bucket headers can state exactly.
-fn whole_rate(per_second: f64) -> Result<Rate, Error> {
-    Rate::per_second((per_second.round() as u64).max(1))
+fn whole_rate(per_second: f64) -> Result<RequestRate, Error> {
+    RequestRate::per_second((per_second.round() as u64).max(1))
 }
 
 /// `count` per `window`, or one per second for a degenerate draw.
@@ -202,50 +202,50 @@ impl ServerSpec {
     pub fn generate(seed: u64) -> ServerSpec {
         let mut rng = fastrand::Rng::with_seed(seed);
         // Every rate drawn is at least 1 per second and at most a few
-        // hundred: `Rate` takes them all, so the fallbacks are never used.
+        // hundred: `RequestRate` takes them all, so the fallbacks are never used.
         let per_second = log_uniform(&mut rng, 2.0, 200.0);
         let window = Duration::from_secs(log_int(&mut rng, 1, 60));
         let algorithm = match rng.u8(..6) {
-            0 => Algorithm::FixedWindow {
+            0 => ServerAlgorithm::FixedWindow {
                 limit: windowed(per_second, window),
                 window,
             },
-            1 => Algorithm::SlidingLog {
+            1 => ServerAlgorithm::SlidingLog {
                 limit: windowed(per_second, window),
                 window,
             },
-            2 => Algorithm::SlidingCounter {
+            2 => ServerAlgorithm::SlidingCounter {
                 limit: windowed(per_second, window),
                 window,
             },
             3 => {
                 let period = Duration::from_secs(pick(&mut rng, &[1, 10, 60]));
                 let limit = windowed(per_second, period);
-                match Rate::new(limit, period) {
-                    Ok(rate) => Algorithm::Gcra {
+                match RequestRate::new(limit, period) {
+                    Ok(rate) => ServerAlgorithm::Gcra {
                         rate,
                         burst: log_int(&mut rng, 1, limit),
                     },
-                    Err(_) => Algorithm::FixedWindow { limit, window },
+                    Err(_) => ServerAlgorithm::FixedWindow { limit, window },
                 }
             }
             kind => match whole_rate(per_second) {
                 Ok(rate) => {
                     let most = rate.count();
                     if kind == 4 {
-                        Algorithm::TokenBucket {
+                        ServerAlgorithm::TokenBucket {
                             rate,
                             burst: log_int(&mut rng, 1, most),
                         }
                     } else {
                         // nginx's burst is the excess over the first one.
-                        Algorithm::LeakyBucket {
+                        ServerAlgorithm::LeakyBucket {
                             rate,
                             burst: log_int(&mut rng, 1, most) - 1,
                         }
                     }
                 }
-                Err(_) => Algorithm::SlidingLog {
+                Err(_) => ServerAlgorithm::SlidingLog {
                     limit: windowed(per_second, window),
                     window,
                 },
@@ -253,7 +253,9 @@ impl ServerSpec {
         };
         let bucket = matches!(
             algorithm,
-            Algorithm::TokenBucket { .. } | Algorithm::LeakyBucket { .. } | Algorithm::Gcra { .. }
+            ServerAlgorithm::TokenBucket { .. }
+                | ServerAlgorithm::LeakyBucket { .. }
+                | ServerAlgorithm::Gcra { .. }
         );
         let stated = |rng: &mut fastrand::Rng| {
             if bucket && rng.bool() {
@@ -297,7 +299,7 @@ impl ServerSpec {
         };
         // A fixed window is locked until its end whatever it counts.
         let counts_refusals =
-            !matches!(algorithm, Algorithm::FixedWindow { .. }) && rng.u8(..4) == 0;
+            !matches!(algorithm, ServerAlgorithm::FixedWindow { .. }) && rng.u8(..4) == 0;
         let refusal_status = status(&mut rng);
         let front = (rng.u8(..5) == 0)
             .then(|| Self::front(&mut rng, algorithm.sustained_per_second()))
@@ -329,21 +331,21 @@ impl ServerSpec {
         let algorithm = match rng.u8(..3) {
             0 => {
                 let rate = whole_rate(per_second).ok()?;
-                Algorithm::LeakyBucket {
+                ServerAlgorithm::LeakyBucket {
                     burst: log_int(rng, 1, rate.count()) - 1,
                     rate,
                 }
             }
             1 => {
                 let window = Duration::from_secs(pick(rng, &[1, 10]));
-                Algorithm::FixedWindow {
+                ServerAlgorithm::FixedWindow {
                     limit: windowed(per_second, window),
                     window,
                 }
             }
             _ => {
                 let window = Duration::from_secs(60);
-                Algorithm::SlidingCounter {
+                ServerAlgorithm::SlidingCounter {
                     limit: windowed(per_second, window),
                     window,
                 }
@@ -433,29 +435,33 @@ impl ServerSpec {
 
 /// A compact algorithm: `fixed 20/2s`, `gcra 600/60s b5`, `bucket 20/s b5`,
 /// `leaky 20/s b5` (nginx's burst: the excess over the first request).
-struct Short(Algorithm);
+struct Short(ServerAlgorithm);
 
 impl fmt::Display for Short {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let per = |rate: Rate| rate.per_second_f64().round() as u64;
+        let per = |rate: RequestRate| rate.per_second_f64().round() as u64;
         match self.0 {
-            Algorithm::FixedWindow { limit, window } => {
+            ServerAlgorithm::FixedWindow { limit, window } => {
                 write!(f, "fixed {limit}/{}s", window.as_secs_f64())
             }
-            Algorithm::SlidingLog { limit, window } => {
+            ServerAlgorithm::SlidingLog { limit, window } => {
                 write!(f, "log {limit}/{}s", window.as_secs_f64())
             }
-            Algorithm::SlidingCounter { limit, window } => {
+            ServerAlgorithm::SlidingCounter { limit, window } => {
                 write!(f, "counter {limit}/{}s", window.as_secs_f64())
             }
-            Algorithm::Gcra { rate, burst } => write!(
+            ServerAlgorithm::Gcra { rate, burst } => write!(
                 f,
                 "gcra {}/{}s b{burst}",
                 rate.count(),
                 rate.per().as_secs_f64()
             ),
-            Algorithm::TokenBucket { rate, burst } => write!(f, "bucket {}/s b{burst}", per(rate)),
-            Algorithm::LeakyBucket { rate, burst } => write!(f, "leaky {}/s b{burst}", per(rate)),
+            ServerAlgorithm::TokenBucket { rate, burst } => {
+                write!(f, "bucket {}/s b{burst}", per(rate))
+            }
+            ServerAlgorithm::LeakyBucket { rate, burst } => {
+                write!(f, "leaky {}/s b{burst}", per(rate))
+            }
         }
     }
 }
@@ -653,11 +659,11 @@ impl RunFigures {
         let records = server.requests();
         let admitted = records
             .iter()
-            .filter(|r| r.at < run && r.outcome == Outcome::Admitted)
+            .filter(|r| r.at < run && r.outcome == Answer::Admitted)
             .count() as u64;
         let refused = records
             .iter()
-            .filter(|r| matches!(r.outcome, Outcome::Throttled | Outcome::FrontRefused))
+            .filter(|r| matches!(r.outcome, Answer::Throttled | Answer::FrontRefused))
             .count();
         let expected = sustained_per_second * run.as_secs_f64();
         RunFigures {

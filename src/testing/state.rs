@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use http::{Method, StatusCode};
 
-use super::algorithm::{Algorithm, Meter};
+use super::algorithm::{Meter, ServerAlgorithm};
 use super::dialect::Figures;
 use super::fault::{Fault, RetryAfter};
 use super::key::ClientKey;
 use crate::limiter::Nanos;
-use crate::Rate;
+use crate::RequestRate;
 
 /// Above this many buckets, full ones are dropped (a full bucket behaves
 /// exactly like a new one, so nothing changes but memory).
@@ -21,7 +21,7 @@ const SWEEP_ABOVE: usize = 10_000;
 /// How a request was answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
-pub enum Outcome {
+pub enum Answer {
     /// The bucket had a token: `200 OK`.
     Admitted,
     /// The limiter refused: `429 Too Many Requests`, or the configured
@@ -55,7 +55,7 @@ pub struct RequestRecord {
     /// The status answered.
     pub status: StatusCode,
     /// Why that status.
-    pub outcome: Outcome,
+    pub outcome: Answer,
 }
 
 /// Request counts, for the whole server or one client key.
@@ -77,13 +77,13 @@ pub struct Counts {
 }
 
 impl Counts {
-    fn count(&mut self, outcome: Outcome) {
+    fn count(&mut self, outcome: Answer) {
         self.requests += 1;
         match outcome {
-            Outcome::Admitted => self.ok += 1,
-            Outcome::Throttled => self.throttled += 1,
-            Outcome::Fault => self.faults += 1,
-            Outcome::FrontRefused => self.front_refused += 1,
+            Answer::Admitted => self.ok += 1,
+            Answer::Throttled => self.throttled += 1,
+            Answer::Fault => self.faults += 1,
+            Answer::FrontRefused => self.front_refused += 1,
         }
     }
 }
@@ -121,12 +121,12 @@ impl Verdict {
         }
     }
 
-    fn outcome(&self) -> Outcome {
+    fn outcome(&self) -> Answer {
         match self {
-            Verdict::Admitted(_) => Outcome::Admitted,
-            Verdict::Throttled(..) => Outcome::Throttled,
-            Verdict::Fault { .. } => Outcome::Fault,
-            Verdict::Front(_) => Outcome::FrontRefused,
+            Verdict::Admitted(_) => Answer::Admitted,
+            Verdict::Throttled(..) => Answer::Throttled,
+            Verdict::Fault { .. } => Answer::Fault,
+            Verdict::Front(_) => Answer::FrontRefused,
         }
     }
 }
@@ -155,13 +155,13 @@ pub(crate) struct Policy {
 
 /// A header-less limiter in front of the main one, per client key.
 pub(crate) struct Front {
-    algorithm: Algorithm,
+    algorithm: ServerAlgorithm,
     status: StatusCode,
     meters: HashMap<ClientKey, Meter>,
 }
 
 impl Front {
-    pub(crate) fn new(algorithm: Algorithm, status: StatusCode) -> Front {
+    pub(crate) fn new(algorithm: ServerAlgorithm, status: StatusCode) -> Front {
         Front {
             algorithm,
             status,
@@ -185,15 +185,15 @@ impl Front {
 }
 
 pub(crate) struct State {
-    algorithm: Algorithm,
+    algorithm: ServerAlgorithm,
     /// The algorithm's sustained rate, as last set.
-    limit: Rate,
+    limit: RequestRate,
     policy: Policy,
     front: Option<Front>,
     /// Per client key and resource (0: the default, `i + 1`: `routes[i]`).
     buckets: HashMap<(ClientKey, usize), Meter>,
     /// Paths counted apart: prefix, resource name, algorithm.
-    routes: Vec<(String, String, Algorithm)>,
+    routes: Vec<(String, String, ServerAlgorithm)>,
     faults: VecDeque<Fault>,
     stats: ServerStats,
     records: Vec<RequestRecord>,
@@ -204,45 +204,45 @@ fn nanos(d: Duration) -> Nanos {
 }
 
 /// The limit as the headers write it: whole requests per second.
-fn header_limit(rate: Rate) -> u64 {
+fn header_limit(rate: RequestRate) -> u64 {
     whole_per_second(rate.per_second_f64())
 }
 
 /// A rate per second rounded to the nearest whole one, at least 1.
 fn whole_per_second(per_second: f64) -> u64 {
-    // Finite and positive for a `Rate` or an algorithm's sustained rate;
+    // Finite and positive for a `RequestRate` or an algorithm's sustained rate;
     // `as` saturates.
     (per_second.round() as u64).max(1)
 }
 
 /// The limit an algorithm states: a bucket's rate per second (or its
 /// burst, with `limit_is_burst`), a window's limit.
-fn stated_limit(algorithm: &Algorithm, limit_is_burst: bool) -> u64 {
+fn stated_limit(algorithm: &ServerAlgorithm, limit_is_burst: bool) -> u64 {
     match *algorithm {
-        Algorithm::TokenBucket { rate, .. } | Algorithm::LeakyBucket { rate, .. } => {
+        ServerAlgorithm::TokenBucket { rate, .. } | ServerAlgorithm::LeakyBucket { rate, .. } => {
             if limit_is_burst {
                 algorithm.burst()
             } else {
                 header_limit(rate)
             }
         }
-        Algorithm::Gcra { rate, burst } => {
+        ServerAlgorithm::Gcra { rate, burst } => {
             if limit_is_burst {
                 burst
             } else {
                 rate.count()
             }
         }
-        Algorithm::FixedWindow { limit, .. }
-        | Algorithm::SlidingLog { limit, .. }
-        | Algorithm::SlidingCounter { limit, .. } => limit,
+        ServerAlgorithm::FixedWindow { limit, .. }
+        | ServerAlgorithm::SlidingLog { limit, .. }
+        | ServerAlgorithm::SlidingCounter { limit, .. } => limit,
     }
 }
 
 impl State {
     pub(crate) fn new(
-        algorithm: Algorithm,
-        limit: Rate,
+        algorithm: ServerAlgorithm,
+        limit: RequestRate,
         policy: Policy,
         front: Option<Front>,
     ) -> State {
@@ -259,17 +259,17 @@ impl State {
         }
     }
 
-    pub(crate) fn algorithm(&self) -> Algorithm {
+    pub(crate) fn algorithm(&self) -> ServerAlgorithm {
         self.algorithm
     }
 
-    pub(crate) fn limit(&self) -> Rate {
+    pub(crate) fn limit(&self) -> RequestRate {
         self.limit
     }
 
     /// Changes the rate of every bucket now (tokens earned are kept) and of
     /// the buckets made from now on; a window scales its limit.
-    pub(crate) fn set_limit(&mut self, now: Duration, rate: Rate) {
+    pub(crate) fn set_limit(&mut self, now: Duration, rate: RequestRate) {
         let now = nanos(now);
         self.algorithm = self.algorithm.with_rate(rate);
         self.limit = rate;
@@ -340,7 +340,7 @@ impl State {
     /// Counts `path` in its own resource from now on: requests whose path
     /// starts with `prefix` meet `algorithm`, named `name` (GitHub's
     /// `x-ratelimit-resource`). The first matching route wins.
-    pub(crate) fn add_route(&mut self, prefix: String, name: String, algorithm: Algorithm) {
+    pub(crate) fn add_route(&mut self, prefix: String, name: String, algorithm: ServerAlgorithm) {
         self.routes.push((prefix, name, algorithm));
     }
 
@@ -360,7 +360,7 @@ impl State {
         }
     }
 
-    fn algorithm_of(&self, resource: usize) -> Algorithm {
+    fn algorithm_of(&self, resource: usize) -> ServerAlgorithm {
         match resource {
             0 => self.algorithm,
             i => self.routes[i - 1].2,
@@ -425,9 +425,9 @@ mod tests {
         aligned_windows: false,
     };
 
-    fn bucket(per_second: u64, burst: u64) -> Algorithm {
-        Algorithm::TokenBucket {
-            rate: Rate::per_second(per_second).unwrap(),
+    fn bucket(per_second: u64, burst: u64) -> ServerAlgorithm {
+        ServerAlgorithm::TokenBucket {
+            rate: RequestRate::per_second(per_second).unwrap(),
             burst,
         }
     }
@@ -450,7 +450,12 @@ mod tests {
 
     #[test]
     fn burst_then_exact_refusals() {
-        let mut s = State::new(bucket(50, 10), Rate::per_second(50).unwrap(), POLICY, None);
+        let mut s = State::new(
+            bucket(50, 10),
+            RequestRate::per_second(50).unwrap(),
+            POLICY,
+            None,
+        );
         for left in (0..10).rev() {
             let v = s.decide(Duration::ZERO, seen("a"));
             assert!(matches!(v, Verdict::Admitted(_)));
@@ -481,9 +486,14 @@ mod tests {
 
     #[test]
     fn set_limit_rescales_the_deficit() {
-        let mut s = State::new(bucket(10, 1), Rate::per_second(10).unwrap(), POLICY, None);
+        let mut s = State::new(
+            bucket(10, 1),
+            RequestRate::per_second(10).unwrap(),
+            POLICY,
+            None,
+        );
         s.decide(Duration::ZERO, seen("a"));
-        s.set_limit(Duration::ZERO, Rate::per_second(1).unwrap());
+        s.set_limit(Duration::ZERO, RequestRate::per_second(1).unwrap());
         let f = figures(s.decide(100 * MS, seen("a")));
         assert_eq!(f.limit, 1);
         assert_eq!(f.until_one, Some(900 * MS));
@@ -497,7 +507,12 @@ mod tests {
 
     #[test]
     fn faults_take_no_tokens() {
-        let mut s = State::new(bucket(1, 1), Rate::per_second(1).unwrap(), POLICY, None);
+        let mut s = State::new(
+            bucket(1, 1),
+            RequestRate::per_second(1).unwrap(),
+            POLICY,
+            None,
+        );
         s.inject(Fault::service_unavailable().times(2));
         s.inject(Fault::internal_server_error().times(0));
         s.inject(Fault::too_many_requests());
@@ -507,13 +522,13 @@ mod tests {
         assert_eq!(statuses, [503, 503, 429, 200]);
         let stats = s.stats();
         assert_eq!(stats.total.faults, 3);
-        assert_eq!(s.records()[2].outcome, Outcome::Fault);
+        assert_eq!(s.records()[2].outcome, Answer::Fault);
     }
 
     #[test]
     fn header_limits_are_whole() {
-        assert_eq!(header_limit(Rate::per_second(3).unwrap()), 3);
-        assert_eq!(header_limit(Rate::per_minute(1).unwrap()), 1);
-        assert_eq!(header_limit(Rate::new(5, 2 * 1000 * MS).unwrap()), 3);
+        assert_eq!(header_limit(RequestRate::per_second(3).unwrap()), 3);
+        assert_eq!(header_limit(RequestRate::per_minute(1).unwrap()), 1);
+        assert_eq!(header_limit(RequestRate::new(5, 2 * 1000 * MS).unwrap()), 3);
     }
 }

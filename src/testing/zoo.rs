@@ -30,18 +30,18 @@ use std::time::Duration;
 use http::StatusCode;
 
 use super::{
-    Algorithm, Dialect, RateLimitedServer, ResetFormat, RetryAfterPrecision, ServerBuilder,
+    Dialect, RateLimitedServer, ResetFormat, RetryAfterPrecision, ServerAlgorithm, ServerBuilder,
 };
-use crate::Rate;
+use crate::RequestRate;
 
-const FIXED: Algorithm = Algorithm::FixedWindow {
+const FIXED: ServerAlgorithm = ServerAlgorithm::FixedWindow {
     limit: 20,
     window: Duration::from_secs(2),
 };
 
-fn leaky() -> Result<Algorithm, crate::Error> {
-    Ok(Algorithm::LeakyBucket {
-        rate: Rate::per_second(20)?,
+fn leaky() -> Result<ServerAlgorithm, crate::Error> {
+    Ok(ServerAlgorithm::LeakyBucket {
+        rate: RequestRate::per_second(20)?,
         burst: 5,
     })
 }
@@ -72,7 +72,7 @@ pub fn leaky_bucket(status: StatusCode) -> Result<ServerBuilder, crate::Error> {
 /// fractional epoch, and `Retry-After` on a refusal.
 pub fn moving_window() -> ServerBuilder {
     RateLimitedServer::builder()
-        .algorithm(Algorithm::SlidingLog {
+        .algorithm(ServerAlgorithm::SlidingLog {
             limit: 100,
             window: Duration::from_secs(5),
         })
@@ -85,8 +85,8 @@ pub fn moving_window() -> ServerBuilder {
 /// full again.
 pub fn token_bucket_github() -> Result<ServerBuilder, crate::Error> {
     Ok(RateLimitedServer::builder()
-        .algorithm(Algorithm::TokenBucket {
-            rate: Rate::per_second(20)?,
+        .algorithm(ServerAlgorithm::TokenBucket {
+            rate: RequestRate::per_second(20)?,
             burst: 5,
         })
         .dialect(Dialect::GitHub)
@@ -127,8 +127,8 @@ pub fn all() -> Vec<(&'static str, ServerBuilder)> {
 /// `retry-after` floored to whole seconds (so `0`).
 pub fn gcra_burst_no_reset() -> Result<ServerBuilder, crate::Error> {
     Ok(RateLimitedServer::builder()
-        .algorithm(Algorithm::Gcra {
-            rate: Rate::per_second(20)?,
+        .algorithm(ServerAlgorithm::Gcra {
+            rate: RequestRate::per_second(20)?,
             burst: 5,
         })
         .dialect(Dialect::XRateLimit)
@@ -141,7 +141,7 @@ pub fn gcra_burst_no_reset() -> Result<ServerBuilder, crate::Error> {
 /// only `Retry-After`, a wait of a few milliseconds rounded up to 1.
 pub fn log_retry_after_only() -> ServerBuilder {
     RateLimitedServer::builder()
-        .algorithm(Algorithm::SlidingLog {
+        .algorithm(ServerAlgorithm::SlidingLog {
             limit: 20,
             window: Duration::from_secs(1),
         })
@@ -155,7 +155,7 @@ pub fn log_retry_after_only() -> ServerBuilder {
 /// longer.
 pub fn counts_refusals() -> ServerBuilder {
     RateLimitedServer::builder()
-        .algorithm(Algorithm::SlidingLog {
+        .algorithm(ServerAlgorithm::SlidingLog {
             limit: 20,
             window: Duration::from_secs(1),
         })

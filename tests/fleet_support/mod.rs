@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use reqwest_pace::redis::RedisBackend;
-use reqwest_pace::{Event, Limiter, Rate, Scope, ThrottledClient};
+use reqwest_pace::{Event, Limiter, RequestRate, Scope, ThrottledClient};
 
 /// Set, in a worker, to its encoded [`Job`].
 pub const WORKER_ENV: &str = "PACE_FLEET_WORKER";
@@ -122,21 +122,21 @@ fn scope(job: &Job, backend: RedisBackend) -> Scope {
         (0, _) => {
             // Nothing configured: the bucket starts wide open and the scope
             // learns; what it learns is written to the shared bucket.
-            let open = Rate::per_second(10_000).unwrap();
+            let open = RequestRate::per_second(10_000).unwrap();
             Scope::per_host().limiter(move |key| {
                 let bucket = backend.token_bucket(key, open, 1)?;
                 Ok(Arc::new(bucket) as Arc<dyn Limiter>)
             })
         }
         (rate, true) => {
-            let rate = Rate::per_second(rate).unwrap();
+            let rate = RequestRate::per_second(rate).unwrap();
             Scope::per_host().rate(rate).burst(1).limiter(move |key| {
                 let bucket = backend.token_bucket(key, rate, 1)?;
                 Ok(Arc::new(bucket) as Arc<dyn Limiter>)
             })
         }
         (rate, false) => Scope::per_host()
-            .rate(Rate::per_second(rate).unwrap())
+            .rate(RequestRate::per_second(rate).unwrap())
             .burst(1),
     }
 }

@@ -215,9 +215,7 @@ pub async fn grant_until(
                     Ok(()) => {
                         granted.fetch_add(1, Ordering::Relaxed);
                     }
-                    Err(reqwest_pace::Error::Throttled { wait, .. }) => {
-                        tokio::time::sleep(wait).await
-                    }
+                    Err(reqwest_pace::Error::NotYet { wait, .. }) => tokio::time::sleep(wait).await,
                     Err(e) => panic!("unexpected {e:?}"),
                 }
             }

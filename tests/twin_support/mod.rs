@@ -46,7 +46,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use reqwest_pace::limiter::{Bounds, Grant};
-use reqwest_pace::{Adjustment, Error, Limiter, Rate};
+use reqwest_pace::{Adjustment, Error, Limiter, RequestRate};
 use tokio::time::Instant;
 
 /// "No bound", as the script reads a bound in nanoseconds.
@@ -640,7 +640,7 @@ impl TwinBucket {
     /// A bucket of `capacity` refilled at `rate` (the figures learned ones
     /// take precedence over), with `RedisBackend`'s default key lifetimes.
     /// Refused as `RedisTokenBucket::new` refuses.
-    pub fn new(rate: Rate, capacity: u64) -> Result<TwinBucket, Error> {
+    pub fn new(rate: RequestRate, capacity: u64) -> Result<TwinBucket, Error> {
         if capacity == 0 {
             return Err(Error::InvalidConfig(
                 "a token bucket needs a capacity above zero".into(),
@@ -678,9 +678,9 @@ impl TwinBucket {
 
     /// The rate the shared state holds now (learned, or the one it was
     /// made with).
-    pub fn rate(&self) -> Rate {
+    pub fn rate(&self) -> RequestRate {
         let per_token = self.lock().per_token(self.now_us());
-        Rate::every(Duration::from_nanos(per_token)).expect("a rate the state holds")
+        RequestRate::every(Duration::from_nanos(per_token)).expect("a rate the state holds")
     }
 
     /// Whether the block counter moved since `epoch`, read after `first`
@@ -799,7 +799,7 @@ impl TwinBucket {
             // Booked by the queue ahead, past the caller's own bound:
             // handed back (dropped armed).
             if bounds.by.is_some_and(|by| due > by) {
-                return Err(Error::throttled(Duration::from_nanos(wait)));
+                return Err(Error::not_yet(Duration::from_nanos(wait)));
             }
             if let Some(lessons) = process {
                 lessons.sleeps_until(due, sent);
@@ -919,7 +919,7 @@ impl Drop for Refund<'_> {
 fn grant(count: u64, interval: u64, too_fast: u64) -> Grant {
     let rate = |ns: u64| {
         (ns > 0)
-            .then(|| Rate::every(Duration::from_nanos(ns)).ok())
+            .then(|| RequestRate::every(Duration::from_nanos(ns)).ok())
             .flatten()
     };
     Grant::counted(count)
@@ -931,7 +931,7 @@ fn grant(count: u64, interval: u64, too_fast: u64) -> Grant {
 /// the reply.
 fn refusal(reply: Reply, weight: u64, bounds: Bounds) -> Error {
     match reply {
-        Reply::Throttled { wait } => Error::throttled(Duration::from_nanos(wait)),
+        Reply::Throttled { wait } => Error::not_yet(Duration::from_nanos(wait)),
         Reply::Held { wait, cause } => held(wait, cause, bounds),
         Reply::TooHeavy { capacity } => Error::weight_exceeds_capacity(weight, capacity),
         other => Error::backend(format!("unexpected script reply {other:?}"), None),

@@ -8,7 +8,7 @@ pub mod space;
 use std::future::Future;
 use std::time::{Duration, UNIX_EPOCH};
 
-use reqwest_pace::testing::{zoo, Outcome, RateLimitedServer, ServerBuilder};
+use reqwest_pace::testing::{zoo, Answer, RateLimitedServer, ServerBuilder};
 
 /// What a run got from a server.
 #[derive(Debug)]
@@ -29,11 +29,11 @@ impl Figures {
         let records = server.requests();
         let admitted = records
             .iter()
-            .filter(|r| r.at <= run && r.outcome == Outcome::Admitted)
+            .filter(|r| r.at <= run && r.outcome == Answer::Admitted)
             .count() as f64;
         let refused = records
             .iter()
-            .filter(|r| r.outcome == Outcome::Throttled)
+            .filter(|r| r.outcome == Answer::Throttled)
             .count() as f64;
         Figures {
             goodput: admitted / (sustained * run.as_secs_f64()),

@@ -8,7 +8,7 @@
 //! `c` on both sides), so a refusal's instant can be solved for directly:
 //! `e = W − ⌊(N − c − w) × W / p⌋`.
 
-use super::{Algorithm, LockOnly, Nanos, Quota, Rate, RateLimiter};
+use super::{Algorithm, LockOnly, Nanos, QueuedLimiter, Quota, RequestRate};
 use crate::limiter::gcra::{narrow, wide};
 use crate::Error;
 
@@ -35,10 +35,10 @@ use crate::Error;
 ///
 /// ```
 /// use reqwest_pace::limiter::{Algorithm, SlidingWindowCounter};
-/// use reqwest_pace::Rate;
+/// use reqwest_pace::RequestRate;
 ///
 /// const S: u64 = 1_000_000_000;
-/// let mut counter = SlidingWindowCounter::new(Rate::per_second(4)?)?;
+/// let mut counter = SlidingWindowCounter::new(RequestRate::per_second(4)?)?;
 /// assert_eq!(counter.try_admit(0, 4), Ok(()));
 /// // At 1 s those 4 still weigh 4 × (1 − 0/1): the fifth waits until the
 /// // previous window's weight has faded to 3, a quarter second in.
@@ -58,17 +58,17 @@ pub struct SlidingWindowCounter {
     current: u64,
 }
 
-/// A sliding-window-counter limiter with FIFO waiting: [`RateLimiter`] over
+/// A sliding-window-counter limiter with FIFO waiting: [`QueuedLimiter`] over
 /// [`SlidingWindowCounter`].
 ///
 /// ```
 /// use std::time::Duration;
 /// use reqwest_pace::limiter::SlidingCounterLimiter;
-/// use reqwest_pace::Rate;
+/// use reqwest_pace::RequestRate;
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), reqwest_pace::Error> {
-/// let limiter = SlidingCounterLimiter::sliding_counter(Rate::per_second(4)?)?;
+/// let limiter = SlidingCounterLimiter::sliding_counter(RequestRate::per_second(4)?)?;
 /// let start = tokio::time::Instant::now();
 /// limiter.acquire(4).await?; // at once
 /// limiter.acquire(1).await?; // when the first window's 4 weigh 3
@@ -77,16 +77,16 @@ pub struct SlidingWindowCounter {
 /// # Ok(())
 /// # }
 /// ```
-pub type SlidingCounterLimiter = RateLimiter<SlidingWindowCounter>;
+pub type SlidingCounterLimiter = QueuedLimiter<SlidingWindowCounter>;
 
-impl RateLimiter<SlidingWindowCounter> {
+impl QueuedLimiter<SlidingWindowCounter> {
     /// A sliding window counter admitting about `limit.count()` per
     /// `limit.per()` (at most twice that minus one in the worst case),
     /// starting empty, its first window beginning now.
     ///
     /// Fails on a window longer than 584 years (a zero count or period is
-    /// already refused by [`Rate`]).
-    pub fn sliding_counter(limit: Rate) -> Result<Self, Error> {
+    /// already refused by [`RequestRate`]).
+    pub fn sliding_counter(limit: RequestRate) -> Result<Self, Error> {
         SlidingWindowCounter::new(limit).map(Self::from_algorithm)
     }
 }
@@ -96,7 +96,7 @@ impl SlidingWindowCounter {
     /// its first window starting at instant 0.
     ///
     /// Fails on a window longer than 584 years.
-    pub fn new(limit: Rate) -> Result<SlidingWindowCounter, Error> {
+    pub fn new(limit: RequestRate) -> Result<SlidingWindowCounter, Error> {
         Ok(SlidingWindowCounter {
             quota: Quota::new(limit, "sliding window counter")?,
             start: 0,
@@ -184,7 +184,7 @@ impl Algorithm for SlidingWindowCounter {
 
     /// Keep the window and make the limit the rate's share of it (see
     /// the module docs). The current window and its counts are kept.
-    fn set_rate(&mut self, now: Nanos, rate: Rate) {
+    fn set_rate(&mut self, now: Nanos, rate: RequestRate) {
         self.advance(now);
         self.quota.set_rate(now, rate);
     }
@@ -232,7 +232,7 @@ impl Algorithm for SlidingWindowCounter {
         previous == 0 && current == 0 && self.quota.pace_idle(now)
     }
 
-    fn rate(&self) -> Rate {
+    fn rate(&self) -> RequestRate {
         self.quota.rate
     }
 
@@ -256,7 +256,8 @@ mod tests {
     const S: u64 = 1_000 * MS;
 
     fn counter(n: u64, seconds: u64) -> SlidingWindowCounter {
-        SlidingWindowCounter::new(Rate::new(n, Duration::from_secs(seconds)).unwrap()).unwrap()
+        SlidingWindowCounter::new(RequestRate::new(n, Duration::from_secs(seconds)).unwrap())
+            .unwrap()
     }
 
     #[test]
@@ -338,12 +339,12 @@ mod tests {
         let mut c = counter(10, 1);
         c.try_admit(0, 10).unwrap();
         // 10 per second per se: the window stays 1 s, the limit becomes 20.
-        c.set_rate(S / 2, Rate::new(20, Duration::from_secs(1)).unwrap());
+        c.set_rate(S / 2, RequestRate::new(20, Duration::from_secs(1)).unwrap());
         assert_eq!(c.capacity(), 20);
         assert_eq!(c.available(S / 2), 10);
         // A capacity changes nothing: the limit comes with the rate.
         c.set_capacity(S / 2, 5);
         assert_eq!(c.available(S / 2), 10);
-        assert_eq!(c.rate(), Rate::per_second(20).unwrap());
+        assert_eq!(c.rate(), RequestRate::per_second(20).unwrap());
     }
 }

@@ -4,7 +4,7 @@
 //! multiples of W from the limiter's creation, so a refusal's instant is
 //! simply the next boundary.
 
-use super::{Algorithm, LockOnly, Nanos, Quota, Rate, RateLimiter};
+use super::{Algorithm, LockOnly, Nanos, QueuedLimiter, Quota, RequestRate};
 use crate::Error;
 
 /// Fixed-window state: at most N admitted between consecutive boundaries,
@@ -20,10 +20,10 @@ use crate::Error;
 ///
 /// ```
 /// use reqwest_pace::limiter::{Algorithm, FixedWindow};
-/// use reqwest_pace::Rate;
+/// use reqwest_pace::RequestRate;
 ///
 /// const S: u64 = 1_000_000_000;
-/// let mut window = FixedWindow::new(Rate::per_minute(60)?)?;
+/// let mut window = FixedWindow::new(RequestRate::per_minute(60)?)?;
 /// // 60 at 0:59 fill the first minute; the 61st waits for 1:00...
 /// assert_eq!(window.try_admit(59 * S, 60), Ok(()));
 /// assert_eq!(window.try_admit(59 * S, 1), Err(60 * S));
@@ -41,22 +41,22 @@ pub struct FixedWindow {
     count: u64,
 }
 
-/// A fixed-window limiter with FIFO waiting: [`RateLimiter`] over
+/// A fixed-window limiter with FIFO waiting: [`QueuedLimiter`] over
 /// [`FixedWindow`].
 ///
 /// ```
 /// use std::time::Duration;
 /// use reqwest_pace::limiter::FixedWindowLimiter;
-/// use reqwest_pace::{Error, Rate};
+/// use reqwest_pace::{Error, RequestRate};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), Error> {
-/// let limiter = FixedWindowLimiter::fixed_window(Rate::per_second(2)?)?;
+/// let limiter = FixedWindowLimiter::fixed_window(RequestRate::per_second(2)?)?;
 /// let start = tokio::time::Instant::now();
 /// limiter.try_acquire(2)?;
 /// // The window is full until its end, one second after creation.
 /// match limiter.try_acquire(1) {
-///     Err(Error::Throttled { wait, .. }) => assert_eq!(wait, Duration::from_secs(1)),
+///     Err(Error::NotYet { wait, .. }) => assert_eq!(wait, Duration::from_secs(1)),
 ///     other => panic!("unexpected {other:?}"),
 /// }
 /// limiter.acquire(2).await?;
@@ -64,15 +64,15 @@ pub struct FixedWindow {
 /// # Ok(())
 /// # }
 /// ```
-pub type FixedWindowLimiter = RateLimiter<FixedWindow>;
+pub type FixedWindowLimiter = QueuedLimiter<FixedWindow>;
 
-impl RateLimiter<FixedWindow> {
+impl QueuedLimiter<FixedWindow> {
     /// A fixed window admitting `limit.count()` per `limit.per()`, starting
     /// empty, its first window beginning now.
     ///
     /// Fails on a window longer than 584 years (a zero count or period is
-    /// already refused by [`Rate`]).
-    pub fn fixed_window(limit: Rate) -> Result<Self, Error> {
+    /// already refused by [`RequestRate`]).
+    pub fn fixed_window(limit: RequestRate) -> Result<Self, Error> {
         FixedWindow::new(limit).map(Self::from_algorithm)
     }
 }
@@ -82,7 +82,7 @@ impl FixedWindow {
     /// its first window starting at instant 0.
     ///
     /// Fails on a window longer than 584 years.
-    pub fn new(limit: Rate) -> Result<FixedWindow, Error> {
+    pub fn new(limit: RequestRate) -> Result<FixedWindow, Error> {
         Ok(FixedWindow {
             quota: Quota::new(limit, "fixed window")?,
             start: 0,
@@ -144,7 +144,7 @@ impl Algorithm for FixedWindow {
 
     /// Keep the window and make the limit the rate's share of it (see
     /// the module docs). The current window and its counts are kept.
-    fn set_rate(&mut self, now: Nanos, rate: Rate) {
+    fn set_rate(&mut self, now: Nanos, rate: RequestRate) {
         self.advance(now);
         self.quota.set_rate(now, rate);
     }
@@ -186,7 +186,7 @@ impl Algorithm for FixedWindow {
         self.view(now).1 == 0 && self.quota.pace_idle(now)
     }
 
-    fn rate(&self) -> Rate {
+    fn rate(&self) -> RequestRate {
         self.quota.rate
     }
 
@@ -206,7 +206,8 @@ mod tests {
     const S: u64 = 1_000_000_000;
 
     fn window(n: u64, seconds: u64) -> FixedWindow {
-        FixedWindow::new(Rate::new(n, std::time::Duration::from_secs(seconds)).unwrap()).unwrap()
+        FixedWindow::new(RequestRate::new(n, std::time::Duration::from_secs(seconds)).unwrap())
+            .unwrap()
     }
 
     #[test]
@@ -268,7 +269,7 @@ mod tests {
         // 4 per 5 s is 0.8 per second: 8 per the same 10 s window.
         w.set_rate(
             2 * S,
-            Rate::new(4, std::time::Duration::from_secs(5)).unwrap(),
+            RequestRate::new(4, std::time::Duration::from_secs(5)).unwrap(),
         );
         assert_eq!(w.capacity(), 8);
         assert_eq!(w.available(2 * S), 0);

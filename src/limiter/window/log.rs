@@ -9,7 +9,7 @@
 
 use std::collections::VecDeque;
 
-use super::{Algorithm, LockOnly, Nanos, Quota, Rate, RateLimiter};
+use super::{Algorithm, LockOnly, Nanos, QueuedLimiter, Quota, RequestRate};
 use crate::Error;
 
 /// Sliding-log state: the admissions of the last W, so that no window of
@@ -40,10 +40,10 @@ use crate::Error;
 ///
 /// ```
 /// use reqwest_pace::limiter::{Algorithm, SlidingLog};
-/// use reqwest_pace::Rate;
+/// use reqwest_pace::RequestRate;
 ///
 /// const S: u64 = 1_000_000_000;
-/// let mut log = SlidingLog::new(Rate::per_minute(60)?)?;
+/// let mut log = SlidingLog::new(RequestRate::per_minute(60)?)?;
 /// // 60 at 0:59; unlike a fixed window, 1:00 brings nothing back...
 /// assert_eq!(log.try_admit(59 * S, 60), Ok(()));
 /// assert_eq!(log.try_admit(60 * S, 1), Err(119 * S));
@@ -73,25 +73,25 @@ struct Entry {
     total: u64,
 }
 
-/// An exact sliding-log limiter with FIFO waiting: [`RateLimiter`] over
+/// An exact sliding-log limiter with FIFO waiting: [`QueuedLimiter`] over
 /// [`SlidingLog`].
 ///
 /// ```
 /// use std::time::Duration;
 /// use reqwest_pace::limiter::SlidingLogLimiter;
-/// use reqwest_pace::{Error, Rate};
+/// use reqwest_pace::{Error, RequestRate};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), Error> {
 /// // At most 3 in any second.
-/// let limiter = SlidingLogLimiter::sliding_log(Rate::per_second(3)?)?;
+/// let limiter = SlidingLogLimiter::sliding_log(RequestRate::per_second(3)?)?;
 /// let start = tokio::time::Instant::now();
 /// limiter.try_acquire(1)?;
 /// tokio::time::advance(Duration::from_millis(400)).await;
 /// limiter.try_acquire(2)?;
 /// // The window is full until the first call is a second old.
 /// match limiter.try_acquire(1) {
-///     Err(Error::Throttled { wait, .. }) => assert_eq!(wait, Duration::from_millis(600)),
+///     Err(Error::NotYet { wait, .. }) => assert_eq!(wait, Duration::from_millis(600)),
 ///     other => panic!("unexpected {other:?}"),
 /// }
 /// // Two more have to wait for the two taken at 400 ms.
@@ -101,15 +101,15 @@ struct Entry {
 /// # Ok(())
 /// # }
 /// ```
-pub type SlidingLogLimiter = RateLimiter<SlidingLog>;
+pub type SlidingLogLimiter = QueuedLimiter<SlidingLog>;
 
-impl RateLimiter<SlidingLog> {
+impl QueuedLimiter<SlidingLog> {
     /// An exact sliding log admitting at most `limit.count()` in any
     /// `limit.per()`, starting empty.
     ///
     /// Fails on a window longer than 584 years (a zero count or period is
-    /// already refused by [`Rate`]).
-    pub fn sliding_log(limit: Rate) -> Result<Self, Error> {
+    /// already refused by [`RequestRate`]).
+    pub fn sliding_log(limit: RequestRate) -> Result<Self, Error> {
         SlidingLog::new(limit).map(Self::from_algorithm)
     }
 }
@@ -122,7 +122,7 @@ impl SlidingLog {
     /// An empty log admitting at most `limit.count()` in any `limit.per()`.
     ///
     /// Fails on a window longer than 584 years.
-    pub fn new(limit: Rate) -> Result<SlidingLog, Error> {
+    pub fn new(limit: RequestRate) -> Result<SlidingLog, Error> {
         Ok(SlidingLog {
             quota: Quota::new(limit, "sliding log")?,
             entries: VecDeque::new(),
@@ -266,7 +266,7 @@ impl Algorithm for SlidingLog {
 
     /// Keep the window and make the limit the rate's share of it (see the
     /// module docs), judging the admissions already logged by it.
-    fn set_rate(&mut self, now: Nanos, rate: Rate) {
+    fn set_rate(&mut self, now: Nanos, rate: RequestRate) {
         self.quota.set_rate(now, rate);
         self.prune(now);
     }
@@ -314,7 +314,7 @@ impl Algorithm for SlidingLog {
         self.live(now) == 0 && self.quota.pace_idle(now)
     }
 
-    fn rate(&self) -> Rate {
+    fn rate(&self) -> RequestRate {
         self.quota.rate
     }
 
@@ -335,7 +335,7 @@ mod tests {
     const S: u64 = 1_000 * MS;
 
     fn log(n: u64, seconds: u64) -> SlidingLog {
-        SlidingLog::new(Rate::new(n, Duration::from_secs(seconds)).unwrap()).unwrap()
+        SlidingLog::new(RequestRate::new(n, Duration::from_secs(seconds)).unwrap()).unwrap()
     }
 
     #[test]
@@ -411,14 +411,14 @@ mod tests {
         // oldest count at 3.5 s.
         l.set_rate(
             5 * S,
-            Rate::every(std::time::Duration::from_secs(3)).unwrap(),
+            RequestRate::every(std::time::Duration::from_secs(3)).unwrap(),
         );
         assert_eq!(l.stored(), 3);
         assert_eq!(l.available(13 * S), 0);
         assert_eq!(l.try_admit(13 * S, 1), Err(13 * S + S / 2));
         assert_eq!(l.try_admit(13 * S, 2), Err(14 * S));
         assert_eq!(l.available(14 * S + S / 2), 3);
-        l.set_rate(15 * S, Rate::per_second(20).unwrap());
+        l.set_rate(15 * S, RequestRate::per_second(20).unwrap());
         assert_eq!(l.capacity(), 200);
         assert_eq!(l.available(15 * S), 200);
         l.set_capacity(15 * S, 3);

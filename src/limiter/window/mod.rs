@@ -1,9 +1,9 @@
 //! Window limiters: "at most N per window W", in three strengths.
 //!
-//! All three implement [`Algorithm`], so [`RateLimiter`] gives each of them
+//! All three implement [`Algorithm`], so [`QueuedLimiter`] gives each of them
 //! the same FIFO, cancel-safe, one-wake-up-per-admission waiting as the token
 //! bucket, and [`KeyedLimiter`] holds one per key with idle eviction. They are
-//! configured by a [`Rate`] read as a quota: `Rate::per_minute(60)` is "60 in
+//! configured by a [`RequestRate`] read as a quota: `RequestRate::per_minute(60)` is "60 in
 //! any minute", and the largest weight one call may take is that N.
 //!
 //! | algorithm | in any window of length W | state per key |
@@ -37,7 +37,7 @@
 //! (current + weight) × W` with `N × W` in 128 bits), so there is no rounding
 //! to drift.
 //!
-//! Server feedback maps onto a window as follows: a new [`Rate`] keeps the
+//! Server feedback maps onto a window as follows: a new [`RequestRate`] keeps the
 //! window length and makes the limit the rate's share of it (`W / T` whole
 //! calls, at least one; the current window and its counts are kept), so a
 //! rate learned by the client means the same to a window as to a bucket; a
@@ -60,14 +60,14 @@ pub use log::{SlidingLog, SlidingLogLimiter};
 
 use super::algorithm::{Algorithm, LockOnly, Nanos};
 use super::gcra::Gcra;
-use super::{KeyedLimiter, Rate, RateLimiter};
+use super::{KeyedLimiter, QueuedLimiter, RequestRate};
 use crate::Error;
 
 /// What the three windows share: the quota, its window length in
 /// nanoseconds, and the pacing bucket that exists only after a block.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Quota {
-    rate: Rate,
+    rate: RequestRate,
     window: Nanos,
     /// After [`block_until`](Algorithm::block_until): a token bucket of
     /// capacity N refilling at N per W, which admits one call at the end of
@@ -77,12 +77,12 @@ struct Quota {
     pace: Option<Box<Gcra>>,
 }
 
-fn window_nanos(rate: Rate) -> Option<Nanos> {
+fn window_nanos(rate: RequestRate) -> Option<Nanos> {
     u64::try_from(rate.per().as_nanos()).ok()
 }
 
 impl Quota {
-    fn new(limit: Rate, what: &str) -> Result<Quota, Error> {
+    fn new(limit: RequestRate, what: &str) -> Result<Quota, Error> {
         let window = window_nanos(limit).ok_or_else(|| {
             Error::config(format!(
                 "a {what} of {limit} has a window longer than 2^64 nanoseconds (584 years)"
@@ -104,9 +104,9 @@ impl Quota {
     /// whole calls, at least 1). A rate is "how fast", and a window
     /// limiter's burst is its limit: so server feedback learned as a rate
     /// means the same to a window as to a bucket.
-    fn set_rate(&mut self, now: Nanos, rate: Rate) {
+    fn set_rate(&mut self, now: Nanos, rate: RequestRate) {
         let limit = (self.window / rate.interval_nanos()).max(1);
-        let Ok(rate) = Rate::new(limit, Duration::from_nanos(self.window)) else {
+        let Ok(rate) = RequestRate::new(limit, Duration::from_nanos(self.window)) else {
             return;
         };
         self.rate = rate;
@@ -202,10 +202,10 @@ where
     /// One fixed window of `limit` per key (see [`FixedWindow`]).
     ///
     /// Fails on a window longer than 584 years, checked once here.
-    pub fn fixed_windows(limit: Rate) -> Result<Self, Error> {
+    pub fn fixed_windows(limit: RequestRate) -> Result<Self, Error> {
         let template = FixedWindow::new(limit)?;
         Ok(Self::new(move |_| {
-            RateLimiter::from_algorithm(template.clone())
+            QueuedLimiter::from_algorithm(template.clone())
         }))
     }
 }
@@ -218,22 +218,22 @@ where
     /// active key holds up to N timestamps; idle keys are evicted.
     ///
     /// ```
-    /// use reqwest_pace::{KeyedLimiter, Rate};
+    /// use reqwest_pace::{KeyedLimiter, RequestRate};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), reqwest_pace::Error> {
     /// // A billed quota per API key: never more than 1000 in any minute.
-    /// let per_key = KeyedLimiter::sliding_logs(Rate::per_minute(1000)?)?;
+    /// let per_key = KeyedLimiter::sliding_logs(RequestRate::per_minute(1000)?)?;
     /// per_key.acquire(&"key-a", 10).await?;
     /// per_key.try_acquire(&"key-b", 1000)?; // its own quota
     /// assert!(per_key.try_acquire(&"key-b", 1).is_err());
     /// # Ok(())
     /// # }
     /// ```
-    pub fn sliding_logs(limit: Rate) -> Result<Self, Error> {
+    pub fn sliding_logs(limit: RequestRate) -> Result<Self, Error> {
         let template = SlidingLog::new(limit)?;
         Ok(Self::new(move |_| {
-            RateLimiter::from_algorithm(template.clone())
+            QueuedLimiter::from_algorithm(template.clone())
         }))
     }
 }
@@ -246,10 +246,10 @@ where
     /// [`SlidingWindowCounter`]).
     ///
     /// Fails on a window longer than 584 years, checked once here.
-    pub fn sliding_counters(limit: Rate) -> Result<Self, Error> {
+    pub fn sliding_counters(limit: RequestRate) -> Result<Self, Error> {
         let template = SlidingWindowCounter::new(limit)?;
         Ok(Self::new(move |_| {
-            RateLimiter::from_algorithm(template.clone())
+            QueuedLimiter::from_algorithm(template.clone())
         }))
     }
 }
@@ -262,7 +262,7 @@ mod tests {
 
     #[test]
     fn windows_longer_than_u64_nanoseconds_are_config_errors() {
-        let huge = Rate::new(u64::MAX, Duration::from_secs(u64::MAX)).unwrap();
+        let huge = RequestRate::new(u64::MAX, Duration::from_secs(u64::MAX)).unwrap();
         assert!(matches!(
             FixedWindow::new(huge),
             Err(Error::InvalidConfig(_))
@@ -273,7 +273,7 @@ mod tests {
 
     #[test]
     fn heavier_than_the_limit_is_estimated_a_window_per_further_n() {
-        let q = Quota::new(Rate::per_second(10).unwrap(), "test").unwrap();
+        let q = Quota::new(RequestRate::per_second(10).unwrap(), "test").unwrap();
         // 25 = 5 now, then 10 at each of the next two windows.
         assert_eq!(q.earliest(0, 25, |_| 0), 2 * S);
         assert_eq!(q.earliest(0, 10, |_| 0), 0);
@@ -282,18 +282,18 @@ mod tests {
 
     #[test]
     fn a_rate_keeps_the_window_and_rescales_the_limit() {
-        let mut q = Quota::new(Rate::per_minute(60).unwrap(), "test").unwrap();
-        q.set_rate(0, Rate::per_second(2).unwrap());
-        assert_eq!(q.rate, Rate::per_minute(120).unwrap());
+        let mut q = Quota::new(RequestRate::per_minute(60).unwrap(), "test").unwrap();
+        q.set_rate(0, RequestRate::per_second(2).unwrap());
+        assert_eq!(q.rate, RequestRate::per_minute(120).unwrap());
         // Slower than one per window: at least one.
-        q.set_rate(0, Rate::per_hour(1).unwrap());
+        q.set_rate(0, RequestRate::per_hour(1).unwrap());
         assert_eq!(q.limit(), 1);
         assert_eq!(q.window, 60 * S);
     }
 
     #[test]
     fn the_pacing_bucket_goes_once_full() {
-        let mut q = Quota::new(Rate::per_second(10).unwrap(), "test").unwrap();
+        let mut q = Quota::new(RequestRate::per_second(10).unwrap(), "test").unwrap();
         q.block_until(0, S);
         assert_eq!(q.earliest(0, 1, |_| 0), S);
         assert_eq!(q.earliest(0, 2, |_| 0), S + S / 10);

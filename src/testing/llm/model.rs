@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::{LlmLimit, LlmRecord, LlmStats, Usage};
 use crate::limiter::{admit, Nanos};
 use crate::testing::ClientKey;
-use crate::{Error, Rate};
+use crate::{Error, RequestRate};
 
 /// The rate limits, in the order a refusal names one of equal waits.
 pub(crate) const RATES: [LlmLimit; 4] = [
@@ -40,7 +40,7 @@ pub(crate) struct Bucket {
 
 impl Bucket {
     pub(crate) fn new(per_minute: u64) -> Result<Bucket, Error> {
-        let interval = Rate::per_minute(per_minute)?.interval_nanos();
+        let interval = RequestRate::per_minute(per_minute)?.interval_nanos();
         let span = interval
             .checked_mul(per_minute)
             .ok_or_else(|| Error::config(format!("{per_minute} a minute is too large a limit")))?;
