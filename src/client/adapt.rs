@@ -98,10 +98,17 @@ pub(crate) struct Verdict {
     /// The wait a refusal asks of the key, as the model reads it (see
     /// [`Adaptive::server_wait`]).
     pub(crate) server_wait: Option<Duration>,
+    /// The wait the refused call itself sits out before it is sent again
+    /// (see [`Adaptive::retry_wait`]).
+    pub(crate) retry_wait: Option<Duration>,
     /// What asked for each [`Adjustment::BlockUntil`] among the
     /// adjustments, by the block's end.
     blocks: Vec<(Instant, BlockCause)>,
 }
+
+/// The key's hold and the refused call's wait (see
+/// [`Adaptive::retry_wait`]).
+type Waits = (Option<Duration>, Option<Duration>);
 
 /// What holds a key blocked until an instant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -119,9 +126,10 @@ pub(crate) enum BlockCause {
 impl Verdict {
     /// Nothing learned, and the server's wait kept as a block (a scope that
     /// does not adapt still waits where a refusal asks it to).
-    fn wait_only(now: Instant, server_wait: Option<Duration>) -> Verdict {
+    fn wait_only(now: Instant, (server_wait, retry_wait): Waits) -> Verdict {
         let mut verdict = Verdict {
             server_wait,
+            retry_wait,
             ..Verdict::default()
         };
         if let Some(wait) = server_wait {
@@ -203,6 +211,14 @@ pub(crate) struct Adaptive {
     /// Whether the latest response stating a limit stated a quota of one:
     /// the server says it spaces the key's requests.
     quota_of_one: bool,
+    /// Whether the server has refused with `Retry-After: 0`: it rounds
+    /// its waits down, and its `Retry-After: 1` means a second at least
+    /// (see [`server_wait`](Self::server_wait)).
+    rounds_down: bool,
+    /// Refusals read since the last admission: a second in a row is no
+    /// bucket's next unit an interval away (see
+    /// [`server_wait`](Self::server_wait)).
+    refused_in_a_row: u32,
     /// Where other processes share the key's limiter: its rate as of this
     /// process's latest grant, per second (whoever set it), and the rate a
     /// server last refused, as the process that saw it named it.
@@ -456,6 +472,8 @@ impl Adaptive {
             congestion: Congestion::open(),
             spacing: Spacing::default(),
             quota_of_one: false,
+            rounds_down: false,
+            refused_in_a_row: 0,
             spaced_by: None,
         }
     }
@@ -673,7 +691,9 @@ impl Adaptive {
         self.spaced_by = spaced;
         // The server's wait, read once, with the spacing as of this
         // response: the cut below and the block after read the same.
+        self.note_refusal(signal);
         out.server_wait = self.server_wait(signal);
+        out.retry_wait = self.retry_wait(signal, out.server_wait);
         if spaced.is_none()
             && (self.front || (!header_paced && (has_headers || !self.header_driven)))
         {
@@ -738,7 +758,55 @@ impl Adaptive {
         signal: &RateLimitSignal,
     ) -> Verdict {
         self.on_no_response(seq);
-        Verdict::wait_only(now, self.server_wait(signal))
+        self.note_refusal(signal);
+        let hold = self.server_wait(signal);
+        Verdict::wait_only(now, (hold, self.retry_wait(signal, hold)))
+    }
+
+    /// Whether the refusal `signal`'s wait `wait` is a second rounded up
+    /// from a bucket's next unit, as [`server_wait`](Self::server_wait)
+    /// reads it.
+    fn rounded_up(&self, signal: &RateLimitSignal, wait: Duration) -> bool {
+        wait == RETRY_AFTER_RESOLUTION
+            && !signal.has_limits()
+            && !self.rounds_down
+            && self.refused_in_a_row <= 1
+            && self.congestion.phase == Phase::Steady
+    }
+
+    /// The wait the refused call itself sits out before it is sent again,
+    /// where the key is held `hold` ([`server_wait`](Self::server_wait)):
+    /// the whole `Retry-After` where the hold reads a rounded-up second as
+    /// a bucket's next unit, the hold elsewhere. The server asked that
+    /// wait of the request it refused, whose retry is the send most likely
+    /// refused again; the key's other calls go on at its pace. (A spacer's
+    /// interval, which its gaps show, is the retry's wait too.)
+    pub(crate) fn retry_wait(
+        &self,
+        signal: &RateLimitSignal,
+        hold: Option<Duration>,
+    ) -> Option<Duration> {
+        match signal.believable_retry_after() {
+            Some(wait) if self.spaced_by.is_none() && self.rounded_up(signal, wait) => Some(wait),
+            _ => hold,
+        }
+    }
+
+    /// What a response shows of the server's waits (see
+    /// [`server_wait`](Self::server_wait)): a refusal asking for 0, a
+    /// server that rounds them down; the refusals since the last
+    /// admission.
+    fn note_refusal(&mut self, signal: &RateLimitSignal) {
+        if !signal.is_throttled() {
+            if counted_by_server(signal) {
+                self.refused_in_a_row = 0;
+            }
+            return;
+        }
+        self.refused_in_a_row = self.refused_in_a_row.saturating_add(1);
+        if signal.retry_after.is_some_and(|w| w.is_zero()) {
+            self.rounds_down = true;
+        }
     }
 
     /// The wait a refusal asks of the key: its `Retry-After`, believed
@@ -750,6 +818,34 @@ impl Adaptive {
     /// gap the spacing asks for next (the interval, doubled after a
     /// refusal) is read as that gap; a fractional one is exact, and a
     /// longer one is something else (a penalty), both believed.
+    ///
+    /// A `Retry-After: 1` on the first refusal since an admission, stating
+    /// no limit, past slow start, is a resolution too, unless the server
+    /// has asked for 0 before. (Slow start's overshoot of a window or log
+    /// is no unit away: a log of 20 a second that slow start overran,
+    /// sent to again two intervals after its refusal, refused again, and
+    /// the key held 0.945 of its limit.) A server that rounds its waits
+    /// up says 1 for a bucket's
+    /// next unit a few milliseconds away, and one that rounds down says 0
+    /// for it (its 1 means at least a second). Rounding up, the wait meant
+    /// is at most the second, and nothing says it is longer than the
+    /// interval of the rate refused: the key is held
+    /// [`rounded_up_intervals`] of those, a second at most, while the
+    /// refused call sits the whole second out ([`retry_wait`]). Held
+    /// whole, each refusal of a bucket cost a second's traffic (a bucket of
+    /// 12 a second with a burst of 3, `Retry-After` alone and rounded up:
+    /// 0.917 of its limit over a minute). A window's end a second away is
+    /// stated by its quota's headers, where it has any (a fixed window of 3
+    /// a second stating its quota and no reset, read so, was refused 1.6 %
+    /// of the minute's requests, past the goal); a window that says
+    /// nothing but `Retry-After: 1` refuses the key's next send too, and
+    /// that second refusal in a row is believed. (The refusals of a burst
+    /// sent before the first was read are such a second: fifty calls
+    /// refused at once wait it out together, and the key's pace lets
+    /// them go.)
+    ///
+    /// [`rounded_up_intervals`]: super::headerless::Tuning::rounded_up_intervals
+    /// [`retry_wait`]: Self::retry_wait
     pub(crate) fn server_wait(&self, signal: &RateLimitSignal) -> Option<Duration> {
         if !signal.is_throttled() {
             return None;
@@ -760,6 +856,14 @@ impl Adaptive {
                 if wait.subsec_nanos() == 0 && wait <= interval + RETRY_AFTER_RESOLUTION =>
             {
                 Some(interval)
+            }
+            _ if self.rounded_up(signal, wait) => {
+                let intervals = TUNING.header_less.rounded_up_intervals;
+                let shorter = self
+                    .applied
+                    .filter(|r| r.is_finite() && *r > 0.0)
+                    .and_then(|r| Duration::try_from_secs_f64(intervals / r).ok());
+                Some(shorter.map_or(wait, |s| s.min(wait)))
             }
             _ => Some(wait),
         }
@@ -1725,6 +1829,59 @@ mod tests {
         let mut admitted = signal(200, vec![]);
         admitted.retry_after = Some(Duration::from_secs(1));
         assert_eq!(a.server_wait(&admitted), None, "only a refusal asks a wait");
+    }
+
+    /// A `Retry-After: 1` on a refusal that states no limit, from a server
+    /// that never asked for 0, past slow start, is a second rounded up:
+    /// the key is held two intervals of the rate refused, and the refused
+    /// call sits the second out. Ending slow start (its overshoot is no
+    /// unit away), refused again before an admission, by a server that
+    /// once asked for 0 (it rounds down), or stating a limit, the second
+    /// is believed.
+    #[test]
+    fn a_second_rounded_up_holds_the_key_two_intervals() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let second = Duration::from_secs(1);
+        let refusal = |wait: Duration, limits| {
+            let mut refused = signal(429, limits);
+            refused.retry_after = Some(wait);
+            refused
+        };
+        let respond = |a: &mut Adaptive, at: u64, answer: &RateLimitSignal| {
+            let at = t0 + ms(at);
+            let seq = a.on_send(at, Grant::default(), 1);
+            a.on_response(at, seq, answer, answer.status == 200)
+        };
+        let admitted = signal(200, vec![]);
+        let believed = (Some(second), Some(second));
+        // A key whose slow start a refusal asking `first` ended, admitted
+        // again after it.
+        let past_slow_start = |first: Duration| {
+            let mut a = fresh();
+            respond(&mut a, 0, &admitted);
+            let v = respond(&mut a, 100, &refusal(first, vec![]));
+            respond(&mut a, 1_200, &admitted);
+            (a, (v.server_wait, v.retry_wait))
+        };
+        let (mut a, ended) = past_slow_start(second);
+        assert_eq!(ended, believed);
+        let rate = a.applied.expect("a header-less key is paced");
+        let two = Duration::from_secs_f64(TUNING.header_less.rounded_up_intervals / rate);
+        assert!(two < second, "{two:?}");
+        let v = respond(&mut a, 1_300, &refusal(second, vec![]));
+        assert_eq!((v.server_wait, v.retry_wait), (Some(two), Some(second)));
+        // Refused again with nothing admitted between: no bucket's unit.
+        let v = respond(&mut a, 1_350, &refusal(second, vec![]));
+        assert_eq!((v.server_wait, v.retry_wait), believed);
+        // A server that asked for 0 once rounds its waits down.
+        let (mut a, _) = past_slow_start(Duration::ZERO);
+        let v = respond(&mut a, 1_300, &refusal(second, vec![]));
+        assert_eq!((v.server_wait, v.retry_wait), believed);
+        // A refusal stating its quota: the second is its window's end.
+        let (mut a, _) = past_slow_start(second);
+        let v = respond(&mut a, 1_300, &refusal(second, vec![requests(3, 0, 1)]));
+        assert_eq!((v.server_wait, v.retry_wait), believed);
     }
 
     #[test]

@@ -394,7 +394,7 @@ impl Pacer {
                 .ok()
                 .map(Response::status)
                 .or(call.last_status);
-            let server_wait = taught.server_wait.or_else(|| {
+            let server_wait = taught.retry_wait.or_else(|| {
                 read.signal
                     .as_ref()
                     .and_then(RateLimitSignal::believable_retry_after)
@@ -441,7 +441,11 @@ impl Pacer {
                     if !keeps_place {
                         call.queued = None;
                     }
-                    tokio::time::sleep(self.retry_sleep(&members, delay, from_server)).await;
+                    // A call whose own wait is longer than its keys' hold
+                    // (a second rounded up: see `Adaptive::retry_wait`)
+                    // sits it out whole.
+                    let back_with_keys = from_server && taught.retry_wait <= taught.server_wait;
+                    tokio::time::sleep(self.retry_sleep(&members, delay, back_with_keys)).await;
                     // The backoff's next delay grows from its own last one.
                     if !back_at_once {
                         call.previous_delay = Some(delay);
@@ -685,15 +689,16 @@ impl Pacer {
     }
 
     /// How long a retry sleeps before it waits at its keys again: its
-    /// `delay`, but a retry the server asked for (`from_server`) goes back
-    /// to its keys when the wait they hold for the server ends, if sooner:
+    /// `delay`, but a retry the server asked for (`with_keys`: one the keys
+    /// hold for as long) goes back to its keys when the wait they hold for
+    /// the server ends, if sooner:
     /// they let their calls go past it with the release jitter (see
     /// `learn`), and the call, back in its place, is the first of them
     /// (it overtakes the call that took the key's turn meanwhile: see
     /// `wait_at_turn`). Sleeping its own jittered delay, it woke as the
     /// calls behind it were let go, and came after them.
-    fn retry_sleep(&self, members: &[Member], delay: Duration, from_server: bool) -> Duration {
-        if !from_server {
+    fn retry_sleep(&self, members: &[Member], delay: Duration, with_keys: bool) -> Duration {
+        if !with_keys {
             return delay;
         }
         let now = Instant::now();

@@ -270,6 +270,15 @@ pub(crate) struct Tuning {
     pub(crate) min_sample: f64,
     /// The slowest rate the regime goes down to, per second.
     pub(crate) min_rate: f64,
+    /// A refusal's `Retry-After: 1` from a server that rounds its waits up
+    /// (it never asked for 0) and states no limit holds the key this many
+    /// intervals of the rate refused, a second at most (see
+    /// `Adaptive::server_wait`): a bucket's next unit is an interval
+    /// away, and the cut rate's next send later still (about 1.4
+    /// intervals, at [`first_decrease`](Self::first_decrease)). More
+    /// leaves a window that ends within the second fewer refusals;
+    /// fewer spends a bucket's second sooner.
+    pub(crate) rounded_up_intervals: f64,
 }
 
 impl Tuning {
@@ -322,6 +331,7 @@ impl Tuning {
         probe_doubling: Duration::from_secs(2),
         min_sample: 4.0,
         min_rate: 0.1,
+        rounded_up_intervals: 2.0,
     };
 }
 

@@ -35,6 +35,12 @@ pub(crate) struct Taught {
     ///
     /// [`Adaptive::server_wait`]: super::adapt::Adaptive::server_wait
     pub(crate) server_wait: Option<Duration>,
+    /// The longest wait the refused call sits out before it is sent
+    /// again, as the taught keys' models read it
+    /// ([`Adaptive::retry_wait`]).
+    ///
+    /// [`Adaptive::retry_wait`]: super::adapt::Adaptive::retry_wait
+    pub(crate) retry_wait: Option<Duration>,
 }
 
 impl Pacer {
@@ -78,10 +84,11 @@ impl Pacer {
                         self.inner.scopes[m.scope].adaptive() && m.state.adapt().server_admits();
                 }
                 Some(signal) => {
-                    let wait = self
+                    let (wait, retry) = self
                         .teach(m, (call, seq), signal, outcome == Outcome::Success, now)
                         .await;
                     taught.server_wait = taught.server_wait.max(wait);
+                    taught.retry_wait = taught.retry_wait.max(retry);
                     if self.follow_headers(m, seq, signal) {
                         taught.followed.push(i);
                     }
@@ -273,10 +280,12 @@ impl Pacer {
         true
     }
 
-    /// Teach one member's key; returns the wait a refusal asks of it, as
-    /// its model read the response (its [`Verdict::server_wait`]).
+    /// Teach one member's key; returns the wait a refusal asks of it and
+    /// of the refused call, as its model read the response (its
+    /// [`Verdict::server_wait`] and [`Verdict::retry_wait`]).
     ///
     /// [`Verdict::server_wait`]: super::adapt::Verdict::server_wait
+    /// [`Verdict::retry_wait`]: super::adapt::Verdict::retry_wait
     async fn teach(
         &self,
         m: &Member,
@@ -284,7 +293,7 @@ impl Pacer {
         signal: &RateLimitSignal,
         success: bool,
         now: Instant,
-    ) -> Option<Duration> {
+    ) -> (Option<Duration>, Option<Duration>) {
         let scope = &self.inner.scopes[m.scope];
         if !scope.adaptive() {
             m.state.adapt().on_no_response(seq);
@@ -305,7 +314,8 @@ impl Pacer {
             // its default bucket, which the key itself paces).
             scope.remember_bucket(&m.base, &call.route(), named);
             if !scope.paced_in(&m.base, m.bucket.as_deref(), named) {
-                return m.state.adapt().unlearned(now, seq, signal).server_wait;
+                let verdict = m.state.adapt().unlearned(now, seq, signal);
+                return (verdict.server_wait, verdict.retry_wait);
             }
         }
         // The model's verdict, under one lock: another response read
@@ -319,7 +329,7 @@ impl Pacer {
                 adapt.unlearned(now, seq, signal)
             }
         };
-        let wait = verdict.server_wait;
+        let wait = (verdict.server_wait, verdict.retry_wait);
         if signal.is_throttled() {
             self.emit(Event::Refused {
                 call: call.id,
