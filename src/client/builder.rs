@@ -133,8 +133,8 @@ impl<S> PaceBuilder<S> {
     }
 
     /// How failures are retried.
-    pub fn retry(mut self, policy: RetryRules) -> Self {
-        self.policy = policy;
+    pub fn retry(mut self, rules: RetryRules) -> Self {
+        self.policy = rules;
         self
     }
 

@@ -62,7 +62,7 @@ pub(crate) type Random = Arc<dyn Fn() -> f64 + Send + Sync>;
 /// use reqwest_pace::{Pacer, RequestRate};
 ///
 /// let pacer = Pacer::builder().rate(RequestRate::per_second(20)?).build()?;
-/// assert_eq!(pacer.policy().max_attempts(), 4);
+/// assert_eq!(pacer.retry_rules().max_attempts(), 4);
 /// # Ok::<(), reqwest_pace::Error>(())
 /// ```
 #[derive(Clone)]
@@ -178,8 +178,8 @@ struct Read {
 }
 
 impl Pacer {
-    /// The retry policy in force.
-    pub fn policy(&self) -> &RetryRules {
+    /// The retry rules in force.
+    pub fn retry_rules(&self) -> &RetryRules {
         &self.inner.policy
     }
 

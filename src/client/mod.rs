@@ -205,12 +205,19 @@ pub trait IntoRequest {
     /// The priority class the call carries (a [`PacedRequestBuilder`]'s,
     /// an `http::Request`'s extensions'; none for a plain request or
     /// builder, which is then [`Priority::NORMAL`]).
+    ///
+    /// Plumbing the client reads, hidden from the docs (issue 20: a small
+    /// public surface): a type of a user's own implements
+    /// [`into_request`](Self::into_request) and keeps the defaults.
+    #[doc(hidden)]
     fn call_priority(&self) -> Option<Priority> {
         None
     }
 
     /// Build the request with the cost and time limit it carries (a
     /// [`PacedRequestBuilder`]'s; none for a plain request or builder).
+    /// Hidden from the docs, as [`call_priority`](Self::call_priority).
+    #[doc(hidden)]
     fn into_call(self) -> Result<(Request, Option<Cost>, Option<Duration>), reqwest::Error>
     where
         Self: Sized,
@@ -371,9 +378,9 @@ impl ThrottledClient {
         self.request(reqwest::Method::HEAD, url)
     }
 
-    /// The retry policy in force.
-    pub fn policy(&self) -> &RetryRules {
-        self.pacer.policy()
+    /// The retry rules in force.
+    pub fn retry_rules(&self) -> &RetryRules {
+        self.pacer.retry_rules()
     }
 
     /// See [`Pacer::current_rate`].
