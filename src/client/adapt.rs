@@ -96,10 +96,10 @@ pub(crate) struct Verdict {
     /// What the key's limiter must record, in order.
     pub(crate) adjustments: Vec<Adjustment>,
     /// The wait a refusal asks of the key, as the model reads it (see
-    /// [`Adaptive::server_wait`]).
+    /// [`Adaptive::server_waits`]).
     pub(crate) server_wait: Option<Duration>,
     /// The wait the refused call itself sits out before it is sent again
-    /// (see [`Adaptive::retry_wait`]).
+    /// (see [`Adaptive::server_waits`]).
     pub(crate) retry_wait: Option<Duration>,
     /// What asked for each [`Adjustment::BlockUntil`] among the
     /// adjustments, by the block's end.
@@ -107,7 +107,7 @@ pub(crate) struct Verdict {
 }
 
 /// The key's hold and the refused call's wait (see
-/// [`Adaptive::retry_wait`]).
+/// [`Adaptive::server_waits`]).
 type Waits = (Option<Duration>, Option<Duration>);
 
 /// What holds a key blocked until an instant.
@@ -213,16 +213,16 @@ pub(crate) struct Adaptive {
     quota_of_one: bool,
     /// Whether the server has refused with `Retry-After: 0`: it rounds
     /// its waits down, and its `Retry-After: 1` means a second at least
-    /// (see [`server_wait`](Self::server_wait)).
+    /// (see [`server_waits`](Self::server_waits)).
     rounds_down: bool,
     /// Refusals read since the last admission: a second in a row is no
     /// bucket's next unit an interval away (see
-    /// [`server_wait`](Self::server_wait)).
+    /// [`server_waits`](Self::server_waits)).
     refused_in_a_row: u32,
     /// When the two latest refusals were read (the earlier first), and
     /// how long before the latest the one two before it was: a third
     /// refusal within the second the first asked for is no bucket's next
-    /// unit either (see [`server_wait`](Self::server_wait)).
+    /// unit either (see [`server_waits`](Self::server_waits)).
     last_refusals: (Option<Instant>, Option<Instant>),
     since_refusals: Option<Duration>,
     /// Where other processes share the key's limiter: its rate as of this
@@ -700,8 +700,7 @@ impl Adaptive {
         // The server's wait, read once, with the spacing as of this
         // response: the cut below and the block after read the same.
         self.note_refusal(now, signal);
-        out.server_wait = self.server_wait(signal);
-        out.retry_wait = self.retry_wait(signal, out.server_wait);
+        (out.server_wait, out.retry_wait) = self.server_waits(signal);
         if spaced.is_none()
             && (self.front || (!header_paced && (has_headers || !self.header_driven)))
         {
@@ -767,12 +766,11 @@ impl Adaptive {
     ) -> Verdict {
         self.on_no_response(seq);
         self.note_refusal(now, signal);
-        let hold = self.server_wait(signal);
-        Verdict::wait_only(now, (hold, self.retry_wait(signal, hold)))
+        Verdict::wait_only(now, self.server_waits(signal))
     }
 
     /// Whether the refusal `signal`'s wait `wait` is a second rounded up
-    /// from a bucket's next unit, as [`server_wait`](Self::server_wait)
+    /// from a bucket's next unit, as [`server_waits`](Self::server_waits)
     /// reads it.
     fn rounded_up(&self, signal: &RateLimitSignal, wait: Duration) -> bool {
         wait == RETRY_AFTER_RESOLUTION
@@ -783,26 +781,8 @@ impl Adaptive {
             && self.congestion.phase == Phase::Steady
     }
 
-    /// The wait the refused call itself sits out before it is sent again,
-    /// where the key is held `hold` ([`server_wait`](Self::server_wait)):
-    /// the whole `Retry-After` where the hold reads a rounded-up second as
-    /// a bucket's next unit, the hold elsewhere. The server asked that
-    /// wait of the request it refused, whose retry is the send most likely
-    /// refused again; the key's other calls go on at its pace. (A spacer's
-    /// interval, which its gaps show, is the retry's wait too.)
-    pub(crate) fn retry_wait(
-        &self,
-        signal: &RateLimitSignal,
-        hold: Option<Duration>,
-    ) -> Option<Duration> {
-        match signal.believable_retry_after() {
-            Some(wait) if self.spaced_by.is_none() && self.rounded_up(signal, wait) => Some(wait),
-            _ => hold,
-        }
-    }
-
     /// What a response shows of the server's waits (see
-    /// [`server_wait`](Self::server_wait)): a refusal asking for 0, a
+    /// [`server_waits`](Self::server_waits)): a refusal asking for 0, a
     /// server that rounds them down; the refusals since the last
     /// admission.
     fn note_refusal(&mut self, now: Instant, signal: &RateLimitSignal) {
@@ -821,7 +801,8 @@ impl Adaptive {
         }
     }
 
-    /// The wait a refusal asks of the key: its `Retry-After`, believed
+    /// The waits a refusal asks, of the key and of the refused call
+    /// itself (the same but where said below): its `Retry-After`, believed
     /// (under a day), except where the gaps show a spacer. A `Retry-After`
     /// in whole seconds is then a resolution: a server that spaces the
     /// key every `interval` rounds the few milliseconds it means to a
@@ -843,7 +824,8 @@ impl Adaptive {
     /// is at most the second, and nothing says it is longer than the
     /// interval of the rate refused: the key is held
     /// [`rounded_up_intervals`] of those, a second at most, while the
-    /// refused call sits the whole second out ([`retry_wait`]). Held
+    /// refused call sits the whole second out (the second wait returned).
+    /// Held
     /// whole, each refusal of a bucket cost a second's traffic (a bucket of
     /// 12 a second with a burst of 3, `Retry-After` alone and rounded up:
     /// 0.917 of its limit over a minute). A window's end a second away is
@@ -864,27 +846,31 @@ impl Adaptive {
     /// held a log of 376 per 6 s at 0.922 of its limit over ten minutes.
     ///
     /// [`rounded_up_intervals`]: super::headerless::Tuning::rounded_up_intervals
-    /// [`retry_wait`]: Self::retry_wait
-    pub(crate) fn server_wait(&self, signal: &RateLimitSignal) -> Option<Duration> {
-        if !signal.is_throttled() {
-            return None;
-        }
-        let wait = signal.believable_retry_after()?;
+    pub(crate) fn server_waits(&self, signal: &RateLimitSignal) -> Waits {
+        let Some(wait) = signal
+            .believable_retry_after()
+            .filter(|_| signal.is_throttled())
+        else {
+            return (None, None);
+        };
         match self.spaced_by {
             Some(interval)
                 if wait.subsec_nanos() == 0 && wait <= interval + RETRY_AFTER_RESOLUTION =>
             {
-                Some(interval)
+                (Some(interval), Some(interval))
             }
+            // The server asked the whole second of the request it refused,
+            // whose retry is the send most likely refused again; the key's
+            // other calls go on at its pace.
             _ if self.rounded_up(signal, wait) => {
                 let intervals = TUNING.header_less.rounded_up_intervals;
                 let shorter = self
                     .applied
                     .filter(|r| r.is_finite() && *r > 0.0)
                     .and_then(|r| Duration::try_from_secs_f64(intervals / r).ok());
-                Some(shorter.map_or(wait, |s| s.min(wait)))
+                (Some(shorter.map_or(wait, |s| s.min(wait))), Some(wait))
             }
-            _ => Some(wait),
+            _ => (Some(wait), Some(wait)),
         }
     }
 
@@ -1799,7 +1785,7 @@ mod tests {
             let (a, taught, refused_at) = spacer_of_one(Some(retry_after));
             let mut refused = signal(429, vec![requests(1, 0, 1)]);
             refused.retry_after = Some(retry_after);
-            assert_eq!(a.server_wait(&refused), Some(read), "{retry_after:?}");
+            assert_eq!(a.server_waits(&refused).0, Some(read), "{retry_after:?}");
             let blocks: Vec<_> = taught
                 .iter()
                 .filter_map(|a| match a {
@@ -1844,10 +1830,14 @@ mod tests {
         let a = fresh();
         let mut refused = signal(429, vec![]);
         refused.retry_after = Some(Duration::from_secs(1));
-        assert_eq!(a.server_wait(&refused), Some(Duration::from_secs(1)));
+        assert_eq!(a.server_waits(&refused).0, Some(Duration::from_secs(1)));
         let mut admitted = signal(200, vec![]);
         admitted.retry_after = Some(Duration::from_secs(1));
-        assert_eq!(a.server_wait(&admitted), None, "only a refusal asks a wait");
+        assert_eq!(
+            a.server_waits(&admitted).0,
+            None,
+            "only a refusal asks a wait"
+        );
     }
 
     /// A `Retry-After: 1` on a refusal that states no limit, from a server
@@ -1874,6 +1864,11 @@ mod tests {
         };
         let admitted = signal(200, vec![]);
         let believed = (Some(second), Some(second));
+        // Two intervals of the rate the key is paced at now.
+        let two_intervals = |a: &Adaptive| {
+            let rate = a.applied.expect("a header-less key is paced");
+            Duration::from_secs_f64(TUNING.header_less.rounded_up_intervals / rate)
+        };
         // A key whose slow start a refusal asking `first` ended, admitted
         // again after it.
         let past_slow_start = |first: Duration| {
@@ -1885,8 +1880,7 @@ mod tests {
         };
         let (mut a, ended) = past_slow_start(second);
         assert_eq!(ended, believed);
-        let rate = a.applied.expect("a header-less key is paced");
-        let two = Duration::from_secs_f64(TUNING.header_less.rounded_up_intervals / rate);
+        let two = two_intervals(&a);
         assert!(two < second, "{two:?}");
         let v = respond(&mut a, 1_300, &refusal(second, vec![]));
         assert_eq!((v.server_wait, v.retry_wait), (Some(two), Some(second)));
@@ -1899,8 +1893,7 @@ mod tests {
         let (mut a, _) = past_slow_start(second);
         respond(&mut a, 1_300, &refusal(second, vec![]));
         respond(&mut a, 1_400, &admitted);
-        let rate = a.applied.expect("paced");
-        let two = Duration::from_secs_f64(TUNING.header_less.rounded_up_intervals / rate);
+        let two = two_intervals(&a);
         let v = respond(&mut a, 1_500, &refusal(second, vec![]));
         assert_eq!((v.server_wait, v.retry_wait), (Some(two), Some(second)));
         respond(&mut a, 1_600, &admitted);

@@ -442,7 +442,7 @@ impl Pacer {
                         call.queued = None;
                     }
                     // A call whose own wait is longer than its keys' hold
-                    // (a second rounded up: see `Adaptive::retry_wait`)
+                    // (a second rounded up: see `Adaptive::server_waits`)
                     // sits it out whole.
                     let back_with_keys = from_server && taught.retry_wait <= taught.server_wait;
                     tokio::time::sleep(self.retry_sleep(&members, delay, back_with_keys)).await;

@@ -273,7 +273,7 @@ pub(crate) struct Tuning {
     /// A refusal's `Retry-After: 1` from a server that rounds its waits up
     /// (it never asked for 0) and states no limit holds the key this many
     /// intervals of the rate refused, a second at most (see
-    /// `Adaptive::server_wait`): a bucket's next unit is an interval
+    /// `Adaptive::server_waits`): a bucket's next unit is an interval
     /// away, and the cut rate's next send later still (about 1.4
     /// intervals, at [`first_decrease`](Self::first_decrease)). More
     /// leaves a window that ends within the second fewer refusals;

@@ -30,16 +30,16 @@ pub(crate) struct Taught {
     /// [`Reconcile::follows_headers`]: super::Reconcile::follows_headers
     pub(crate) followed: Vec<usize>,
     /// The longest wait a refusal asks of a taught key, as its model reads
-    /// the `Retry-After` ([`Adaptive::server_wait`]); `None` when no key
+    /// the `Retry-After` ([`Adaptive::server_waits`]); `None` when no key
     /// was taught a wait.
     ///
-    /// [`Adaptive::server_wait`]: super::adapt::Adaptive::server_wait
+    /// [`Adaptive::server_waits`]: super::adapt::Adaptive::server_waits
     pub(crate) server_wait: Option<Duration>,
     /// The longest wait the refused call sits out before it is sent
     /// again, as the taught keys' models read it
-    /// ([`Adaptive::retry_wait`]).
+    /// ([`Adaptive::server_waits`]).
     ///
-    /// [`Adaptive::retry_wait`]: super::adapt::Adaptive::retry_wait
+    /// [`Adaptive::server_waits`]: super::adapt::Adaptive::server_waits
     pub(crate) retry_wait: Option<Duration>,
 }
 
