@@ -123,18 +123,19 @@ fn summary(runs: &[(ServerSpec, RunFigures)]) {
 /// 1 % of responses refused, with rate-limit headers or without (over the
 /// 60 s); no failed logical request.
 #[tokio::test(start_paused = true)]
-#[ignore = "known gap: on seeds 0..500 the default client misses the goal on 103 servers, \
+#[ignore = "known gap: on seeds 0..500 the default client misses the goal on 102 servers, \
             besides 2 buckets of one the timer cannot pace at it that meet it scaled to what \
             the timer allows (buckets_of_one_faster_than_the_timer) (goodput min 0.62, p10 \
             0.940, median 0.976; refused p90 1.9 %, max 13.6 %; no failed logical request, 3 \
             before a call refused by a lockout's probe kept its place; 111 before a bucket read \
             with nothing measured spent what was left, 109 before a second rounded up was read \
-            as a bucket's next unit; seeds 500..1000: 121 \
-            and 5, p10 0.939, 1 failed call, 2 and 7 before, on a lockout longer than the calls' \
+            as a bucket's next unit, 103 before a small window whose readings agree for long \
+            was read as one; seeds 500..1000: 119 \
+            and 5 (121 before), p10 0.939, 1 failed call, 2 and 7 before, on a lockout longer than the calls' \
             time limit): buckets of one (28 of 62 besides \
             those 2: slow start's refusals cost more than a slow one's 1 %, and above 60 a \
             second a millisecond timer cannot space sends exactly), no headers or Retry-After alone (39 \
-            of 71 and 27 of 60: each slow start and probe costs a refusal, a Retry-After's \
+            of 71 and 26 of 60: each slow start and probe costs a refusal, a Retry-After's \
             second each where it is believed, and a slow server's 1 % is one or two refusals \
             a minute), and a \
             header-less front limiter (33 of 90)"]
@@ -151,7 +152,8 @@ async fn server_space() {
 #[tokio::test(start_paused = true)]
 #[ignore = "known gap: on seeds 0..500, 27 servers miss the goal over ten minutes, besides \
             4 buckets of one the timer cannot pace at it that meet it scaled to what the timer \
-            allows (seeds 500..1000: 28 and 6, 1 failed call, 2 and 7 before, on a lockout \
+            allows (seeds 500..1000: 27 and 6, 28 before a small window whose readings agree \
+            for long was read as one, 1 failed call, 2 and 7 before, on a lockout \
             longer than the calls' time limit) (goodput \
             min 0.62, p10 0.969, median 0.985; refused p90 0.5 %, max 4.4 %; no failed \
             logical request, 3 before a call refused by a lockout's probe kept its place, all \
@@ -182,18 +184,19 @@ async fn server_space_over_ten_minutes() {
 /// says remains, and the wait it asks for, run from that decision
 /// (`SPACE_LATENCY_MS` sets another round trip).
 #[tokio::test(start_paused = true)]
-#[ignore = "known gap: with a round trip of 20 ms, 139 of seeds 0..500 miss the goal, \
+#[ignore = "known gap: with a round trip of 20 ms, 137 of seeds 0..500 miss the goal, \
             besides 2 buckets of one the timer cannot pace at it that meet it scaled to what \
             the timer allows (178 in all before what is left and a Retry-After's wait were \
             placed at the send, 144 before a refusal sent at the headers' pace stopped ending \
             the slow start that takes over from them, 142 before a second rounded up was read \
-            as a bucket's next unit; 103 and 2 with no round trip), goodput \
+            as a bucket's next unit, 139 before a small window whose readings agree for long \
+            was read as one; 102 and 2 with no round trip), goodput \
             p10 0.92, median 0.97, 3 failed calls (4 before a retry after the server's wait went \
             first when it ended, 10 before a call refused by a lockout's \
             probe kept its place, 15 before a retry after a Retry-After kept its call's \
             place, 11 before a bucket's wait for a unit was held to the slowest pace), the \
-            calls in flight when a lockout began passing their time limit at its end; 149 \
-            and 6 of seeds 500..1000 (p10 0.92, 3 failed calls, 4, 10 and 20 before): what \
+            calls in flight when a lockout began passing their time limit at its end; 148 \
+            and 6 of seeds 500..1000 (149 before; p10 0.92, 3 failed calls, 4, 10 and 20 before): what \
             the space misses without a round trip, and buckets with a burst of one or two \
             that say nothing is left after each admission, whose pace runs past the refill \
             while those answers are on their way, or waits a round trip too long for each \

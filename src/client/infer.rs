@@ -78,6 +78,16 @@ pub(crate) struct Tuning {
     /// trusted. Fewer read a moving window sooner; a bucket at a steady
     /// pace agrees with some window for a while.
     pub(crate) moving_evidence: u32,
+    /// Readings whose moving-window bounds agree, across fillings two
+    /// units apart (one, for a quota of two), before the window is
+    /// trusted: a small window paced steadily shows no more than that (a
+    /// log of 5 a second read between three and five inside, its length
+    /// bracketed within 5 ms by 75 readings, and was paced as a bucket at
+    /// 0.79–0.91 of its limit). A bucket's level carries fractions from
+    /// one reading to the next, so over many readings at two or three
+    /// levels its bounds part. Fewer read a small window sooner; more
+    /// read fewer buckets as windows.
+    pub(crate) narrow_moving_evidence: u32,
     /// The shortest moving window believed; shorter ones are paced as
     /// buckets, which their readings barely tell them from.
     pub(crate) shortest_moving_window: Duration,
@@ -189,6 +199,7 @@ impl Tuning {
     pub(crate) const DEFAULT: Tuning = Tuning {
         refill_evidence: 3,
         moving_evidence: 8,
+        narrow_moving_evidence: 24,
         shortest_moving_window: Duration::from_millis(500),
         stated_refusals: 2,
         reset_resolution: Duration::from_secs(1),
@@ -368,6 +379,8 @@ struct MovingTrack {
     /// Since when every reading has shown the window (see
     /// `Shape::MovingWindow`).
     shown_since: Option<Instant>,
+    /// The latest refusal with nothing left.
+    refused_at: Option<Instant>,
 }
 
 /// A bucket's pace and measured rate.
@@ -889,7 +902,31 @@ impl Series {
     /// Moving-window bounds from this reading; a reading that disagrees
     /// with the others starts the bounds afresh.
     fn track_moving(&mut self, now: Instant, reading: &Reading) {
-        if !reading.admitted || self.quota == 0 {
+        if !reading.admitted {
+            // Refused with nothing left while fewer than the quota were
+            // sent within the longest window the bounds allow (admitted,
+            // and no refusal before this one, which a limiter that counts
+            // refusals logs too): no window of that length refuses this,
+            // so the bounds are of no window (a fixed window of 2 a
+            // second, refused at each of its starts, agreed with a moving
+            // one of half a second). Where other processes spend the
+            // count, their admissions are not this one's to count.
+            let own = reading.remaining == 0 && self.shared != Some(true);
+            let m = &mut self.moving;
+            if let Some(hi) = m.hi.filter(|_| own) {
+                let alone = m
+                    .refused_at
+                    .is_none_or(|at| now.saturating_duration_since(at) >= hi);
+                if alone && (admitted_in_last(&self.admissions, hi, now) as u64) < self.quota {
+                    *m = MovingTrack::default();
+                }
+            }
+            if reading.remaining == 0 {
+                self.moving.refused_at = Some(now);
+            }
+            return;
+        }
+        if self.quota == 0 {
             return;
         }
         let inside = self
@@ -931,6 +968,7 @@ impl Series {
                 most: n,
                 oldest_inside: None,
                 shown_since: None,
+                refused_at: m.refused_at,
             };
         }
         m.oldest_inside = Some(oldest_inside);
@@ -1021,10 +1059,15 @@ impl Series {
     fn moving_window(&self) -> Option<Duration> {
         let m = &self.moving;
         // Several fillings: three units apart, or as far apart as a small
-        // window's quota allows.
-        let spread = 3.min(self.quota.saturating_sub(1)).max(2);
-        let enough =
-            m.agreeing >= T.moving_evidence && m.most >= m.fewest + spread && self.quota > 0;
+        // window's quota allows; or, with more readings agreeing, two
+        // apart (one for a quota of two), as near its limit a steady pace
+        // shows (see `Tuning::narrow_moving_evidence`).
+        let spread = m.most.saturating_sub(m.fewest);
+        let wide = 3.min(self.quota.saturating_sub(1)).max(2);
+        let narrow = 2.min(self.quota.saturating_sub(1)).max(1);
+        let enough = self.quota > 0
+            && ((spread >= wide && m.agreeing >= T.moving_evidence)
+                || (spread >= narrow && m.agreeing >= T.narrow_moving_evidence));
         m.hi.filter(|_| enough && m.lo >= T.shortest_moving_window)
     }
 
@@ -1907,6 +1950,95 @@ mod tests {
         assert!((5.0..5.2).contains(&secs), "{secs}");
         assert!((pace.per_second - 20.0).abs() < 1.0, "{pace:?}");
         assert_eq!(refused, 0.0);
+    }
+
+    /// Sends one request after another at the intervals `gaps` gives in
+    /// turn, whatever the series says, from 0 to `secs`: the last pace.
+    fn observe_at_gaps(model: &mut dyn Model, gaps: &[f64], secs: f64) -> Option<Pace> {
+        let origin = Instant::now();
+        let mut series = Series::default();
+        let (mut t, mut pace) = (0.0, None);
+        for gap in gaps.iter().cycle() {
+            if t >= secs {
+                break;
+            }
+            let decided = model.decide(t);
+            let at = origin + Duration::from_secs_f64(t);
+            pace = series.observe(reading(&*model, at, decided, None)).or(pace);
+            t += gap;
+        }
+        pace
+    }
+
+    /// The gaps of a sender near 4 a second whose pace wavers: a
+    /// sliding log of 5 a second holds three to five of them.
+    const WAVERING: [f64; 8] = [0.21, 0.21, 0.21, 0.21, 0.45, 0.45, 0.21, 0.21];
+
+    /// A sliding log of 5 a second: sent near its limit, its readings
+    /// show three to five inside, never the three units apart a larger
+    /// window is told by, and agree on its length for as long as it runs.
+    /// Read as a bucket, its `remaining` sits where the pace puts it, and
+    /// the pace held below its limit (0.79–0.91 of a log of 5 a second
+    /// stating its quota with whole-second resets, over a minute).
+    #[test]
+    fn a_small_log_agreeing_long_enough_is_read_as_a_window() {
+        let mut log = Log {
+            limit: 5,
+            window: 1.0,
+            log: VecDeque::new(),
+        };
+        let pace = observe_at_gaps(&mut log, &WAVERING, 30.0).expect("paced");
+        let Shape::MovingWindow { window, .. } = pace.shape else {
+            panic!("{pace:?}");
+        };
+        assert!((1.0..1.1).contains(&window.as_secs_f64()), "{window:?}");
+        // A bucket of 5 refilling about as fast as it is sent, sent the
+        // same, parts the bounds it would agree on as a window.
+        let mut bucket = Bucket {
+            capacity: 5.0,
+            rate: 3.8,
+            tokens: 5.0,
+            at: 0.0,
+        };
+        let pace = observe_at_gaps(&mut bucket, &WAVERING, 30.0).expect("paced");
+        assert_eq!(pace.shape, Shape::Bucket, "{pace:?}");
+    }
+
+    /// A fixed window of 2 per 2 s aligned to the clock, sent at 0, 0.6
+    /// and 1.8 s into each window: the two admitted agree with a moving
+    /// window of 0.6 to 1.4 s on every reading, and the third is refused
+    /// with one sent in the 1.4 s before it, which no such window
+    /// refuses. The bounds go with that refusal: kept, the series read a
+    /// moving window of 0.8 s, and paced a server of 1 a second at 2.5.
+    #[test]
+    fn a_refusal_no_moving_window_gives_drops_its_bounds() {
+        let mut model = Aligned {
+            limit: 2,
+            window: 2.0,
+            phase: 0.0,
+            current: -1,
+            count: 0,
+        };
+        let origin = Instant::now();
+        // Read as refilling already (whole-second resets as long as the
+        // window hide where it ends), as the client read one.
+        let mut series = Series {
+            refilling: true,
+            ..Series::default()
+        };
+        let (mut t, mut refused) = (0.0, 0);
+        for gap in [0.6, 1.2, 0.2].iter().cycle().take(180) {
+            let decided = model.decide(t);
+            let at = origin + Duration::from_secs_f64(t);
+            let pace = series.observe(reading(&model, at, decided, None));
+            let as_moving = pace.is_some_and(|p| matches!(p.shape, Shape::MovingWindow { .. }));
+            if !decided.1 {
+                refused += 1;
+                assert!(!as_moving, "refused at {t:.2} s, still {pace:?}");
+            }
+            t += gap;
+        }
+        assert!(refused >= 50, "{refused}");
     }
 
     /// A sliding log of 3 a second with whole-second resets: past the end
