@@ -394,11 +394,7 @@ impl Pacer {
                 .ok()
                 .map(Response::status)
                 .or(call.last_status);
-            let server_wait = taught.retry_wait.or_else(|| {
-                read.signal
-                    .as_ref()
-                    .and_then(RateLimitSignal::believable_retry_after)
-            });
+            let server_wait = taught.retry_wait;
             match self.decide(&call, &read, replay.is_some(), (paced, server_wait)) {
                 Decision::Return => {
                     let result = self.with_charge(result, cost, &members, &taught.followed);

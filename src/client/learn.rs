@@ -37,7 +37,8 @@ pub(crate) struct Taught {
     pub(crate) server_wait: Option<Duration>,
     /// The longest wait the refused call sits out before it is sent
     /// again, as the taught keys' models read it
-    /// ([`Adaptive::server_waits`]).
+    /// ([`Adaptive::server_waits`]); where no key was taught a wait, the
+    /// response's believable `Retry-After` as written.
     ///
     /// [`Adaptive::server_waits`]: super::adapt::Adaptive::server_waits
     pub(crate) retry_wait: Option<Duration>,
@@ -104,6 +105,15 @@ impl Pacer {
             if signal.is_some_and(|s| !s.is_throttled() && s.status < 400) {
                 self.answered_in_flight(m, sent.slot_of(i));
             }
+        }
+        // A refusal that taught no key a wait (none of the call's scopes
+        // reads it: a cap on calls in flight took it, or the call has no
+        // scope) asks its `Retry-After` as the server wrote it, of the
+        // call and of its keys alike: no model reads it as anything else.
+        if taught.retry_wait.is_none() {
+            let written = signal.and_then(RateLimitSignal::believable_retry_after);
+            taught.retry_wait = written;
+            taught.server_wait = taught.server_wait.max(written);
         }
         taught
     }
