@@ -394,8 +394,7 @@ impl Pacer {
                 .ok()
                 .map(Response::status)
                 .or(call.last_status);
-            let server_wait = taught.retry_wait;
-            match self.decide(&call, &read, replay.is_some(), (paced, server_wait)) {
+            match self.decide(&call, &read, replay.is_some(), (paced, taught.retry_wait)) {
                 Decision::Return => {
                     let result = self.with_charge(result, cost, &members, &taught.followed);
                     return self.finish(&call, result);
@@ -620,7 +619,8 @@ impl Pacer {
     /// refusal the key's model paces (`paced`: its server limits, and the
     /// key now goes slower) is retried at the key's pace, not in a storm:
     /// like a retry the server invited, it spends no budget. `server_wait`
-    /// is the wait the server asked for, as the keys' models read it.
+    /// is the wait the server asked of this call, as the keys' models read
+    /// it (`Taught::retry_wait`; the keys' own hold may be shorter).
     fn decide(
         &self,
         call: &Call,

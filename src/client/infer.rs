@@ -899,31 +899,35 @@ impl Series {
         }
     }
 
+    /// A refusal read against the moving-window bounds. Refused with
+    /// nothing left while fewer than the quota were sent within the
+    /// longest window the bounds allow (admitted, and no refusal before
+    /// this one, which a limiter that counts refusals logs too): no window
+    /// of that length refuses this, so the bounds are of no window (a
+    /// fixed window of 2 a second, refused at each of its starts, agreed
+    /// with a moving one of half a second). Where other processes spend
+    /// the count, their admissions are not this one's to count.
+    fn refuse_moving(&mut self, now: Instant, reading: &Reading) {
+        if reading.remaining != 0 {
+            return;
+        }
+        let m = &mut self.moving;
+        if let Some(hi) = m.hi.filter(|_| self.shared != Some(true)) {
+            let alone = m
+                .refused_at
+                .is_none_or(|at| now.saturating_duration_since(at) >= hi);
+            if alone && (admitted_in_last(&self.admissions, hi, now) as u64) < self.quota {
+                *m = MovingTrack::default();
+            }
+        }
+        m.refused_at = Some(now);
+    }
+
     /// Moving-window bounds from this reading; a reading that disagrees
     /// with the others starts the bounds afresh.
     fn track_moving(&mut self, now: Instant, reading: &Reading) {
         if !reading.admitted {
-            // Refused with nothing left while fewer than the quota were
-            // sent within the longest window the bounds allow (admitted,
-            // and no refusal before this one, which a limiter that counts
-            // refusals logs too): no window of that length refuses this,
-            // so the bounds are of no window (a fixed window of 2 a
-            // second, refused at each of its starts, agreed with a moving
-            // one of half a second). Where other processes spend the
-            // count, their admissions are not this one's to count.
-            let own = reading.remaining == 0 && self.shared != Some(true);
-            let m = &mut self.moving;
-            if let Some(hi) = m.hi.filter(|_| own) {
-                let alone = m
-                    .refused_at
-                    .is_none_or(|at| now.saturating_duration_since(at) >= hi);
-                if alone && (admitted_in_last(&self.admissions, hi, now) as u64) < self.quota {
-                    *m = MovingTrack::default();
-                }
-            }
-            if reading.remaining == 0 {
-                self.moving.refused_at = Some(now);
-            }
+            self.refuse_moving(now, reading);
             return;
         }
         if self.quota == 0 {
