@@ -1209,6 +1209,7 @@ impl Series {
                 admitted_in_last(&self.admissions, Duration::from_secs(1), now) as f64;
             self.refill.lo.max(admitted_lately) / 2f64.powi(in_a_row.min(2) as i32)
         });
+        let after_own_refusal = b.refused_in_a_row > 0;
         b.refused_in_a_row = if own_refusal {
             in_a_row.saturating_add(1)
         } else {
@@ -1253,10 +1254,16 @@ impl Series {
                 }
             }
             // Grow, counting only time spent sending at the current pace
-            // (at most two intervals), never time spent blocked.
+            // (at most two intervals), never time spent blocked: not at
+            // all on the first reading after a refusal that said nothing
+            // was left, which comes after the refusal's wait (a wait
+            // shorter than two intervals is no pause above, yet it fills
+            // a small limiter: a sliding counter of 2 a second reads full
+            // after a second's `Retry-After`, at twice what it sustains).
             let interval = 1.0 / b.per_second;
             let dt = b
                 .grown_at
+                .filter(|_| !after_own_refusal)
                 .map_or(0.0, |g| now.saturating_duration_since(g).as_secs_f64())
                 .min(2.0 * interval)
                 .min(T.bucket_doubling.as_secs_f64());
@@ -2244,6 +2251,49 @@ mod tests {
         let per_second = model.admitted as f64 / 60.0;
         assert!(per_second >= 0.95 * 8.0, "{per_second} a second; {pace:?}");
         assert!(refused <= 0.01, "{refused}");
+    }
+
+    /// A small limiter can read full when the key comes back from a
+    /// refusal's wait: that says nothing of the pace, which does not grow
+    /// on it. A sliding counter of 2 a second does, after a second's
+    /// `Retry-After` (the slot before has faded), and sustains half that
+    /// (1 a second): grown there, the key was refused every other second,
+    /// a quarter of its requests, at three phases of the server's second.
+    #[test]
+    fn a_full_reading_after_a_refusals_wait_does_not_grow_the_pace() {
+        let mut model = Counter {
+            limit: 2,
+            window: 1.0,
+            index: 0,
+            previous: 0,
+            current: 0,
+            admitted: 0,
+        };
+        let origin = Instant::now();
+        let mut series = Series::default();
+        let mut observe = |model: &mut Counter, t: f64| {
+            let at = origin + Duration::from_secs_f64(t);
+            let decided = model.decide(t);
+            (decided, series.observe(reading(&*model, at, decided, None)))
+        };
+        // Paced a little under what it sustains for a while, then sent
+        // twice as fast until it refuses.
+        let mut t = 0.0;
+        while t < 20.0 {
+            observe(&mut model, t);
+            t += 1.03;
+        }
+        let cut = loop {
+            t += 0.5;
+            if let ((_, false, _), pace) = observe(&mut model, t) {
+                break pace.expect("paced");
+            }
+        };
+        // Back after the second's wait, to a full reading.
+        let ((remaining, admitted, _), back) = observe(&mut model, t + 1.05);
+        let back = back.expect("paced");
+        assert!(admitted && remaining == 1, "{remaining} left");
+        assert!(back.per_second <= cut.per_second, "{cut:?} then {back:?}");
     }
 
     /// The fastest even pace, in tenths of a request a second up to 20,
