@@ -110,6 +110,49 @@ pub(crate) struct Verdict {
 /// [`Adaptive::server_waits`]).
 type Waits = (Option<Duration>, Option<Duration>);
 
+/// What a response's `Retry-After` asks, read once per response: the
+/// model, the learn step and the cap on calls in flight read this, never
+/// the header's value itself (events report it as the server wrote it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Asked {
+    /// No `Retry-After`.
+    Nothing,
+    /// `Retry-After: 0`: a server that rounds its waits down (its 1 means
+    /// at least a second).
+    Now,
+    /// A wait under [`MAX_WAIT`], believed.
+    Wait(Duration),
+    /// A wait of a day or more (a value the parser clamped): not believed,
+    /// not waited for (see [`RateLimitSignal::believable_retry_after`]).
+    BeyondHorizon,
+}
+
+impl Asked {
+    /// What `signal`'s `Retry-After` asks.
+    pub(crate) fn of(signal: &RateLimitSignal) -> Asked {
+        match signal.retry_after {
+            None => Asked::Nothing,
+            Some(wait) if wait.is_zero() => Asked::Now,
+            Some(wait) if wait < MAX_WAIT => Asked::Wait(wait),
+            Some(_) => Asked::BeyondHorizon,
+        }
+    }
+
+    /// The wait to believe: 0 for [`Asked::Now`].
+    pub(crate) fn believable(self) -> Option<Duration> {
+        match self {
+            Asked::Now => Some(Duration::ZERO),
+            Asked::Wait(wait) => Some(wait),
+            Asked::Nothing | Asked::BeyondHorizon => None,
+        }
+    }
+
+    /// Whether it asks for any wait longer than none, believed or not.
+    fn some_wait(self) -> bool {
+        matches!(self, Asked::Wait(_) | Asked::BeyondHorizon)
+    }
+}
+
 /// What holds a key blocked until an instant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum BlockCause {
@@ -608,6 +651,7 @@ impl Adaptive {
     ) -> Verdict {
         let this = self.in_flight.iter().find(|r| r.seq == seq).copied();
         let counted = this.and_then(|r| r.shared_count);
+        let asked = Asked::of(signal);
         // Where what the server says (what is left, the wait it asks for)
         // runs from: the request's send. A server that decides a request
         // some fixed time after it is sent is read exactly: its clock runs
@@ -635,9 +679,7 @@ impl Adaptive {
             let admissions = self.fleet_admissions(counted);
             self.congestion
                 .admitted_for(now, admissions, &TUNING.header_less);
-        } else if let Some(count) =
-            counted.filter(|_| signal.retry_after.is_some_and(|w| !w.is_zero()))
-        {
+        } else if let Some(count) = counted.filter(|_| asked.some_wait()) {
             // Refused with a wait where the count is shared: the fleet's
             // grants before this one went to the server since this
             // process last saw the count, all of them admitted but those
@@ -653,7 +695,7 @@ impl Adaptive {
                 self.congestion.granted_to_others(grants);
             }
         }
-        self.warn_if_beyond_horizon(signal);
+        self.warn_if_beyond_horizon(signal, asked);
         let ahead = self.ahead_of(now, seq, this);
         let mut out = Verdict::default();
         if self.congestion.rate < rate_before * (1.0 - 1e-9) {
@@ -699,8 +741,8 @@ impl Adaptive {
         self.spaced_by = spaced;
         // The server's wait, read once, with the spacing as of this
         // response: the cut below and the block after read the same.
-        self.note_refusal(now, signal);
-        (out.server_wait, out.retry_wait) = self.server_waits(signal);
+        self.note_refusal(now, signal, asked);
+        (out.server_wait, out.retry_wait) = self.server_waits(signal, asked);
         if spaced.is_none()
             && (self.front || (!header_paced && (has_headers || !self.header_driven)))
         {
@@ -765,8 +807,9 @@ impl Adaptive {
         signal: &RateLimitSignal,
     ) -> Verdict {
         self.on_no_response(seq);
-        self.note_refusal(now, signal);
-        Verdict::wait_only(now, self.server_waits(signal))
+        let asked = Asked::of(signal);
+        self.note_refusal(now, signal, asked);
+        Verdict::wait_only(now, self.server_waits(signal, asked))
     }
 
     /// Whether the refusal `signal`'s wait `wait` is a second rounded up
@@ -785,7 +828,7 @@ impl Adaptive {
     /// [`server_waits`](Self::server_waits)): a refusal asking for 0, a
     /// server that rounds them down; the refusals since the last
     /// admission.
-    fn note_refusal(&mut self, now: Instant, signal: &RateLimitSignal) {
+    fn note_refusal(&mut self, now: Instant, signal: &RateLimitSignal, asked: Asked) {
         if !signal.is_throttled() {
             if counted_by_server(signal) {
                 self.refused_in_a_row = 0;
@@ -796,7 +839,7 @@ impl Adaptive {
         let (before_last, last) = self.last_refusals;
         self.since_refusals = before_last.map(|at| now.saturating_duration_since(at));
         self.last_refusals = (last, Some(now));
-        if signal.retry_after.is_some_and(|w| w.is_zero()) {
+        if asked == Asked::Now {
             self.rounds_down = true;
         }
     }
@@ -846,11 +889,8 @@ impl Adaptive {
     /// held a log of 376 per 6 s at 0.922 of its limit over ten minutes.
     ///
     /// [`rounded_up_intervals`]: super::headerless::Tuning::rounded_up_intervals
-    pub(crate) fn server_waits(&self, signal: &RateLimitSignal) -> Waits {
-        let Some(wait) = signal
-            .believable_retry_after()
-            .filter(|_| signal.is_throttled())
-        else {
+    pub(crate) fn server_waits(&self, signal: &RateLimitSignal, asked: Asked) -> Waits {
+        let Some(wait) = asked.believable().filter(|_| signal.is_throttled()) else {
             return (None, None);
         };
         match self.spaced_by {
@@ -1133,11 +1173,11 @@ impl Adaptive {
 
     /// A wait of a day or more (a `Retry-After`, a reset) is not believed;
     /// say so once per key.
-    fn warn_if_beyond_horizon(&mut self, signal: &RateLimitSignal) {
+    fn warn_if_beyond_horizon(&mut self, signal: &RateLimitSignal, asked: Asked) {
         if self.warned_horizon {
             return;
         }
-        let beyond = signal.retry_after.is_some_and(|w| w >= MAX_WAIT)
+        let beyond = asked == Asked::BeyondHorizon
             || signal
                 .limits
                 .iter()
@@ -1785,7 +1825,11 @@ mod tests {
             let (a, taught, refused_at) = spacer_of_one(Some(retry_after));
             let mut refused = signal(429, vec![requests(1, 0, 1)]);
             refused.retry_after = Some(retry_after);
-            assert_eq!(a.server_waits(&refused).0, Some(read), "{retry_after:?}");
+            assert_eq!(
+                a.server_waits(&refused, Asked::of(&refused)).0,
+                Some(read),
+                "{retry_after:?}"
+            );
             let blocks: Vec<_> = taught
                 .iter()
                 .filter_map(|a| match a {
@@ -1830,11 +1874,14 @@ mod tests {
         let a = fresh();
         let mut refused = signal(429, vec![]);
         refused.retry_after = Some(Duration::from_secs(1));
-        assert_eq!(a.server_waits(&refused).0, Some(Duration::from_secs(1)));
+        assert_eq!(
+            a.server_waits(&refused, Asked::of(&refused)).0,
+            Some(Duration::from_secs(1))
+        );
         let mut admitted = signal(200, vec![]);
         admitted.retry_after = Some(Duration::from_secs(1));
         assert_eq!(
-            a.server_waits(&admitted).0,
+            a.server_waits(&admitted, Asked::of(&admitted)).0,
             None,
             "only a refusal asks a wait"
         );

@@ -35,6 +35,7 @@ use std::sync::{Arc, Mutex};
 use futures::future::BoxFuture;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::adapt::Asked;
 use super::tuning::TUNING;
 use crate::headers::{Dimension, RateLimitSignal};
 use crate::Error;
@@ -143,7 +144,7 @@ pub(crate) fn refusal(
     weight: impl Fn(&Dimension) -> u64,
     in_flight: usize,
 ) -> Option<Evidence> {
-    if signal.status != 429 || signal.believable_retry_after().is_some() || in_flight < 2 {
+    if signal.status != 429 || Asked::of(signal).believable().is_some() || in_flight < 2 {
         return None;
     }
     let mut stated = signal

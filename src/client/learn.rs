@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::adapt::{BlockCause, Verdict};
+use super::adapt::{Asked, BlockCause, Verdict};
 use super::concurrency::{self, SharedSlot};
 use super::engine::{Call, Pacer};
 use super::scope::BuiltScope;
@@ -111,7 +111,7 @@ impl Pacer {
         // scope) asks its `Retry-After` as the server wrote it, of the
         // call and of its keys alike: no model reads it as anything else.
         if taught.retry_wait.is_none() {
-            let written = signal.and_then(RateLimitSignal::believable_retry_after);
+            let written = signal.map(Asked::of).and_then(Asked::believable);
             taught.retry_wait = written;
             taught.server_wait = taught.server_wait.max(written);
         }
