@@ -726,7 +726,7 @@ impl Adaptive {
                 now,
                 (ahead, counted, weight, placed_at),
                 &limits,
-                signal,
+                (signal, asked),
                 &mut out,
             );
         // The header-less regime paces a key without headers, one whose
@@ -1034,7 +1034,7 @@ impl Adaptive {
         now: Instant,
         (ahead, counted, weight, placed_at): (u64, Option<u64>, u64, Option<Instant>),
         limits: &[&Limit],
-        signal: &RateLimitSignal,
+        (signal, asked): (&RateLimitSignal, Asked),
         out: &mut Verdict,
     ) -> bool {
         self.warn_if_contradictory(limits);
@@ -1072,6 +1072,7 @@ impl Adaptive {
                 admitted,
                 counted,
                 weight,
+                waits: !admitted && matches!(asked, Asked::Wait(_)),
             };
             if series.is_stale(&reading) {
                 // A late answer from an older window: no news.

@@ -254,6 +254,9 @@ pub(crate) struct Reading {
     pub(crate) counted: Option<u64>,
     /// What the request spent of that count.
     pub(crate) weight: u64,
+    /// A refusal that asked a wait (a believable `Retry-After` longer
+    /// than none): the key's next reading comes after it.
+    pub(crate) waits: bool,
 }
 
 /// What the server is taken to be.
@@ -400,6 +403,9 @@ struct BucketTrack {
     /// Refusals in a row that said nothing remains, with no admission
     /// between them: each halves the floor a refusal cuts the pace to.
     refused_in_a_row: u32,
+    /// Whether the latest reading was a refusal with nothing left that
+    /// asked a wait ([`Reading::waits`]).
+    refusal_waits: bool,
     /// Whether the current stretch started again where a long one ended
     /// (see `Series::bucket`), not after a full reading or a pause.
     restarted: bool,
@@ -1210,6 +1216,8 @@ impl Series {
             self.refill.lo.max(admitted_lately) / 2f64.powi(in_a_row.min(2) as i32)
         });
         let after_own_refusal = b.refused_in_a_row > 0;
+        let after_its_wait = after_own_refusal && b.refusal_waits;
+        b.refusal_waits = own_refusal && reading.waits;
         b.refused_in_a_row = if own_refusal {
             in_a_row.saturating_add(1)
         } else {
@@ -1249,7 +1257,10 @@ impl Series {
             if let Some(stretch) = b.stretch.take() {
                 let span = now.saturating_duration_since(stretch.0);
                 let refill = given_back(stretch, level, self.position, reading.ahead);
-                if span >= T.bucket_min_span {
+                // Nor does a stretch through a refusal's wait measure the
+                // refill: what a small limiter gives back over the wait is
+                // no rate it sustains (the counter's slot fading).
+                if span >= T.bucket_min_span && !after_its_wait {
                     b.measured = Some(refill / span.as_secs_f64());
                 }
             }
@@ -1538,6 +1549,7 @@ mod tests {
             admitted,
             counted,
             weight: 1,
+            waits: false,
         }
     }
 
@@ -1586,7 +1598,8 @@ mod tests {
                 refusals.push(t);
             }
             let at = origin + Duration::from_secs_f64(t);
-            let reading = reading(&*model, at, (remaining, admitted, reset), None);
+            let mut reading = reading(&*model, at, (remaining, admitted, reset), None);
+            reading.waits = !admitted && block > 0.0;
             if let Some(p) = series.observe(reading) {
                 pace = Some(p);
             }
@@ -1737,6 +1750,7 @@ mod tests {
                 admitted,
                 counted: Some(counted),
                 weight: 1,
+                waits: false,
             };
             pace = series.observe(reading).or(pace);
         }
@@ -1771,6 +1785,7 @@ mod tests {
                 admitted: true,
                 counted: Some(4 * k),
                 weight: 1,
+                waits: false,
             };
             paced.extend(series.observe(reading));
         }
@@ -1800,6 +1815,7 @@ mod tests {
                 admitted: true,
                 counted: None,
                 weight: 1,
+                waits: false,
             };
             if let Some(pace) = series.observe(reading) {
                 fastest = fastest.max(pace.per_second);
@@ -2086,6 +2102,7 @@ mod tests {
             admitted,
             counted: None,
             weight: 1,
+            waits: false,
         }
     }
 
@@ -2162,6 +2179,7 @@ mod tests {
             admitted,
             counted: None,
             weight: 1,
+            waits: false,
         };
         let mut series = Series::default();
         series.observe(stated(0, 1, true)).expect("paced");
@@ -2255,10 +2273,11 @@ mod tests {
 
     /// A small limiter can read full when the key comes back from a
     /// refusal's wait: that says nothing of the pace, which does not grow
-    /// on it. A sliding counter of 2 a second does, after a second's
-    /// `Retry-After` (the slot before has faded), and sustains half that
-    /// (1 a second): grown there, the key was refused every other second,
-    /// a quarter of its requests, at three phases of the server's second.
+    /// on it, nor measures the refill. A sliding counter of 2 a second
+    /// does, after a second's `Retry-After` (the slot before has faded),
+    /// and sustains half that (1 a second): grown there, the key was
+    /// refused every other second, a quarter of its requests, at three
+    /// phases of the server's second; measured there, every few seconds.
     #[test]
     fn a_full_reading_after_a_refusals_wait_does_not_grow_the_pace() {
         let mut model = Counter {
@@ -2274,7 +2293,10 @@ mod tests {
         let mut observe = |model: &mut Counter, t: f64| {
             let at = origin + Duration::from_secs_f64(t);
             let decided = model.decide(t);
-            (decided, series.observe(reading(&*model, at, decided, None)))
+            // Refused, it asks a second's wait.
+            let mut reading = reading(&*model, at, decided, None);
+            reading.waits = !decided.1;
+            (decided, series.observe(reading))
         };
         // Paced a little under what it sustains for a while, then sent
         // twice as fast until it refuses.
@@ -2294,6 +2316,12 @@ mod tests {
         let back = back.expect("paced");
         assert!(admitted && remaining == 1, "{remaining} left");
         assert!(back.per_second <= cut.per_second, "{cut:?} then {back:?}");
+        // Nor does what came back over the wait measure the refill: sent
+        // on at the pace, the key is not taken past the rate cut to.
+        let next = t + 1.05 + 1.0 / back.per_second;
+        let (_, after) = observe(&mut model, next);
+        let after = after.expect("paced");
+        assert!(after.per_second <= cut.per_second, "{cut:?} then {after:?}");
     }
 
     /// The fastest even pace, in tenths of a request a second up to 20,
@@ -2487,6 +2515,7 @@ mod tests {
             admitted: true,
             counted: None,
             weight: 1,
+            waits: false,
         }
     }
 
@@ -2590,6 +2619,7 @@ mod tests {
                     admitted,
                     counted: None,
                     weight: 1,
+                    waits: false,
                 });
                 if let Some(Pace {
                     shape: Shape::Bucket,
@@ -2630,6 +2660,7 @@ mod tests {
                 admitted: true,
                 counted: None,
                 weight: 1,
+                waits: false,
             });
             if let Some(pace) = pace {
                 assert!(
