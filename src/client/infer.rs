@@ -91,6 +91,16 @@ pub(crate) struct Tuning {
     /// The shortest moving window believed; shorter ones are paced as
     /// buckets, which their readings barely tell them from.
     pub(crate) shortest_moving_window: Duration,
+    /// How many units apart the fillings whose readings agree on a moving
+    /// window's length must be, with
+    /// [`moving_evidence`](Self::moving_evidence) readings (at most the
+    /// quota less one, and 2 at least), and with
+    /// [`narrow_moving_evidence`](Self::narrow_moving_evidence) (at most
+    /// the quota less one, and 1 at least). Wider tells a window from a
+    /// bucket more surely; narrower reads a window kept near its limit.
+    pub(crate) moving_spread: u64,
+    /// ... the narrower spread.
+    pub(crate) narrow_moving_spread: u64,
     /// Refusals at a stated window's pace that disprove it. One may be a
     /// late answer at a window's end; more are the server sustaining less
     /// than it states. The first takes a unit off the quota the pace
@@ -104,6 +114,16 @@ pub(crate) struct Tuning {
     pub(crate) stated_refusals: u32,
     /// Whole-second resets are up to this much late.
     pub(crate) reset_resolution: Duration,
+    /// The most a fixed window's pace spreads what is left at, as a
+    /// multiple of the window's sustained rate. More spends a window
+    /// sooner after its start; less leaves less of it unused near its
+    /// end, and sends no burst that a bucket misread as a window refuses.
+    pub(crate) window_spread_most: f64,
+    /// A reading whose reset falls this far before the current fixed
+    /// window's end (half the window, and at least this) is a late answer
+    /// from an older window. Longer ignores fewer of a window's own
+    /// readings as late; shorter reads more late ones as news.
+    pub(crate) stale_tolerance: Duration,
     /// Refused past the end of a fixed window the readings predicted, with
     /// nothing left and the reset further off than its resolution, the
     /// key waits this long, twice as long after each next refusal in a
@@ -129,6 +149,38 @@ pub(crate) struct Tuning {
     /// A bucket's pace doubles this often while the bucket stays full.
     /// Shorter finds a fast bucket sooner; longer overshoots less.
     pub(crate) bucket_doubling: Duration,
+    /// The intervals of its pace a bucket's growth counts at most per
+    /// reading, and the gap in its readings, in intervals, that is a
+    /// pause (a block, an idle spell) rather than sending at the pace.
+    /// More grows a pace whose readings come late faster; less reads a
+    /// shorter idle spell as a pause.
+    pub(crate) bucket_pace_intervals: f64,
+    /// A refusal that says nothing is left cuts a bucket's pace to this
+    /// share of itself (no lower than what the server admitted of the key
+    /// over [`bucket_floor_span`](Self::bucket_floor_span)). Less refuses
+    /// a pace that outran the refill less often; more loses less of a
+    /// pace that was right but for a late answer.
+    pub(crate) bucket_cut: f64,
+    /// The span over which what the server admitted of the key is the
+    /// floor a refusal cuts a bucket's pace to, halved by each refusal in
+    /// a row after the first, at most
+    /// [`bucket_floor_halvings`](Self::bucket_floor_halvings) times. Longer
+    /// reads the floor over more of the pace; shorter follows it sooner.
+    pub(crate) bucket_floor_span: Duration,
+    /// ... (a limiter that counts refusals stays shut while sent at what
+    /// it admitted before, and a burst of answers to requests sent before
+    /// the first cut must not take the pace to nothing).
+    pub(crate) bucket_floor_halvings: i32,
+    /// The share of what a bucket holds (its largest `remaining`, plus
+    /// one) its pace keeps in reserve where the whole reserve is kept,
+    /// between [`bucket_least_reserve`](Self::bucket_least_reserve) and
+    /// [`bucket_reserve`](Self::bucket_reserve).
+    pub(crate) bucket_reserve_share: f64,
+    /// The least share of the measured refill a correction toward the
+    /// reserve leaves the pace at. Less drains an over-full reading
+    /// faster; more keeps a pace up through a reading that fell by
+    /// chance.
+    pub(crate) bucket_correction_floor: f64,
     /// The most a bucket's pace keeps in reserve (a tenth of what it
     /// holds, at least [`bucket_least_reserve`](Self::bucket_least_reserve)):
     /// enough for a response that comes back out of order. Holding more
@@ -201,13 +253,23 @@ impl Tuning {
         moving_evidence: 8,
         narrow_moving_evidence: 24,
         shortest_moving_window: Duration::from_millis(500),
+        moving_spread: 3,
+        narrow_moving_spread: 2,
         stated_refusals: 2,
         reset_resolution: Duration::from_secs(1),
+        window_spread_most: 2.0,
+        stale_tolerance: Duration::from_secs(1),
         first_wait_past_end: Duration::from_millis(100),
         quota_of_one_resolution: Duration::from_secs(2),
         window_leap: crate::limiter::WINDOW_LEAP,
         guess_margin: Duration::from_millis(100),
         bucket_doubling: Duration::from_millis(250),
+        bucket_pace_intervals: 2.0,
+        bucket_cut: 0.5,
+        bucket_floor_span: Duration::from_secs(1),
+        bucket_floor_halvings: 2,
+        bucket_reserve_share: 0.1,
+        bucket_correction_floor: 0.5,
         bucket_reserve: 2.0,
         bucket_reserve_memory: Duration::from_secs(60),
         bucket_least_reserve: 0.5,
@@ -719,7 +781,7 @@ impl Series {
         let length = self.window_length(boundary);
         let tolerance = length
             .map_or(Duration::ZERO, |l| l / 2)
-            .max(Duration::from_secs(1));
+            .max(T.stale_tolerance);
         reading.at < boundary && reading.at + reset + tolerance < boundary
     }
 
@@ -1073,8 +1135,11 @@ impl Series {
         // apart (one for a quota of two), as near its limit a steady pace
         // shows (see `Tuning::narrow_moving_evidence`).
         let spread = m.most.saturating_sub(m.fewest);
-        let wide = 3.min(self.quota.saturating_sub(1)).max(2);
-        let narrow = 2.min(self.quota.saturating_sub(1)).max(1);
+        let wide = T.moving_spread.min(self.quota.saturating_sub(1)).max(2);
+        let narrow = T
+            .narrow_moving_spread
+            .min(self.quota.saturating_sub(1))
+            .max(1);
         let enough = self.quota > 0
             && ((spread >= wide && m.agreeing >= T.moving_evidence)
                 || (spread >= narrow && m.agreeing >= T.narrow_moving_evidence));
@@ -1155,13 +1220,15 @@ impl Series {
         // an upper bound (resets are rounded up), and running out early
         // costs nothing but a wait until it, since what remains is never
         // exceeded; running out late would leave part of the window unused.
-        // At most twice the sustained rate: what a window's end allows at
-        // once is not worth a burst that a misread bucket would refuse.
+        // At most twice the sustained rate (`Tuning::window_spread_most`):
+        // what a window's end allows at once is not worth a burst that a
+        // misread bucket would refuse.
         let spread_over = until_end.saturating_sub(T.reset_resolution.min(length / 2));
+        let most = T.window_spread_most * sustained;
         let per_second = if spread_over.is_zero() {
-            2.0 * sustained
+            most
         } else {
-            (left as f64 / spread_over.as_secs_f64()).min(2.0 * sustained)
+            (left as f64 / spread_over.as_secs_f64()).min(most)
         };
         Some(Pace {
             shape: Shape::FixedWindow,
@@ -1207,13 +1274,16 @@ impl Series {
         // it neither counts in a row nor keeps the whole reserve.
         let own_refusal = !admitted && reading.remaining == 0;
         let in_a_row = if own_refusal { b.refused_in_a_row } else { 0 };
-        if own_refusal && in_a_row > 0 && self.refill.lo >= b.per_second / 2.0 {
+        if own_refusal && in_a_row > 0 && self.refill.lo >= b.per_second * T.bucket_cut {
             self.refill = RefillBounds::default();
         }
         let refused_floor = (!admitted).then(|| {
             let admitted_lately =
-                admitted_in_last(&self.admissions, Duration::from_secs(1), now) as f64;
-            self.refill.lo.max(admitted_lately) / 2f64.powi(in_a_row.min(2) as i32)
+                admitted_in_last(&self.admissions, T.bucket_floor_span, now) as f64;
+            let halvings = i32::try_from(in_a_row)
+                .unwrap_or(i32::MAX)
+                .min(T.bucket_floor_halvings);
+            self.refill.lo.max(admitted_lately) / 2f64.powi(halvings)
         });
         let after_own_refusal = b.refused_in_a_row > 0;
         let after_its_wait = after_own_refusal && b.refusal_waits;
@@ -1229,7 +1299,7 @@ impl Series {
             }
             // Never below the slowest pace the header-less regime keeps:
             // refused on and on with nothing admitted, the floor is 0.
-            b.per_second = (b.per_second / 2.0)
+            b.per_second = (b.per_second * T.bucket_cut)
                 .max(floor)
                 .max(super::tuning::TUNING.header_less.min_rate);
             b.grown_at = Some(now);
@@ -1246,7 +1316,8 @@ impl Series {
             .per_second
             .min(b.unit_rate(self.refill.lo))
             .max(f64::MIN_POSITIVE);
-        let paused = self.gap.as_secs_f64() > 2.0 * self.grants_between as f64 / sent_at;
+        let paused =
+            self.gap.as_secs_f64() > T.bucket_pace_intervals * self.grants_between as f64 / sent_at;
         if paused {
             b.stretch = None;
             b.restarted = false;
@@ -1276,7 +1347,7 @@ impl Series {
                 .grown_at
                 .filter(|_| !after_own_refusal)
                 .map_or(0.0, |g| now.saturating_duration_since(g).as_secs_f64())
-                .min(2.0 * interval)
+                .min(T.bucket_pace_intervals * interval)
                 .min(T.bucket_doubling.as_secs_f64());
             b.per_second =
                 b.per_second.max(proven) * 2f64.powf(dt / T.bucket_doubling.as_secs_f64());
@@ -1326,12 +1397,13 @@ impl Series {
                     .refused
                     .is_some_and(|at| now.saturating_duration_since(at) < T.bucket_reserve_memory);
                 let reserve = if lately || self.shared == Some(true) {
-                    (top as f64 / 10.0).clamp(T.bucket_least_reserve, T.bucket_reserve)
+                    (top as f64 * T.bucket_reserve_share)
+                        .clamp(T.bucket_least_reserve, T.bucket_reserve)
                 } else {
                     T.bucket_least_reserve
                 };
                 let correction = (left as f64 - reserve) / T.bucket_correction.as_secs_f64();
-                let corrected = (rate + correction).max(rate / 2.0);
+                let corrected = (rate + correction).max(rate * T.bucket_correction_floor);
                 // Empty yet admitting every request, the server takes what
                 // is sent at this pace: hold it rather than fall (a server
                 // that always says 0 would otherwise be slowed to nothing).
