@@ -332,7 +332,10 @@ impl SharedCount {
     }
 }
 
-const SLOT: Duration = Duration::from_secs(1);
+/// The send and admission counters' slot (see `Tuning::rate_slot`).
+const SLOT: Duration = TUNING.rate_slot;
+/// See `Tuning::shortest_rate_span`.
+const SHORTEST_SPAN: Duration = TUNING.shortest_rate_span;
 /// A shared count this far behind the latest one seen started again (its
 /// key expired or its store restarted): more than the grants a fleet's
 /// answers can come back out of order by.
@@ -390,7 +393,7 @@ impl SendRate {
     /// How long [`per_second`](Self::per_second) averages over: a second,
     /// or less since the counter began.
     fn span(&mut self, now: Instant) -> Duration {
-        self.counted_for(now).clamp(SLOT / 4, SLOT)
+        self.counted_for(now).clamp(SHORTEST_SPAN, SLOT)
     }
 
     /// Sends per second over the last second (sliding-counter estimate).
@@ -400,7 +403,7 @@ impl SendRate {
             return 0.0;
         };
         if counted < SLOT {
-            let span = counted.max(SLOT / 4).as_secs_f64();
+            let span = counted.max(SHORTEST_SPAN).as_secs_f64();
             return (self.previous + self.current) as f64 / span;
         }
         let frac = now.saturating_duration_since(start).as_secs_f64() / SLOT.as_secs_f64();
@@ -607,8 +610,9 @@ impl Adaptive {
         let rate = RequestRate::from_per_second_f64(capped).ok()?;
         let per_second = rate.per_second_f64();
         if let Some(applied) = self.applied {
-            // Not worth a lock and an event: the same rate to within 1 %.
-            if (per_second - applied).abs() <= applied * 0.01 {
+            // Not worth a lock and an event: the same rate to within 1 %
+            // (`Tuning::same_rate`).
+            if (per_second - applied).abs() <= applied * TUNING.same_rate {
                 return None;
             }
         }
@@ -779,7 +783,7 @@ impl Adaptive {
         // measured a quarter of what it sent at). Both counts start again
         // after it.
         let idle = out.adjustments.iter().find_map(|a| match a {
-            Adjustment::BlockUntil(at) if at.saturating_duration_since(now) >= SLOT / 4 => {
+            Adjustment::BlockUntil(at) if at.saturating_duration_since(now) >= SHORTEST_SPAN => {
                 Some(*at)
             }
             _ => None,
@@ -1288,7 +1292,7 @@ impl Adaptive {
         // shortest span a rate is read over (a few sends after a block)
         // are no rate: the one granted stands for it.
         let sampled = self.sends.recent(now) as f64 >= t.min_sample
-            && (granted_rate.is_none() || self.sends.counted_for(now) >= SLOT / 4);
+            && (granted_rate.is_none() || self.sends.counted_for(now) >= SHORTEST_SPAN);
         // Where the key's limiter is shared, from the rate in force when
         // the refused request was granted: every process refused in the
         // same burst then asks for the same decrease, and the decreases do
@@ -1409,7 +1413,8 @@ impl Adaptive {
         let own = (c.rate > 0.0).then_some(c.rate).or(self.applied);
         let shared = self.fleet_rate.filter(|_| c.phase != Phase::Open);
         let current = shared.or(own).unwrap_or(t.cold_start);
-        let intervals = if shared.is_some() { 1.0 } else { 2.0 };
+        let (fleet, alone) = TUNING.growth_intervals;
+        let intervals = if shared.is_some() { fleet } else { alone };
         let dt = sending_time(c.grown_at, now, current, intervals);
         let rate = self
             .congestion

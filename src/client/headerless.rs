@@ -154,6 +154,10 @@ pub(crate) struct Tuning {
     /// send. Larger measures fewer cycles; smaller reads a key's own
     /// caution as the server's limit.
     pub(crate) spent_share: f64,
+    /// The shortest cycle (from the end of one lockout to the next) whose
+    /// admissions measure a rate. Longer measures fewer short windows'
+    /// cycles; shorter reads a rate from a window's handful of sends.
+    pub(crate) shortest_cycle: Duration,
     /// A lockout's wait is at least this many intervals of the rate the
     /// lockout went down to, doubled with each refusal in a row (and the
     /// rate falls with each, so the wait grows faster than it doubles): a
@@ -175,6 +179,11 @@ pub(crate) struct Tuning {
     /// allows shows one send at a time. Fewer recover a slow key sooner;
     /// more find a slow server's limit with fewer refusals.
     pub(crate) recovery_sends: f64,
+    /// The least gap a recovery closes over [`recovery`](Self::recovery),
+    /// as a share of its target: a cut to just below the target still
+    /// climbs at this pace. More recovers from a small cut sooner; less
+    /// approaches the target more gently.
+    pub(crate) least_recovery_gap: f64,
     /// After slow start's cut the rate climbs from the rate the server
     /// was seen to admit to the rate slow start was refused at over this
     /// long (the limit lies between: a second's average of a ramp that
@@ -311,9 +320,11 @@ impl Tuning {
         max_window_wait: Duration::from_secs(50),
         lockout_intervals: 2.0,
         spent_share: 0.25,
+        shortest_cycle: Duration::from_secs(1),
         recover_to: 0.97,
         recovery: Duration::from_millis(1_000),
         recovery_sends: 8.0,
+        least_recovery_gap: 0.05,
         guess_climb: Duration::from_secs(2),
         min_cycle: Duration::from_secs(8),
         first_hold: Duration::from_secs(8),
@@ -696,7 +707,7 @@ impl Congestion {
             .locked_since
             .map_or(0.0, |l| now.saturating_duration_since(l).as_secs_f64());
         let spent = locked_for >= span * t.spent_share;
-        if span < 1.0 || (admitted as f64) < t.min_sample || !spent {
+        if span < t.shortest_cycle.as_secs_f64() || (admitted as f64) < t.min_sample || !spent {
             // No rate measured; a cycle that agrees with the window shown
             // still bounds its length.
             if let (Some(_), Some((n, window))) = (self.window, windows) {
@@ -1269,7 +1280,7 @@ impl Congestion {
         self.check_refused_held(now, current, t);
         let target = self.target;
         if self.recovering(current) {
-            let gap = (target - self.cut_to).max(target * 0.05);
+            let gap = (target - self.cut_to).max(target * t.least_recovery_gap);
             let over = t
                 .recovery
                 .as_secs_f64()

@@ -46,6 +46,27 @@ pub(crate) struct Tuning {
     /// How many of its latest sends measure the rate a key sends at now.
     /// More measure a slow key more exactly; fewer follow a change sooner.
     pub(crate) latest_sends: usize,
+    /// The slot of the two-slot counters a key's send and admission rates
+    /// are measured with (a sliding counter over one slot). Longer
+    /// measures a slow key more exactly; shorter follows a change sooner.
+    pub(crate) rate_slot: std::time::Duration,
+    /// The shortest span a measured rate is read over (fewer sends over
+    /// less are scaled up to at most this), and the shortest block that
+    /// holds a key idle, after which its counts start again. Shorter reads
+    /// a rate from fewer sends; longer averages a short idle spell into
+    /// the rate the next cut starts from.
+    pub(crate) shortest_rate_span: std::time::Duration,
+    /// A learned rate within this share of the one applied is not
+    /// applied again (no lock, no event). More saves work; less follows
+    /// the model's every step.
+    pub(crate) same_rate: f64,
+    /// The intervals of sending at its rate a key's header-less growth
+    /// counts at most per response: one where processes share the
+    /// limiter (each asks for its own response's growth), two for a key
+    /// of one process (its responses may come half as often as its
+    /// sends). More grows a key whose answers come late faster; less
+    /// counts an idle spell as sending less.
+    pub(crate) growth_intervals: (f64, f64),
 }
 
 /// The tuning in force.
@@ -57,4 +78,8 @@ pub(crate) const TUNING: Tuning = Tuning {
     fleet_cut: 0.95,
     shared_spend: 1.0 / 20.0,
     latest_sends: 8,
+    rate_slot: std::time::Duration::from_secs(1),
+    shortest_rate_span: std::time::Duration::from_millis(250),
+    same_rate: 0.01,
+    growth_intervals: (1.0, 2.0),
 };
