@@ -210,11 +210,53 @@ async fn server_space_answering_a_round_trip_later() {
     assert_goal_on_space(first, count, latency, Workload::default());
 }
 
+/// The goal over the first ten seconds (the issue's runs are 10 s and
+/// 60 s): at least 0.95 of the limit and a median of 0.97, at most 1 % of
+/// the responses refused where the server sends rate-limit headers and
+/// 2 % where it sends none (or `Retry-After` alone), no failed logical
+/// request. Slow start and a first misreading are a sixth of such a run.
+#[tokio::test(start_paused = true)]
+#[ignore = "known gap: over 10 s, 193 of seeds 0..500 miss the goal (goodput min 0.40, p10 \
+            0.80, median 0.979; refused p90 4.9 %, max 26.8 %; no failed call), 204 of seeds \
+            500..1000 besides 2 buckets of one the timer cannot pace at it (p10 0.80, 1 failed \
+            call): buckets of one (52 of 62), servers without headers (61 of 71) or with \
+            Retry-After alone (47 of 60), and X-RateLimit without a reset (34 of 53). Slow \
+            start and the first readings are a sixth of such a run: a header-less key refused \
+            at the top of slow start's ramp is cut to what it was admitted over the last second \
+            and climbs back over seconds (a leaky bucket of 46 a second stating its quota and \
+            no reset, 0.80), and a small bucket stating a quota, read as a fixed window from \
+            its first readings, waits for the reset before it is read as refilling (a GCRA of \
+            17.6 a second with a burst of 2 stating 176 per 10 s, 0.48)"]
+async fn server_space_over_ten_seconds() {
+    let first = env_u64("SPACE_SEED", 0);
+    let count = env_u64("SPACE_COUNT", 500);
+    let workload = Workload::new(16, Duration::from_secs(10));
+    assert_goal_on_space_within(first, count, Duration::ZERO, workload, |spec| {
+        if spec.sends_headers() {
+            0.01
+        } else {
+            0.02
+        }
+    });
+}
+
 /// Runs the default client on `count` servers from seed `first`, each
 /// answering `latency` after a request, with `workload`; prints the
 /// distribution, the ten worst and the misses by kind, and asserts the
 /// goal on every one and on the median.
 fn assert_goal_on_space(first: u64, count: u64, latency: Duration, workload: Workload) {
+    assert_goal_on_space_within(first, count, latency, workload, |_| 0.01);
+}
+
+/// [`assert_goal_on_space`], with at most `refused(spec)` of a server's
+/// responses refused.
+fn assert_goal_on_space_within(
+    first: u64,
+    count: u64,
+    latency: Duration,
+    workload: Workload,
+    refused: fn(&ServerSpec) -> f64,
+) {
     let real = std::time::Instant::now();
     let threads = space::threads();
     let runs = space::run_seeds(first..first + count, latency, workload, threads, |server| {
@@ -253,9 +295,12 @@ fn assert_goal_on_space(first: u64, count: u64, latency: Duration, workload: Wor
     // goal is held to the goal scaled to what the timer allows
     // (`meets_goal_on_the_timer`), and listed apart when it meets that.
     let (mut misses, mut timer_bound) = (Vec::new(), Vec::new());
-    for (spec, f) in runs.iter().filter(|(_, f)| !meets_goal(f)) {
+    let meets = |spec: &ServerSpec, f: &RunFigures| {
+        f.goodput >= 0.95 && f.refused <= refused(spec) && f.failed == 0
+    };
+    for (spec, f) in runs.iter().filter(|(spec, f)| !meets(spec, f)) {
         let line = on_the_timer_line(spec, f);
-        if meets_goal_on_the_timer(spec, f) {
+        if meets_goal_on_the_timer(spec, f, refused(spec)) {
             timer_bound.push(line);
         } else {
             misses.push(line);
@@ -448,10 +493,10 @@ fn share_the_timer_allows(spec: &ServerSpec) -> f64 {
 /// the timer lets any client reach ([`share_the_timer_allows`] below
 /// 0.95): at least 0.95 of that, at most 1 % refused, no failed logical
 /// request.
-fn meets_goal_on_the_timer(spec: &ServerSpec, f: &RunFigures) -> bool {
+fn meets_goal_on_the_timer(spec: &ServerSpec, f: &RunFigures, refused: f64) -> bool {
     let allows = share_the_timer_allows(spec);
     let least = if allows < 0.95 { 0.95 * allows } else { 0.95 };
-    f.goodput >= least && f.refused <= 0.01 && f.failed == 0
+    f.goodput >= least && f.refused <= refused && f.failed == 0
 }
 
 /// A run's line: the server, its figures and what the timer allows it.
@@ -490,7 +535,7 @@ async fn buckets_of_one_faster_than_the_timer() {
     let (mut short, mut beyond_the_timer) = (Vec::new(), Vec::new());
     for spec in specs {
         let (figures, line) = a_minute_on_the_timer(&spec).await;
-        if !meets_goal_on_the_timer(&spec, &figures) {
+        if !meets_goal_on_the_timer(&spec, &figures, 0.01) {
             short.push(line);
         } else if !meets_goal(&figures) {
             beyond_the_timer.push(line);
@@ -525,7 +570,7 @@ async fn a_refusal_sent_at_the_headers_pace_does_not_end_slow_start() {
     );
     spec.latency = Duration::from_millis(ROUND_TRIP_MS);
     let (figures, line) = a_minute_on_the_timer(&spec).await;
-    assert!(meets_goal_on_the_timer(&spec, &figures), "{line}");
+    assert!(meets_goal_on_the_timer(&spec, &figures, 0.01), "{line}");
 }
 
 /// The default client's figures on the server of `spec` over a minute,
