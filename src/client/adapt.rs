@@ -110,9 +110,10 @@ pub(crate) struct Verdict {
 /// [`Adaptive::server_waits`]).
 type Waits = (Option<Duration>, Option<Duration>);
 
-/// What a response's `Retry-After` asks, read once per response: the
-/// model, the learn step and the cap on calls in flight read this, never
-/// the header's value itself (events report it as the server wrote it).
+/// What a response's `Retry-After` asks, read in one place
+/// ([`Asked::of`]): the model, the learn step and the cap on calls in
+/// flight read this, never the header's value itself (events report it as
+/// the server wrote it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Asked {
     /// No `Retry-After`.
@@ -130,11 +131,11 @@ pub(crate) enum Asked {
 impl Asked {
     /// What `signal`'s `Retry-After` asks.
     pub(crate) fn of(signal: &RateLimitSignal) -> Asked {
-        match signal.retry_after {
-            None => Asked::Nothing,
-            Some(wait) if wait.is_zero() => Asked::Now,
-            Some(wait) if wait < MAX_WAIT => Asked::Wait(wait),
-            Some(_) => Asked::BeyondHorizon,
+        match (signal.retry_after, signal.believable_retry_after()) {
+            (None, _) => Asked::Nothing,
+            (Some(_), None) => Asked::BeyondHorizon,
+            (Some(_), Some(wait)) if wait.is_zero() => Asked::Now,
+            (Some(_), Some(wait)) => Asked::Wait(wait),
         }
     }
 

@@ -170,7 +170,7 @@ pub(crate) struct Tuning {
     /// ... (a limiter that counts refusals stays shut while sent at what
     /// it admitted before, and a burst of answers to requests sent before
     /// the first cut must not take the pace to nothing).
-    pub(crate) bucket_floor_halvings: i32,
+    pub(crate) bucket_floor_halvings: u32,
     /// The share of what a bucket holds (its largest `remaining`, plus
     /// one) its pace keeps in reserve where the whole reserve is kept,
     /// between [`bucket_least_reserve`](Self::bucket_least_reserve) and
@@ -1280,9 +1280,7 @@ impl Series {
         let refused_floor = (!admitted).then(|| {
             let admitted_lately =
                 admitted_in_last(&self.admissions, T.bucket_floor_span, now) as f64;
-            let halvings = i32::try_from(in_a_row)
-                .unwrap_or(i32::MAX)
-                .min(T.bucket_floor_halvings);
+            let halvings = in_a_row.min(T.bucket_floor_halvings) as i32;
             self.refill.lo.max(admitted_lately) / 2f64.powi(halvings)
         });
         let after_own_refusal = b.refused_in_a_row > 0;
@@ -1338,10 +1336,11 @@ impl Series {
             // Grow, counting only time spent sending at the current pace
             // (at most two intervals), never time spent blocked: not at
             // all on the first reading after a refusal that said nothing
-            // was left, which comes after the refusal's wait (a wait
-            // shorter than two intervals is no pause above, yet it fills
-            // a small limiter: a sliding counter of 2 a second reads full
-            // after a second's `Retry-After`, at twice what it sustains).
+            // was left, which comes after whatever wait the refusal held
+            // the key for (a wait shorter than two intervals is no pause
+            // above, yet it fills a small limiter: a sliding counter of 2
+            // a second reads full after a second's `Retry-After`, at twice
+            // what it sustains).
             let interval = 1.0 / b.per_second;
             let dt = b
                 .grown_at
