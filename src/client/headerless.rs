@@ -82,7 +82,11 @@
 //!   lets an accelerating probe run about as far each time). A probe
 //!   refused and then locked out found the ceiling held before too: it
 //!   spent a window's quota, which admits any rate until it is spent (see
-//!   `ProbeRead`). Once a probe
+//!   `ProbeRead`). A probe refused further past the target than a
+//!   bucket's burst carries one (`probe_overrun`) ran past a window or a
+//!   log, which counts what it sent for about as long as it took: the
+//!   first refusal within that long after it keeps the target the probe
+//!   left (its echo), and cuts the rate only. Once a probe
 //!   has found the ceiling again, a hold lasts at least
 //!   [`Tuning::probe_sends`] sends at the target: a slow server's probes
 //!   cost the same share of its requests as a fast one's. Against a
@@ -503,6 +507,14 @@ pub(crate) struct Congestion {
     /// under it (kept for the whole cycle, a counter took a refusal a
     /// second).
     measured_until: Option<Instant>,
+    /// Until when a refusal after a refused probe may be that probe's
+    /// echo: what the probe sent past the target stays counted by a
+    /// window or log for about as long as it took to send, and a log
+    /// refuses the target held before it until then. The first such
+    /// refusal keeps the target (a log of 585 in 7 s, `Retry-After`
+    /// only, held at 0.90 of its limit over ten minutes as each echo
+    /// took back the probe's rise); a second reads as any other.
+    probe_echo_until: Option<Instant>,
     /// What the cycle the last lockout ended let through, and how long
     /// it ran (from the end of the lockout before); once a window is
     /// shown, what one window lets through, and its length.
@@ -605,6 +617,7 @@ impl Congestion {
             last_refused: None,
             cycle: None,
             measured_until: None,
+            probe_echo_until: None,
             measured: None,
             window: None,
             probe_read: None,
@@ -782,6 +795,10 @@ impl Congestion {
         let measured = admitted.map_or(delivered, |a| delivered.min(a.average.max(t.min_rate)));
         let probing = self.phase == Phase::Steady && self.rate > self.target;
         let overrun = self.measured_until.is_some_and(|until| now < until);
+        let echo = self
+            .probe_echo_until
+            .take()
+            .is_some_and(|until| now < until);
         let held = self.target;
         let probe_read = self.probe_read.take();
         let mut guess = None;
@@ -863,6 +880,15 @@ impl Congestion {
                 )
             }
             Phase::Steady if probing => {
+                // Refused further past the target than a bucket's burst
+                // carries a probe, it ran past a window or a log, whose
+                // echo may follow.
+                let past_a_burst = delivered > held * (1.0 + t.probe_overrun);
+                self.probe_echo_until = self
+                    .held_since
+                    .filter(|_| past_a_burst)
+                    .map(|since| since + self.hold_at(held, t))
+                    .map(|began| now + now.saturating_duration_since(began));
                 // Climbing to slow start's guess, fast enough for a
                 // window to let it run past its limit before refusing:
                 // what the server let through is the better measure.
@@ -951,7 +977,7 @@ impl Congestion {
             // Refused at or below a limit the end of a lockout measured,
             // while what overran it ages out (see `measured_until`): the
             // target stands.
-            Phase::Steady if overrun => {
+            Phase::Steady if overrun || echo => {
                 let from = self.rate.min(delivered);
                 (self.too_fast, held, from * t.first_decrease)
             }
@@ -2322,6 +2348,49 @@ mod tests {
         c.admitted(at(6_000), &T);
         c.cut(at(6_800), 200, (rate, None), &T);
         assert!(c.target() < measured, "after it: {}", c.target());
+    }
+
+    /// A log that a probe ran past refuses the target held before it
+    /// until what the probe sent past it ages out. Held at 43.65 a second
+    /// (the rate refused before, 45), probed for 2 s and refused at 55.5
+    /// (past what a bucket's burst carries a probe): the first refusal
+    /// within the next 2 s keeps the target the probe left; a second one,
+    /// or one after those 2 s, reads as a target too high. A probe
+    /// refused within a burst's reach of the target leaves no echo.
+    #[test]
+    fn the_first_refusal_after_a_probe_run_past_a_log_keeps_the_target() {
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        let probed = |refused: f64| {
+            let mut c = Congestion::resumed(Phase::Steady, 43.65, 45.0);
+            c.admitted(start, &T);
+            c.grow(start, c.target(), 0.0, &T);
+            c.rate = refused + 0.5;
+            c.admitted(at(10_000), &T);
+            c.cut(at(10_000), 400, (refused, None), &T);
+            c
+        };
+        let left = probed(55.5).target();
+        assert!(left > 43.65, "the probe raised the target: {left}");
+        let refused_at = |c: &mut Congestion, ms: u64, sent: u64| {
+            let target = c.target();
+            c.admitted(at(ms - 100), &T);
+            c.rate = target;
+            c.cut(at(ms), sent, (target, None), &T);
+        };
+        let mut c = probed(55.5);
+        refused_at(&mut c, 11_500, 420);
+        assert_eq!(c.target(), left, "the probe's echo");
+        assert!(c.rate < left, "{}", c.rate);
+        refused_at(&mut c, 11_800, 430);
+        assert!(c.target() < left, "a second one: {}", c.target());
+        let mut c = probed(55.5);
+        refused_at(&mut c, 12_500, 420);
+        assert!(c.target() < left, "past the probe's length: {}", c.target());
+        let mut c = probed(50.0);
+        let left = c.target();
+        refused_at(&mut c, 11_500, 420);
+        assert!(c.target() < left, "within a burst's reach: {}", c.target());
     }
 
     /// A long window spent at 1,000 a second: the lockout's cuts leave
