@@ -152,7 +152,8 @@ async fn server_space() {
 #[tokio::test(start_paused = true)]
 #[ignore = "known gap: on seeds 0..500, 27 servers miss the goal over ten minutes, besides \
             4 buckets of one the timer cannot pace at it that meet it scaled to what the timer \
-            allows (seeds 500..1000: 27 and 6, 28 before a small window whose readings agree \
+            allows (seeds 500..1000: 26 and 6, 27 before a refused probe's first echo kept \
+            the target, 28 before a small window whose readings agree \
             for long was read as one, 1 failed call, 2 and 7 before, on a lockout \
             longer than the calls' time limit) (goodput \
             min 0.62, p10 0.969, median 0.985; refused p90 0.5 %, max 4.4 %; no failed \
