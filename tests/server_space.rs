@@ -497,7 +497,7 @@ fn share_the_timer_allows(spec: &ServerSpec) -> f64 {
 fn meets_goal_on_the_timer(spec: &ServerSpec, f: &RunFigures, refused: f64) -> bool {
     let allows = share_the_timer_allows(spec);
     let least = if allows < 0.95 { 0.95 * allows } else { 0.95 };
-    f.goodput >= least && f.refused <= refused && f.failed == 0
+    space::meets_floors(f, least, refused)
 }
 
 /// A run's line: the server, its figures and what the timer allows it.

@@ -612,8 +612,8 @@ impl Adaptive {
         let per_second = rate.per_second_f64();
         if let Some(applied) = self.applied {
             // Not worth a lock and an event: the same rate to within 1 %
-            // (`Tuning::same_rate`).
-            if (per_second - applied).abs() <= applied * TUNING.same_rate {
+            // (`Tuning::reapply_step`).
+            if (per_second - applied).abs() <= applied * TUNING.reapply_step {
                 return None;
             }
         }

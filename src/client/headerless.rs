@@ -885,10 +885,9 @@ impl Congestion {
                 // echo may follow.
                 let past_a_burst = delivered > held * (1.0 + t.probe_overrun);
                 self.probe_echo_until = self
-                    .held_since
+                    .probe_began(held, t)
                     .filter(|_| past_a_burst)
-                    .map(|since| since + self.hold_at(held, t))
-                    .map(|began| now + now.saturating_duration_since(began));
+                    .and_then(|began| now.checked_add(now.saturating_duration_since(began)));
                 // Climbing to slow start's guess, fast enough for a
                 // window to let it run past its limit before refusing:
                 // what the server let through is the better measure.
@@ -1279,6 +1278,12 @@ impl Congestion {
         self.held_for().max(sends)
     }
 
+    /// When the probe past `target` began (or begins): the hold's start
+    /// and its length. `None` while nothing is held.
+    fn probe_began(&self, target: f64, t: &Tuning) -> Option<Instant> {
+        self.held_since?.checked_add(self.hold_at(target, t))
+    }
+
     /// The hold before a probe: the probes' own, or the one the blocks
     /// since the last refusal without a wait bring, if longer.
     fn held_for(&self) -> Duration {
@@ -1359,10 +1364,10 @@ impl Congestion {
     /// ([`Tuning::probe_reach`]).
     fn hold_then_probe(&mut self, now: Instant, current: f64, dt: f64, t: &Tuning) -> f64 {
         let target = self.target;
-        let since = *self.held_since.get_or_insert(now);
-        let probing_for = now
-            .saturating_duration_since(since)
-            .saturating_sub(self.hold_at(target, t));
+        self.held_since.get_or_insert(now);
+        let probing_for = self
+            .probe_began(target, t)
+            .map_or(Duration::ZERO, |began| now.saturating_duration_since(began));
         if probing_for.is_zero() {
             return current.max(target);
         }

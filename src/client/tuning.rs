@@ -59,7 +59,7 @@ pub(crate) struct Tuning {
     /// A learned rate within this share of the one applied is not
     /// applied again (no lock, no event). More saves work; less follows
     /// the model's every step.
-    pub(crate) same_rate: f64,
+    pub(crate) reapply_step: f64,
     /// The intervals of sending at its rate a key's header-less growth
     /// counts at most per response: one where processes share the
     /// limiter (each asks for its own response's growth), two for a key
@@ -80,6 +80,6 @@ pub(crate) const TUNING: Tuning = Tuning {
     latest_sends: 8,
     rate_slot: std::time::Duration::from_secs(1),
     shortest_rate_span: std::time::Duration::from_millis(250),
-    same_rate: 0.01,
+    reapply_step: 0.01,
     growth_intervals: (1.0, 2.0),
 };

@@ -86,7 +86,13 @@ pub fn meets_goal(f: &RunFigures) -> bool {
 /// The same goal with at most `refused` of the responses refused (2 %
 /// over ten seconds where the server sends no rate-limit header).
 pub fn meets_goal_refusing_at_most(f: &RunFigures, refused: f64) -> bool {
-    f.goodput >= 0.95 && f.refused <= refused && f.failed == 0
+    meets_floors(f, 0.95, refused)
+}
+
+/// At least `goodput` of the limit, at most `refused` of the responses
+/// refused, no failed logical request.
+pub fn meets_floors(f: &RunFigures, goodput: f64, refused: f64) -> bool {
+    f.goodput >= goodput && f.refused <= refused && f.failed == 0
 }
 
 /// The goal ([`meets_goal`]'s bounds, each asserted on its own) of the
