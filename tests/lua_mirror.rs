@@ -522,7 +522,7 @@ async fn script_key(conn: &mut MultiplexedConnection) -> (Vec<Option<i64>>, i64)
     let fields: Vec<Option<i64>> = redis::cmd("HMGET")
         .arg(TWIN_KEY)
         .arg(&[
-            "d", "b", "T", "C", "n", "e", "a", "c", "L", "F", "u", "v", "w",
+            "d", "b", "T", "C", "n", "e", "a", "c", "L", "F", "u", "v", "w", "g",
         ])
         .query_async(conn)
         .await
@@ -697,7 +697,7 @@ async fn twin_agrees(
             // Counted from now, as the script's is: a refund that only
             // takes units off the count leaves what `hand_over` wrote.
             Some(h) => h.at(now_us).fields().map(Some).to_vec(),
-            None => vec![None; 13],
+            None => vec![None; 14],
         };
         assert_eq!(fields, expected_fields, "{at}: the hash after the step");
         // The key's lifetime where the script set it now, less the little

@@ -498,6 +498,40 @@ async fn a_sliding_log_shares_a_block_longer_than_the_bound_and_its_lifting() {
     throttled_wait(log_a.try_acquire(1).await);
 }
 
+/// The shared turns count every grant, those a server refused included:
+/// two grants of one backend are one turn apart where no other backend's
+/// came between, more where one did, though the count (which the refused
+/// grant left) moved by one. For the token bucket and the sliding log.
+#[tokio::test]
+async fn the_shared_turns_tell_a_backends_grants_from_another_s_between() {
+    let server = RedisServer::start();
+    let a = RedisBackend::connect(server.url()).await.unwrap();
+    let b = RedisBackend::connect(server.url()).await.unwrap();
+    let rate = RequestRate::per_second(1_000).unwrap();
+    let pairs: [(Arc<dyn Limiter>, Arc<dyn Limiter>); 2] = [
+        (
+            Arc::new(a.token_bucket("turns", rate, 10).unwrap()),
+            Arc::new(b.token_bucket("turns", rate, 10).unwrap()),
+        ),
+        (
+            Arc::new(a.sliding_log("turns-log", rate).unwrap()),
+            Arc::new(b.sliding_log("turns-log", rate).unwrap()),
+        ),
+    ];
+    let within = Bounds::default();
+    for (mine, other) in pairs {
+        let first = mine.acquire_within(1, within).await.unwrap();
+        let next = mine.acquire_within(1, within).await.unwrap();
+        let turn = |g: &Grant| g.shared_turns.expect("the shared state keeps its turns");
+        assert_eq!(turn(&next), turn(&first) + 1, "{first:?} {next:?}");
+        other.acquire_within(1, within).await.unwrap();
+        other.adjust(Adjustment::Uncount(1)).await.unwrap();
+        let after = mine.acquire_within(1, within).await.unwrap();
+        assert_eq!(after.shared_count, next.shared_count.map(|n| n + 1));
+        assert_eq!(turn(&after), turn(&next) + 2, "{next:?} {after:?}");
+    }
+}
+
 /// A bound on the grant's instant refuses a turn past it in the same call
 /// and books nothing: the next caller gets the same turn.
 #[tokio::test]

@@ -247,6 +247,15 @@ pub struct Grant {
     /// For such a limiter: the rate a server last refused, as the process
     /// that saw it named it ([`Adjustment::Cut`]); `None` while none has.
     pub shared_too_fast: Option<RequestRate>,
+    /// For such a limiter: how many units it had granted, to all
+    /// processes, up to and including this grant, those a server refused
+    /// included (a turn given back unused is not: it was never sent).
+    /// Two grants of one process whose turns differ by the later one's
+    /// weight had no other process's grant between them: the gap between
+    /// the two sends is the one the server saw. `None` where the limiter
+    /// does not keep it; a learning client then takes every gap as
+    /// shared.
+    pub shared_turns: Option<u64>,
 }
 
 impl Grant {
@@ -256,7 +265,14 @@ impl Grant {
             shared_count: Some(count),
             shared_rate: None,
             shared_too_fast: None,
+            shared_turns: None,
         }
+    }
+
+    /// The same grant, with the turns its shared state had granted.
+    pub fn with_turns(mut self, turns: Option<u64>) -> Self {
+        self.shared_turns = turns;
+        self
     }
 
     /// The same grant, with the rate a server last refused.

@@ -39,7 +39,8 @@ pub(crate) enum Reply {
     /// block counter when it was made.
     /// `count` is every unit the key granted so far, this grant's included;
     /// `interval` the time per token learned and `too_fast` the one a
-    /// server last refused, in nanoseconds (0: none).
+    /// server last refused, in nanoseconds (0: none); `turns` every unit
+    /// granted so far, those a server refused included.
     Granted {
         wait: Duration,
         id: i64,
@@ -47,6 +48,7 @@ pub(crate) enum Reply {
         count: u64,
         interval: u64,
         too_fast: u64,
+        turns: u64,
     },
     /// Refused: from `try`, the same request would pass after `wait`; from
     /// a bounded `reserve`, its turn would come later than its bound.
@@ -77,13 +79,14 @@ impl Reply {
     /// guessing.
     pub(crate) fn parse(reply: &[i64]) -> Result<Reply, Error> {
         match *reply {
-            [0, wait, id, epoch, count, interval, too_fast] => Ok(Reply::Granted {
+            [0, wait, id, epoch, count, interval, too_fast, turns] => Ok(Reply::Granted {
                 wait: nanos(wait),
                 id,
                 epoch,
                 count: u64::try_from(count).unwrap_or(0),
                 interval: u64::try_from(interval).unwrap_or(0),
                 too_fast: u64::try_from(too_fast).unwrap_or(0),
+                turns: u64::try_from(turns).unwrap_or(0),
             }),
             [1, wait] => Ok(Reply::Throttled { wait: nanos(wait) }),
             [2, capacity] => Ok(Reply::TooHeavy {
@@ -111,14 +114,15 @@ mod tests {
     #[test]
     fn replies_parse() {
         assert_eq!(
-            Reply::parse(&[0, 1_500, 7, 2, 40, 5_000_000, 4_000_000]).ok(),
+            Reply::parse(&[0, 1_500, 7, 2, 40, 5_000_000, 4_000_000, 43]).ok(),
             Some(Reply::Granted {
                 wait: Duration::from_nanos(1_500),
                 id: 7,
                 epoch: 2,
                 count: 40,
                 interval: 5_000_000,
-                too_fast: 4_000_000
+                too_fast: 4_000_000,
+                turns: 43
             })
         );
         assert_eq!(

@@ -358,10 +358,10 @@ fn lost(lessons: &[Op], error: &Error) {
     }
 }
 
-/// A grant at `count` of the shared count, under a learned rate of one
-/// token per `interval` nanoseconds, the one last refused one per
-/// `too_fast` (each 0 when none).
-fn grant(count: u64, interval: u64, too_fast: u64) -> Grant {
+/// A grant at `count` of the shared count and `turns` of the shared
+/// turns, under a learned rate of one token per `interval` nanoseconds,
+/// the one last refused one per `too_fast` (each 0 when none).
+fn grant(count: u64, interval: u64, too_fast: u64, turns: u64) -> Grant {
     let rate = |ns: u64| {
         (ns > 0)
             .then(|| RequestRate::every(Duration::from_nanos(ns)).ok())
@@ -370,6 +370,7 @@ fn grant(count: u64, interval: u64, too_fast: u64) -> Grant {
     Grant::counted(count)
         .with_rate(rate(interval))
         .with_too_fast(rate(too_fast))
+        .with_turns(Some(turns))
 }
 
 /// An adjustment a shared limiter has no operation for.
@@ -576,8 +577,9 @@ impl Core {
                     count,
                     interval,
                     too_fast,
+                    turns,
                     ..
-                } if wait.is_zero() => return Ok(grant(count, interval, too_fast)),
+                } if wait.is_zero() => return Ok(grant(count, interval, too_fast, turns)),
                 Reply::Granted {
                     wait,
                     id,
@@ -585,6 +587,7 @@ impl Core {
                     count,
                     interval,
                     too_fast,
+                    turns,
                 } => {
                     let refund = Refund {
                         core: Some(Arc::clone(self)),
@@ -606,7 +609,7 @@ impl Core {
                     if !self.blocked_since(epoch, sent, interval).await
                         || self.stands(id, weight, sent + wait).await
                     {
-                        return Ok(grant(count, interval, too_fast));
+                        return Ok(grant(count, interval, too_fast, turns));
                     }
                 }
                 // Past the horizon, not past the caller's bound: nothing

@@ -115,11 +115,14 @@ pub struct Hash {
     /// Nanoseconds from `t` to the earliest end of the server's window any
     /// process read, 0 for none known (`w`).
     pub window_end: u64,
+    /// Units granted to every process, those uncounted included, less
+    /// those refunded (`g`).
+    pub turns: u64,
 }
 
 impl Hash {
-    /// The fields as `HMGET key d b T C n e a c L F u v w` reads them.
-    pub fn fields(&self) -> [i64; 13] {
+    /// The fields as `HMGET key d b T C n e a c L F u v w g` reads them.
+    pub fn fields(&self) -> [i64; 14] {
         let i = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         [
             i(self.owed),
@@ -135,6 +138,7 @@ impl Hash {
             self.block_end,
             self.block_end_of,
             i(self.window_end),
+            i(self.turns),
         ]
     }
 
@@ -400,6 +404,7 @@ pub enum Reply {
         count: u64,
         interval: u64,
         too_fast: u64,
+        turns: u64,
     },
     /// Refused: the grant would come after `wait` ns.
     Throttled { wait: u64 },
@@ -424,7 +429,8 @@ impl Reply {
                 count,
                 interval,
                 too_fast,
-            } => [0, wait, id, epoch, count, interval, too_fast]
+                turns,
+            } => [0, wait, id, epoch, count, interval, too_fast, turns]
                 .map(i)
                 .to_vec(),
             Reply::Throttled { wait } => vec![1, i(wait)],
@@ -589,6 +595,7 @@ impl Script {
         }
         h.owed = h.owed.max(ready) + need;
         h.granted += weight;
+        h.turns += weight;
         let id = self.save(now_us, h);
         Reply::Granted {
             wait: ready,
@@ -597,6 +604,7 @@ impl Script {
             count: h.granted,
             interval: if h.learned { h.per_token } else { 0 },
             too_fast: h.too_fast,
+            turns: h.turns,
         }
     }
 
@@ -612,14 +620,27 @@ impl Script {
         weight: u64,
     ) -> Reply {
         let granted = h.granted.saturating_sub(weight);
+        let turns = h.turns.saturating_sub(weight);
         match stored {
             Some(_) if h.writes == id => {
                 let owed = h.owed.saturating_sub(weight.saturating_mul(h.per_token));
-                self.save(now_us, Hash { owed, granted, ..h });
+                self.save(
+                    now_us,
+                    Hash {
+                        owed,
+                        granted,
+                        turns,
+                        ..h
+                    },
+                );
                 Reply::Done(1)
             }
             Some(old) => {
-                self.hash = Some(Hash { granted, ..old });
+                self.hash = Some(Hash {
+                    granted,
+                    turns,
+                    ..old
+                });
                 Reply::Done(0)
             }
             None => Reply::Done(0),
@@ -784,7 +805,8 @@ impl TwinBucket {
                     count,
                     interval,
                     too_fast,
-                } => (wait, id, epoch, grant(count, interval, too_fast)),
+                    turns,
+                } => (wait, id, epoch, grant(count, interval, too_fast, turns)),
                 refused => return Err(refusal(refused, weight, bounds)),
             };
             if wait == 0 {
@@ -916,7 +938,7 @@ impl Drop for Refund<'_> {
 }
 
 /// A grant at `count`, as `Core` reads the script's figures.
-fn grant(count: u64, interval: u64, too_fast: u64) -> Grant {
+fn grant(count: u64, interval: u64, too_fast: u64, turns: u64) -> Grant {
     let rate = |ns: u64| {
         (ns > 0)
             .then(|| RequestRate::every(Duration::from_nanos(ns)).ok())
@@ -925,6 +947,7 @@ fn grant(count: u64, interval: u64, too_fast: u64) -> Grant {
     Grant::counted(count)
         .with_rate(rate(interval))
         .with_too_fast(rate(too_fast))
+        .with_turns(Some(turns))
 }
 
 /// The error for a reservation the script did not grant, as `Core` reads

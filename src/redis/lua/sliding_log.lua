@@ -26,13 +26,14 @@
 -- granted so far (every process's), c = what asked for the block (its status
 -- times 2, plus 1 for a spent quota), R = 1 once a rate was learned ('rate',
 -- 'grow') rather than the limit the log was made with, F = ns per call of
--- the rate a server last refused (0: none).
+-- the rate a server last refused (0: none), g = units granted so far, those
+-- a server refused included, less those refunded (the token bucket's g).
 -- Members: 'r<id>' for grants (scored in the future for a reservation),
 -- 'p<id>' for placeholders that stand for tokens the server says are spent.
 --
--- Replies: {0, wait_ns, first_id, epoch, granted, ns, F} granted (granted
--- is the count, ns the window's time per call learned, or 0 while none is,
--- F the one last refused, or 0), {1, wait_ns}
+-- Replies: {0, wait_ns, first_id, epoch, granted, ns, F, g} granted
+-- (granted is the count, ns the window's time per call learned, or 0 while
+-- none is, F the one last refused, or 0, g the turns), {1, wait_ns}
 -- refused, {2, limit} weight over limit, {3, x} done, {4, block_ns, cause}
 -- held by a block longer than the bound, {5, e} a batch applied, with the
 -- block counter.
@@ -45,7 +46,7 @@ local learned_ttl = tonumber(ARGV[8]) or 0
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 
-local m = redis.call('HMGET', meta, 'L', 'W', 'n', 'e', 'b', 'a', 'c', 'R', 'F')
+local m = redis.call('HMGET', meta, 'L', 'W', 'n', 'e', 'b', 'a', 'c', 'R', 'F', 'g')
 local L = tonumber(m[1]) or tonumber(ARGV[3])
 local W = tonumber(m[2]) or tonumber(ARGV[4])
 local n = tonumber(m[3]) or 0
@@ -55,6 +56,7 @@ local a = tonumber(m[6]) or 0
 local c = tonumber(m[7]) or 0
 local R = tonumber(m[8]) or 0
 local F = tonumber(m[9]) or 0
+local g = tonumber(m[10]) or 0
 
 local function int(x)
   return string.format('%.0f', x)
@@ -91,7 +93,7 @@ local function save()
   -- Empty and unblocked again at busy_until; milliseconds, never 0.
   local ttl = math.max(1, math.ceil(math.max(0, busy_until - now) / 1000) + idle)
   redis.call('HSET', meta, 'L', int(L), 'W', int(W), 'n', int(n), 'e', int(e), 'b', int(b),
-    'a', int(a), 'c', int(c), 'R', int(R), 'F', int(F))
+    'a', int(a), 'c', int(c), 'R', int(R), 'F', int(F), 'g', int(g))
   -- What was learned outlives the window, so that a key used again
   -- starts from it.
   if R == 1 then
@@ -252,8 +254,9 @@ if op == 'reserve' or op == 'book' or op == 'try' then
   local first = n + 1
   add(w, 'r', at(r))
   a = a + w
+  g = g + w
   save()
-  return {0, wait, first, e, a, math.floor(W * 1000 / L) * R, F}
+  return {0, wait, first, e, a, math.floor(W * 1000 / L) * R, F, g}
 elseif op == 'refund' then
   -- Taking members out never lets a window exceed L, wherever they are.
   local first, w = tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -267,6 +270,7 @@ elseif op == 'refund' then
     end
   end
   a = math.max(0, a - removed)
+  g = math.max(0, g - removed)
   save()
   return {3, removed}
 elseif op == 'batch' then

@@ -32,13 +32,15 @@
 -- no further back than 2^52), v = the block counter when u was written
 -- (a block counted by a script that keeps no u leaves them apart),
 -- w = ns from t to the earliest end of the server's current window any
--- process read ('edge'; 0 or below: none known).
+-- process read ('edge'; 0 or below: none known), g = units granted so far,
+-- those a server refused included, less those refunded (two grants of one
+-- process a weight apart had no other process's between them).
 -- Times are kept relative to t so every figure stays an exact integer in a
 -- Lua double: absolute nanoseconds since 1970 would not (2^53 ns ~ 104 days).
 --
--- Replies: {0, wait_ns, id, epoch, granted, T, F} granted (after wait_ns
+-- Replies: {0, wait_ns, id, epoch, granted, T, F, g} granted (after wait_ns
 -- for a reservation; granted is the count, T the time per token learned, or
--- 0 while none is, F the one last refused, or 0), {1, wait_ns} refused, {2, capacity} weight over capacity,
+-- 0 while none is, F the one last refused, or 0, g the turns), {1, wait_ns} refused, {2, capacity} weight over capacity,
 -- {3, x} done (x = 1: a refund gave the turn back; 2: a confirmed turn
 -- stands), {4, block_ns, cause} held by a block longer than the bound,
 -- {5, e} a batch applied, with the block counter.
@@ -51,7 +53,7 @@ local learned_ttl = tonumber(ARGV[8]) or 0
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 
-local s = redis.call('HMGET', key, 't', 'd', 'b', 'T', 'C', 'n', 'e', 'a', 'c', 'L', 'F', 'u', 'v', 'w')
+local s = redis.call('HMGET', key, 't', 'd', 'b', 'T', 'C', 'n', 'e', 'a', 'c', 'L', 'F', 'u', 'v', 'w', 'g')
 local T = tonumber(s[4]) or tonumber(ARGV[3])
 local C = tonumber(s[5]) or tonumber(ARGV[4])
 local n = tonumber(s[6]) or 0
@@ -60,6 +62,7 @@ local a = tonumber(s[8]) or 0
 local c = tonumber(s[9]) or 0
 local L = tonumber(s[10]) or 0
 local F = tonumber(s[11]) or 0
+local g = tonumber(s[15]) or 0
 -- The block's end may lie in the past, where a waiter's turn can still be:
 -- kept down to 2^52 ns back, so that it stays an exact integer.
 local LONG_AGO = -4503599627370496
@@ -116,7 +119,7 @@ local function save()
   n = n + 1
   redis.call('HSET', key, 't', int(now), 'd', int(d), 'b', int(b),
     'T', int(T), 'C', int(C), 'n', int(n), 'e', int(e), 'a', int(a), 'c', int(c), 'L', int(L),
-    'F', int(F), 'u', int(u), 'v', int(v), 'w', int(w))
+    'F', int(F), 'u', int(u), 'v', int(v), 'w', int(w), 'g', int(g))
   -- Fresh again once refilled and unblocked; milliseconds, never 0. What
   -- was learned outlives that, so that a key used again starts from it.
   local ttl = math.ceil(math.max(d, b) / 1000000) + idle
@@ -298,20 +301,22 @@ if op == 'reserve' or op == 'book' or op == 'try' then
   end
   d = math.max(d, ready) + need
   a = a + weight
+  g = g + weight
   save()
-  return {0, ready, n, e, a, T * L, F}
+  return {0, ready, n, e, a, T * L, F, g}
 elseif op == 'refund' then
   -- Only the last write may be undone: a later reservation was placed after
   -- this one, and a hole in the middle cannot be given back safely.
   -- The turn goes unused either way: it is off the count.
   a = math.max(0, a - tonumber(ARGV[6]))
+  g = math.max(0, g - tonumber(ARGV[6]))
   if s[1] and n == tonumber(ARGV[5]) then
     d = math.max(0, d - tonumber(ARGV[6]) * T)
     save()
     return {3, 1}
   end
   if s[1] then
-    redis.call('HSET', key, 'a', int(a))
+    redis.call('HSET', key, 'a', int(a), 'g', int(g))
   end
   return kept({3, 0})
 elseif op == 'batch' then
