@@ -252,6 +252,15 @@ pub(crate) struct Adaptive {
     /// The interval the gaps paced the key at as of the latest response
     /// (see [`spacing`](super::spacing)); `None` while they pace nothing.
     spaced_by: Option<Duration>,
+    /// Where other processes share the key's limiter: when this process
+    /// last sent a request granted after another process's grant (the
+    /// shared count moved by more than this process's own since its grant
+    /// before). A gap between two of its sends is the server's gap only
+    /// where no other process's grant fell between them.
+    others_sent_at: Option<Instant>,
+    /// The shared limiter's turns as of this process's latest grant (see
+    /// [`Grant::shared_turns`]).
+    latest_turns: Option<u64>,
     /// Whether the latest response stating a limit stated a quota of one:
     /// the server says it spaces the key's requests.
     quota_of_one: bool,
@@ -530,6 +539,8 @@ impl Adaptive {
             last_refusals: (None, None),
             since_refusals: None,
             spaced_by: None,
+            others_sent_at: None,
+            latest_turns: None,
         }
     }
 
@@ -555,6 +566,9 @@ impl Adaptive {
             self.fleet_too_fast = Some(too_fast.per_second_f64());
         }
         self.sends.record(now, shared_count);
+        if shared_count.is_some() && self.others_before(grant.shared_turns, weight) {
+            self.others_sent_at = Some(now);
+        }
         if self.latest_sends.len() == TUNING.latest_sends {
             self.latest_sends.pop_front();
         }
@@ -575,6 +589,20 @@ impl Adaptive {
             weight,
         });
         self.sent
+    }
+
+    /// Whether another process's grant may have come between this
+    /// process's grant of `weight` at `turns` of a shared limiter and its
+    /// grant before: where the turns moved by more than `weight` (or went
+    /// back: the shared key was lost), or the limiter keeps none. A
+    /// process's first grant has no gap before it.
+    fn others_before(&mut self, turns: Option<u64>, weight: u64) -> bool {
+        let before = std::mem::replace(&mut self.latest_turns, turns);
+        match (before, turns) {
+            (_, None) => true,
+            (None, Some(_)) => false,
+            (Some(b), Some(t)) => t.checked_sub(b) != Some(weight),
+        }
     }
 
     /// The request `seq` ended without a response.
@@ -741,8 +769,8 @@ impl Adaptive {
         // header-less regime waits meanwhile (it would read a refused
         // probe of the spacing as its own ceiling, and cut).
         let spaced = this
-            .filter(|_| counted.is_none())
-            .and_then(|this| self.spaced(seq, this.at, signal));
+            .and_then(|this| self.spaced(seq, this.at, signal))
+            .filter(|_| counted.is_none() || self.alone(now));
         self.spaced_by = spaced;
         // The server's wait, read once, with the spacing as of this
         // response: the cut below and the block after read the same.
@@ -937,9 +965,19 @@ impl Adaptive {
         if refused || counted_by_server(signal) {
             // In flight in send order: the oldest unanswered is the front.
             let earlier_unanswered = self.in_flight.front().is_some_and(|r| r.seq < seq);
-            self.spacing.observe(sent, !refused, earlier_unanswered, t);
+            let unseen = (earlier_unanswered, self.others_sent_at);
+            self.spacing.observe(sent, !refused, unseen, t);
         }
         self.spacing.interval(sent, t)
+    }
+
+    /// Whether this process spends the key alone as of `now`: no other
+    /// process's grant came between two of its own for a while (see
+    /// [`Tuning::alone_after`](super::tuning::Tuning::alone_after)), or
+    /// ever.
+    fn alone(&self, now: Instant) -> bool {
+        self.others_sent_at
+            .is_none_or(|at| now.saturating_duration_since(at) >= TUNING.alone_after)
     }
 
     /// Paces the key at one send per `interval`, whatever else paced it.
@@ -1767,11 +1805,22 @@ mod tests {
         quota: u64,
         retry_after: Option<Duration>,
     ) -> (Adaptive, Vec<Adjustment>, Instant) {
+        spacer_granted(quota, retry_after, |_| Grant::default())
+    }
+
+    /// The same, the `k`-th request (from 0) granted as `grant` says.
+    fn spacer_granted(
+        quota: u64,
+        retry_after: Option<Duration>,
+        grant: impl Fn(u64) -> Grant,
+    ) -> (Adaptive, Vec<Adjustment>, Instant) {
         let mut a = fresh();
         let t0 = Instant::now();
-        let respond = |a: &mut Adaptive, ms: u64, ok: bool| {
+        let mut k = 0;
+        let mut respond = |a: &mut Adaptive, ms: u64, ok: bool| {
             let at = t0 + Duration::from_millis(ms);
-            let seq = a.on_send(at, Grant::default(), 1);
+            let seq = a.on_send(at, grant(k), 1);
+            k += 1;
             let mut one = signal(if ok { 200 } else { 429 }, vec![requests(quota, 0, 1)]);
             if !ok {
                 one.retry_after = retry_after;
@@ -1783,6 +1832,26 @@ mod tests {
         }
         let taught = respond(&mut a, 299, false);
         (a, taught, t0 + Duration::from_millis(299))
+    }
+
+    /// On a limiter processes share, a process whose grants follow one
+    /// another in the shared turns spends the key alone, and its gaps are
+    /// the server's: it is paced by them as a key of its own is. Where
+    /// another process's grant came between every two of its own, or the
+    /// limiter keeps no turns, its gaps pace nothing.
+    #[test]
+    fn a_process_alone_on_a_shared_limiter_is_paced_by_its_gaps() {
+        let backoff = Duration::from_millis(120);
+        let alone = |k: u64| Grant::counted(k + 1).with_turns(Some(k + 1));
+        let (a, _, _) = spacer_granted(1, None, alone);
+        assert_eq!(a.spaced_by, Some(backoff), "alone");
+        // The other process's grants were refused, and taken off the
+        // count: the count moves by one, the turns by two.
+        let among_others = |k: u64| Grant::counted(k + 1).with_turns(Some(2 * k + 2));
+        let (a, _, _) = spacer_granted(1, None, among_others);
+        assert_eq!(a.spaced_by, None, "another process's grant between");
+        let (a, _, _) = spacer_granted(1, None, |k| Grant::counted(k + 1));
+        assert_eq!(a.spaced_by, None, "no turns kept");
     }
 
     #[test]

@@ -163,12 +163,15 @@ pub(crate) struct Spacing {
 impl Spacing {
     /// A response to the request sent at `sent`: `admitted` or refused,
     /// with `earlier_unanswered` whether a request sent before it is still
-    /// unanswered (its gap is then not known).
+    /// unanswered (its gap is then not known), and `others_at` the latest
+    /// of the key's sends that another process's request (on a limiter
+    /// processes share) went out before: a gap that spans it is not the
+    /// server's either.
     pub(crate) fn observe(
         &mut self,
         sent: Instant,
         admitted: bool,
-        earlier_unanswered: bool,
+        (earlier_unanswered, others_at): (bool, Option<Instant>),
         t: &Tuning,
     ) {
         // A refusal after a refusal is read from that one's send: a
@@ -181,6 +184,7 @@ impl Spacing {
         let gap = refused_last
             .or(self.last_admitted)
             .filter(|&last| last < sent && !earlier_unanswered)
+            .filter(|&last| others_at.is_none_or(|others| others <= last))
             .map(|last| sent - last);
         if admitted {
             self.last_admitted = Some(self.last_admitted.map_or(sent, |l| l.max(sent)));
@@ -288,6 +292,21 @@ mod tests {
     /// Once a probe has been refused, a slow spacer holds for
     /// `probe_sends` of its gaps (up to four longest holds), a fast one
     /// for the hold its refused probes doubled; before any, the first hold.
+    /// A gap across which another process's request went out (on a
+    /// limiter processes share) is not the server's: not read, the bracket
+    /// stays as it was.
+    #[test]
+    fn a_gap_across_another_process_send_is_not_read() {
+        let mut spacing = Spacing::default();
+        let start = Instant::now();
+        let ms = |n: u64| start + Duration::from_millis(n);
+        spacing.observe(ms(0), true, (false, None), &T);
+        spacing.observe(ms(10), false, (false, Some(ms(10))), &T);
+        assert_eq!(spacing.refused, None, "across another's send");
+        spacing.observe(ms(20), false, (false, Some(ms(10))), &T);
+        assert_eq!(spacing.refused, Some(Duration::from_millis(10)), "after it");
+    }
+
     #[test]
     fn a_slow_spacer_holds_for_a_number_of_sends() {
         let held = |top_ms: u64, hold: Duration| {
@@ -333,7 +352,7 @@ mod tests {
             in_a_row = if ok { 0 } else { (in_a_row + 1).min(4) };
             let paced = spacing.interval(at, &T);
             refused += usize::from(!ok && paced.is_some());
-            spacing.observe(at, ok, false, &T);
+            spacing.observe(at, ok, (false, None), &T);
             at += spacing
                 .interval(at, &T)
                 .unwrap_or(start_pace * (1 << in_a_row));
@@ -399,7 +418,7 @@ mod tests {
             }
             let ok = used < 10;
             used += u32::from(ok);
-            spacing.observe(at, ok, false, &T);
+            spacing.observe(at, ok, (false, None), &T);
             assert_eq!(spacing.interval(at, &T), None, "at {:?}", at - start);
             at += Duration::from_millis(50);
         }
@@ -414,7 +433,7 @@ mod tests {
     fn after_a_contradiction_it_takes_twice_the_refusals_to_pace() {
         fn send(spacing: &mut Spacing, at: &mut Instant, gap_ms: u64, ok: bool) {
             *at += Duration::from_millis(gap_ms);
-            spacing.observe(*at, ok, false, &T);
+            spacing.observe(*at, ok, (false, None), &T);
         }
         let mut spacing = Spacing::default();
         let mut at = Instant::now();
@@ -443,9 +462,9 @@ mod tests {
     fn a_gap_past_an_unanswered_request_is_not_read() {
         let mut spacing = Spacing::default();
         let start = Instant::now();
-        spacing.observe(start, true, false, &T);
-        spacing.observe(start + Duration::from_millis(10), false, true, &T);
-        spacing.observe(start + Duration::from_millis(20), false, true, &T);
+        spacing.observe(start, true, (false, None), &T);
+        spacing.observe(start + Duration::from_millis(10), false, (true, None), &T);
+        spacing.observe(start + Duration::from_millis(20), false, (true, None), &T);
         assert_eq!(spacing.refused, None);
         assert_eq!(spacing.interval(start, &T), None);
     }
