@@ -163,6 +163,20 @@ async fn a_process_alone_on_a_shared_bucket_paces_a_bucket_of_one_by_its_gaps() 
     assert!(meets_goal(&figures), "{figures:?}");
 }
 
+/// Seed 314 of the space: a leaky bucket of 78 a second with a burst of 4
+/// and no headers. A process alone on a shared bucket cuts from what the
+/// server admitted of its own requests, as a client on its own bucket
+/// does: they are all the key spends. (Read as a share of a fleet's, they
+/// measured nothing, and the cuts went by the rate sent alone: 0.910 of
+/// the limit; 0.956 now, 0.970 for a client on its own bucket.)
+#[tokio::test(start_paused = true)]
+async fn a_process_alone_on_a_shared_bucket_cuts_from_its_admissions() {
+    let spec = ServerSpec::generate(314);
+    assert_eq!(spec.to_string(), "leaky 78/s b4 | no headers | 429");
+    let figures = run(&spec, 1).await;
+    assert!(meets_goal(&figures), "{figures:?}");
+}
+
 /// The goal on every server of seeds `SPACE_SEED..+SPACE_COUNT` (0..500)
 /// for `processes` on one shared bucket; prints the distribution, the
 /// misses and the mean goodput (each run's capped at 1) and share refused.
@@ -199,15 +213,17 @@ fn assert_goal_on_space(processes: usize) {
 /// own bucket meets (`tests/server_space.rs`) it should meet through the
 /// shared one.
 #[test]
-#[ignore = "known gap: 123 of seeds 0..500 miss the goal (the client on its own bucket: 102), \
-            mean goodput 0.968, 0.65 % refused, no failed call (136, 0.964 and 0.61 % before a \
+#[ignore = "known gap: 114 of seeds 0..500 miss the goal (the client on its own bucket: 102), \
+            mean goodput 0.968, 0.65 % refused, no failed call (123 before a process alone \
+            measured its admissions; 136, 0.964 and 0.61 % before a \
             process whose grants follow one another in the shared turns read its gaps as the \
             server's; 137 before a refusal's wait \
             stopped growing a bucket's pace and measuring its refill, 142 before a second rounded up \
             was read as a bucket's next unit, 145 before a window of one \
             was bounded by the admissions the shared count put in it; 3 failed calls before a \
-            call refused by a lockout's probe kept its place; seeds 500..1000: 143, 0.966, 2 \
-            failed calls, 156 and 0.961 before the turns): the header-less \
+            call refused by a lockout's probe kept its place; seeds 500..1000: 131, 0.968, 2 \
+            failed calls; 143 and 0.966 before a process alone measured its admissions, 156 \
+            and 0.961 before the turns): the header-less \
             regime on a shared rate reads slow servers less well (before a bare refusal was \
             read as a limiter in front and a lockout held a shared bucket: 167 missed, 2.84 % \
             refused, 2,916 failed calls)"]

@@ -1385,8 +1385,9 @@ impl Adaptive {
     }
 
     /// What the server let through lately, as a cut of `c` reads it: this
-    /// process's admissions, where they are all it spends (not a fleet's,
-    /// `granted_rate`), and enough of them to measure. In slow start that
+    /// process's admissions, where they are all it spends (its own key, or
+    /// a shared one, `granted_rate`, that it spends alone), and enough of
+    /// them to measure. In slow start that
     /// is an average over a ramp, and the rate it ended at is that average
     /// over the ramp's share. Steady, only while climbing to slow start's
     /// guess.
@@ -1398,7 +1399,7 @@ impl Adaptive {
     ) -> Option<Admitted> {
         let t = &TUNING.header_less;
         let measures = (c.phase != Phase::Steady || c.climbing())
-            && granted_rate.is_none()
+            && (granted_rate.is_none() || self.alone(now))
             && self.oks.recent(now) as f64 >= t.min_sample;
         if !measures {
             return None;
@@ -1852,6 +1853,37 @@ mod tests {
         assert_eq!(a.spaced_by, None, "another process's grant between");
         let (a, _, _) = spacer_granted(1, None, |k| Grant::counted(k + 1));
         assert_eq!(a.spaced_by, None, "no turns kept");
+    }
+
+    /// A process alone on a shared limiter reads what the server admitted
+    /// from its own admissions, as a key of its own does: they are all the
+    /// key spends. Among other processes they are a share of it, and
+    /// measure nothing.
+    #[test]
+    fn a_process_alone_on_a_shared_limiter_measures_its_admissions() {
+        let fleet = RequestRate::per_second(20).expect("a rate");
+        for (step, measures) in [(1, true), (2, false)] {
+            let mut a = fresh();
+            let t0 = Instant::now();
+            let mut at = t0;
+            for k in 0..40 {
+                at = t0 + Duration::from_millis(50 * k);
+                let turns = step * (k + 1);
+                let grant = Grant::counted(k + 1)
+                    .with_turns(Some(turns))
+                    .with_rate(Some(fleet));
+                let seq = a.on_send(at, grant, 1);
+                a.on_response_adjustments(at, seq, &signal(200, vec![]), true);
+            }
+            let c = a.congestion;
+            assert_ne!(c.phase, Phase::Steady);
+            let admitted = a.admitted(at, &c, Some(fleet.per_second_f64()));
+            assert_eq!(
+                admitted.is_some(),
+                measures,
+                "turns {step} apart: {admitted:?}"
+            );
+        }
     }
 
     #[test]
