@@ -92,6 +92,15 @@ async fn run(spec: &ServerSpec, processes: usize) -> RunFigures {
         .expect("the server starts")
 }
 
+/// `processes` on one shared bucket meet the goal on the server of space
+/// seed `seed`, which `described` describes.
+async fn meets_goal_on_seed(seed: u64, described: &str, processes: usize) {
+    let spec = ServerSpec::generate(seed);
+    assert_eq!(spec.to_string(), described);
+    let figures = run(&spec, processes).await;
+    assert!(meets_goal(&figures), "{figures:?}");
+}
+
 /// Seed 88 of the space: a leaky bucket of 177 a second that states its
 /// burst and a reset in seconds, behind a header-less sliding counter of
 /// 5,646 a minute (94 a second) that refuses with a bare 429.
@@ -136,13 +145,9 @@ async fn a_fleet_slows_for_a_header_less_limiter_in_front() {
 /// rest of the minute: 0.43 of the limit).
 #[tokio::test(start_paused = true)]
 async fn a_process_on_a_shared_bucket_cuts_from_its_rate_after_a_block() {
-    let spec = ServerSpec::generate(30);
-    assert_eq!(
-        spec.to_string(),
-        "bucket 36/s b1 | xrl limit=quota reset=epoch-frac | ra=frac | counts-refusals | 429"
-    );
-    let figures = run(&spec, 1).await;
-    assert!(meets_goal(&figures), "{figures:?}");
+    let described =
+        "bucket 36/s b1 | xrl limit=quota reset=epoch-frac | ra=frac | counts-refusals | 429";
+    meets_goal_on_seed(30, described, 1).await;
 }
 
 /// Seed 260 of the space: a bucket of one (a leaky bucket of 103 a second
@@ -154,13 +159,9 @@ async fn a_process_on_a_shared_bucket_cuts_from_its_rate_after_a_block() {
 /// 55 a second: 0.62 of the limit.)
 #[tokio::test(start_paused = true)]
 async fn a_process_alone_on_a_shared_bucket_paces_a_bucket_of_one_by_its_gaps() {
-    let spec = ServerSpec::generate(260);
-    assert_eq!(
-        spec.to_string(),
-        "leaky 103/s b0 | xrl limit=burst reset=epoch-frac | ra=ceil | counts-refusals | 429"
-    );
-    let figures = run(&spec, 1).await;
-    assert!(meets_goal(&figures), "{figures:?}");
+    let described =
+        "leaky 103/s b0 | xrl limit=burst reset=epoch-frac | ra=ceil | counts-refusals | 429";
+    meets_goal_on_seed(260, described, 1).await;
 }
 
 /// Seed 314 of the space: a leaky bucket of 78 a second with a burst of 4
@@ -171,10 +172,7 @@ async fn a_process_alone_on_a_shared_bucket_paces_a_bucket_of_one_by_its_gaps() 
 /// the limit; 0.956 now, 0.970 for a client on its own bucket.)
 #[tokio::test(start_paused = true)]
 async fn a_process_alone_on_a_shared_bucket_cuts_from_its_admissions() {
-    let spec = ServerSpec::generate(314);
-    assert_eq!(spec.to_string(), "leaky 78/s b4 | no headers | 429");
-    let figures = run(&spec, 1).await;
-    assert!(meets_goal(&figures), "{figures:?}");
+    meets_goal_on_seed(314, "leaky 78/s b4 | no headers | 429", 1).await;
 }
 
 /// The goal on every server of seeds `SPACE_SEED..+SPACE_COUNT` (0..500)
