@@ -254,8 +254,8 @@ pub(crate) struct Adaptive {
     spaced_by: Option<Duration>,
     /// Where other processes share the key's limiter: when this process
     /// last sent a request granted after another process's grant (the
-    /// shared count moved by more than this process's own since its grant
-    /// before). A gap between two of its sends is the server's gap only
+    /// shared turns moved by more than this process's own since its grant
+    /// before, see [`others_before`](Self::others_before)). A gap between two of its sends is the server's gap only
     /// where no other process's grant fell between them.
     others_sent_at: Option<Instant>,
     /// The shared limiter's turns as of this process's latest grant (see

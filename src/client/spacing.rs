@@ -289,9 +289,6 @@ mod tests {
 
     const T: Tuning = crate::client::tuning::TUNING.spacing;
 
-    /// Once a probe has been refused, a slow spacer holds for
-    /// `probe_sends` of its gaps (up to four longest holds), a fast one
-    /// for the hold its refused probes doubled; before any, the first hold.
     /// A gap across which another process's request went out (on a
     /// limiter processes share) is not the server's: not read, the bracket
     /// stays as it was.
@@ -307,6 +304,9 @@ mod tests {
         assert_eq!(spacing.refused, Some(Duration::from_millis(10)), "after it");
     }
 
+    /// Once a probe has been refused, a slow spacer holds for
+    /// `probe_sends` of its gaps (up to four longest holds), a fast one
+    /// for the hold its refused probes doubled; before any, the first hold.
     #[test]
     fn a_slow_spacer_holds_for_a_number_of_sends() {
         let held = |top_ms: u64, hold: Duration| {
