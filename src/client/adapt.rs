@@ -258,9 +258,9 @@ pub(crate) struct Adaptive {
     /// before, see [`others_before`](Self::others_before)). A gap between two of its sends is the server's gap only
     /// where no other process's grant fell between them.
     others_sent_at: Option<Instant>,
-    /// The shared limiter's turns as of this process's latest grant (see
-    /// [`Grant::shared_turns`]).
-    latest_turns: Option<u64>,
+    /// The shared limiter's turns and count as of this process's latest
+    /// grant (see [`Grant::shared_turns`]).
+    latest_turns: Option<(u64, u64)>,
     /// Whether the latest response stating a limit stated a quota of one:
     /// the server says it spaces the key's requests.
     quota_of_one: bool,
@@ -566,8 +566,10 @@ impl Adaptive {
             self.fleet_too_fast = Some(too_fast.per_second_f64());
         }
         self.sends.record(now, shared_count);
-        if shared_count.is_some() && self.others_before(grant.shared_turns, weight) {
-            self.others_sent_at = Some(now);
+        if let Some(count) = shared_count {
+            if self.others_before(grant.shared_turns.map(|t| (t, count)), weight) {
+                self.others_sent_at = Some(now);
+            }
         }
         if self.latest_sends.len() == TUNING.latest_sends {
             self.latest_sends.pop_front();
@@ -592,16 +594,22 @@ impl Adaptive {
     }
 
     /// Whether another process's grant may have come between this
-    /// process's grant of `weight` at `turns` of a shared limiter and its
-    /// grant before: where the turns moved by more than `weight` (or went
-    /// back: the shared key was lost), or the limiter keeps none. A
-    /// process's first grant has no gap before it.
-    fn others_before(&mut self, turns: Option<u64>, weight: u64) -> bool {
+    /// process's grant of `weight` at `turns` and `count` of a shared
+    /// limiter and its grant before: where the turns moved by more than
+    /// `weight` (or went back: the shared key was lost), where the count
+    /// moved by more than the turns (a process whose script keeps no turns
+    /// granted; the count moves by no more, since a refusal only takes it
+    /// back), or where the limiter keeps no turns. A process's first grant
+    /// has no gap before it.
+    fn others_before(&mut self, turns: Option<(u64, u64)>, weight: u64) -> bool {
         let before = std::mem::replace(&mut self.latest_turns, turns);
         match (before, turns) {
             (_, None) => true,
             (None, Some(_)) => false,
-            (Some(b), Some(t)) => t.checked_sub(b) != Some(weight),
+            (Some((turns_before, count_before)), Some((turns, count))) => {
+                turns.checked_sub(turns_before) != Some(weight)
+                    || count.saturating_sub(count_before) > weight
+            }
         }
     }
 
@@ -949,9 +957,10 @@ impl Adaptive {
 
     /// Reads the gap before the request `seq`, sent at `sent`, and returns
     /// the interval to space the key's sends by where the gaps show a
-    /// server that spaces them (see [`spacing`](super::spacing)). Only for
-    /// a key no other process spends: a fleet's admissions fall between
-    /// this process's.
+    /// server that spaces them (see [`spacing`](super::spacing)). A gap
+    /// across another process's grant is not read: a fleet's admissions
+    /// fall between this process's. (The caller paces by the interval
+    /// only where the process spends the key alone.)
     fn spaced(&mut self, seq: u64, sent: Instant, signal: &RateLimitSignal) -> Option<Duration> {
         let t = &if self.quota_of_one {
             SpacingTuning {
@@ -1853,6 +1862,11 @@ mod tests {
         assert_eq!(a.spaced_by, None, "another process's grant between");
         let (a, _, _) = spacer_granted(1, None, |k| Grant::counted(k + 1));
         assert_eq!(a.spaced_by, None, "no turns kept");
+        // A process whose script keeps no turns granted between: the
+        // count moved by two, the turns by one.
+        let older_script = |k: u64| Grant::counted(2 * k + 2).with_turns(Some(k + 1));
+        let (a, _, _) = spacer_granted(1, None, older_script);
+        assert_eq!(a.spaced_by, None, "granted by a script that keeps no turns");
     }
 
     /// A process alone on a shared limiter reads what the server admitted

@@ -68,10 +68,13 @@ pub(crate) struct Tuning {
     /// counts an idle spell as sending less.
     pub(crate) growth_intervals: (f64, f64),
     /// Where processes share a key's limiter, a process whose grants have
-    /// followed one another in the shared count (no other process's grant
-    /// between two of its own) for this long, or ever, spends the key
-    /// alone: the gaps between its sends are the server's, and pace a
-    /// bucket of one as they do a key no process shares. Shorter reads a
+    /// followed one another in the shared turns
+    /// ([`Grant::shared_turns`](crate::limiter::Grant::shared_turns): no
+    /// other process's grant between two of its own) for this long, or
+    /// ever, spends the key alone: the gaps between its sends are the
+    /// server's, and pace a bucket of one as they do a key no process
+    /// shares, and its admissions are all the key's, which a header-less
+    /// cut reads as a key no process shares does. Shorter reads a
     /// process left alone as such sooner; longer mistakes fewer of a
     /// fleet's processes, whose grants now and then follow one another
     /// for a while (a slow server's turns go to whichever process asks

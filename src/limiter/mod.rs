@@ -249,10 +249,13 @@ pub struct Grant {
     pub shared_too_fast: Option<RequestRate>,
     /// For such a limiter: how many units it had granted, to all
     /// processes, up to and including this grant, those a server refused
-    /// included (a turn given back unused is not: it was never sent).
-    /// Two grants of one process whose turns differ by the later one's
-    /// weight had no other process's grant between them: the gap between
-    /// the two sends is the one the server saw. `None` where the limiter
+    /// included (the latest grant given back unused with its slot is not:
+    /// it was never sent; one given back with later grants behind it
+    /// keeps its turns, so that no two grants share a number). Two grants
+    /// of one process whose turns differ by the later one's weight had no
+    /// other grant between them: the gap between the two sends is the one
+    /// the server saw, unless something held one of them back after its
+    /// grant (a fleet's cap on calls in flight). `None` where the limiter
     /// does not keep it; a learning client then takes every gap as
     /// shared.
     pub shared_turns: Option<u64>,

@@ -116,7 +116,7 @@ pub struct Hash {
     /// process read, 0 for none known (`w`).
     pub window_end: u64,
     /// Units granted to every process, those uncounted included, less
-    /// those refunded (`g`).
+    /// those of the last grant refunded with its slot (`g`).
     pub turns: u64,
 }
 
@@ -620,6 +620,7 @@ impl Script {
         weight: u64,
     ) -> Reply {
         let granted = h.granted.saturating_sub(weight);
+        // Off the turns only with the slot given back.
         let turns = h.turns.saturating_sub(weight);
         match stored {
             Some(_) if h.writes == id => {
@@ -636,11 +637,7 @@ impl Script {
                 Reply::Done(1)
             }
             Some(old) => {
-                self.hash = Some(Hash {
-                    granted,
-                    turns,
-                    ..old
-                });
+                self.hash = Some(Hash { granted, ..old });
                 Reply::Done(0)
             }
             None => Reply::Done(0),

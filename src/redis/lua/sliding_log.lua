@@ -27,7 +27,8 @@
 -- times 2, plus 1 for a spent quota), R = 1 once a rate was learned ('rate',
 -- 'grow') rather than the limit the log was made with, F = ns per call of
 -- the rate a server last refused (0: none), g = units granted so far, those
--- a server refused included, less those refunded (the token bucket's g).
+-- a server refused included, less those of the latest grant refunded (the
+-- token bucket's g).
 -- Members: 'r<id>' for grants (scored in the future for a reservation),
 -- 'p<id>' for placeholders that stand for tokens the server says are spent.
 --
@@ -270,7 +271,11 @@ elseif op == 'refund' then
     end
   end
   a = math.max(0, a - removed)
-  g = math.max(0, g - removed)
+  -- Off the turns only where it was the latest grant (no member added
+  -- since): a turn granted after it keeps its number (the token bucket's g).
+  if first + w - 1 == n then
+    g = math.max(0, g - removed)
+  end
   save()
   return {3, removed}
 elseif op == 'batch' then

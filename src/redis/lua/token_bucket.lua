@@ -33,8 +33,9 @@
 -- (a block counted by a script that keeps no u leaves them apart),
 -- w = ns from t to the earliest end of the server's current window any
 -- process read ('edge'; 0 or below: none known), g = units granted so far,
--- those a server refused included, less those refunded (two grants of one
--- process a weight apart had no other process's between them).
+-- those a server refused included, less those of the last grant when a
+-- refund gives its slot back (two grants of one process a weight apart had
+-- no other grant between them).
 -- Times are kept relative to t so every figure stays an exact integer in a
 -- Lua double: absolute nanoseconds since 1970 would not (2^53 ns ~ 104 days).
 --
@@ -307,16 +308,18 @@ if op == 'reserve' or op == 'book' or op == 'try' then
 elseif op == 'refund' then
   -- Only the last write may be undone: a later reservation was placed after
   -- this one, and a hole in the middle cannot be given back safely.
-  -- The turn goes unused either way: it is off the count.
+  -- The turn goes unused either way: it is off the count. It leaves the
+  -- turns only with its slot: a turn granted after it keeps its number, so
+  -- that two turns apart by a weight have no other grant between them.
   a = math.max(0, a - tonumber(ARGV[6]))
-  g = math.max(0, g - tonumber(ARGV[6]))
   if s[1] and n == tonumber(ARGV[5]) then
     d = math.max(0, d - tonumber(ARGV[6]) * T)
+    g = math.max(0, g - tonumber(ARGV[6]))
     save()
     return {3, 1}
   end
   if s[1] then
-    redis.call('HSET', key, 'a', int(a), 'g', int(g))
+    redis.call('HSET', key, 'a', int(a))
   end
   return kept({3, 0})
 elseif op == 'batch' then
