@@ -1282,6 +1282,42 @@ async fn a_batch_of_adjustments_leaves_the_log_as_the_same_sent_one_by_one() {
     }
 }
 
+/// The turns of both scripts (the last figure of a grant): a refund takes
+/// a turn back only with the latest grant's slot; a turn with a grant
+/// behind it keeps its number, so that no two grants share one.
+#[tokio::test(flavor = "current_thread")]
+async fn a_refund_takes_a_turn_back_only_with_the_latest_grant() {
+    let server = RedisServer::start();
+    let mut conn = connect(&server).await;
+    let cases = [
+        (TOKEN_BUCKET, ["turns:bucket"].to_vec(), (1_000_000, 10)),
+        (
+            SLIDING_LOG,
+            ["turns:log", "turns:meta"].to_vec(),
+            (10, 1_000_000),
+        ),
+    ];
+    for (source, keys, bucket) in cases {
+        let script = Script::new(source);
+        let mut call =
+            async |op: (&str, [u64; 3])| invoke(&mut conn, &script, &keys, bucket, op, &[]).await;
+        let grant = |reply: Vec<i64>| {
+            assert_eq!(reply[0], 0, "granted: {reply:?}");
+            (reply[2] as u64, reply[7])
+        };
+        let (first, turns) = grant(call(("reserve", take(1))).await);
+        assert_eq!(turns, 1);
+        assert_eq!(grant(call(("reserve", take(1))).await).1, 2);
+        // The first grant handed back, a grant behind it: its turn stays.
+        call(("refund", [first, 1, 0])).await;
+        let (latest, turns) = grant(call(("reserve", take(1))).await);
+        assert_eq!(turns, 3, "{keys:?}");
+        // The latest handed back: its turn goes with its slot.
+        call(("refund", [latest, 1, 0])).await;
+        assert_eq!(grant(call(("reserve", take(1))).await).1, 3, "{keys:?}");
+    }
+}
+
 /// The field a key's hash holds, as an integer (0 for none).
 async fn field(conn: &mut MultiplexedConnection, name: &str) -> i64 {
     let value: Option<i64> = redis::cmd("HGET")
