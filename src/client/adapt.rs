@@ -255,12 +255,13 @@ pub(crate) struct Adaptive {
     /// Where other processes share the key's limiter: when this process
     /// last sent a request granted after another process's grant (the
     /// shared turns moved by more than this process's own since its grant
-    /// before, see [`others_before`](Self::others_before)). A gap between two of its sends is the server's gap only
-    /// where no other process's grant fell between them.
+    /// before, see [`others_before`](Self::others_before)). A gap between
+    /// two of its sends is the server's gap only where no other process's
+    /// grant fell between them.
     others_sent_at: Option<Instant>,
-    /// The shared limiter's turns and count as of this process's latest
-    /// grant (see [`Grant::shared_turns`]).
-    latest_turns: Option<(u64, u64)>,
+    /// Where this process's latest grant fell in a shared limiter: its
+    /// turns (see [`Grant::shared_turns`]) and its count.
+    latest_place: Option<(u64, u64)>,
     /// Whether the latest response stating a limit stated a quota of one:
     /// the server says it spaces the key's requests.
     quota_of_one: bool,
@@ -540,7 +541,7 @@ impl Adaptive {
             since_refusals: None,
             spaced_by: None,
             others_sent_at: None,
-            latest_turns: None,
+            latest_place: None,
         }
     }
 
@@ -602,7 +603,7 @@ impl Adaptive {
     /// back), or where the limiter keeps no turns. A process's first grant
     /// has no gap before it.
     fn others_before(&mut self, turns: Option<(u64, u64)>, weight: u64) -> bool {
-        let before = std::mem::replace(&mut self.latest_turns, turns);
+        let before = std::mem::replace(&mut self.latest_place, turns);
         match (before, turns) {
             (_, None) => true,
             (None, Some(_)) => false,

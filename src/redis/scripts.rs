@@ -40,7 +40,8 @@ pub(crate) enum Reply {
     /// `count` is every unit the key granted so far, this grant's included;
     /// `interval` the time per token learned and `too_fast` the one a
     /// server last refused, in nanoseconds (0: none); `turns` every unit
-    /// granted so far, those a server refused included.
+    /// granted so far, those a server refused included (see
+    /// [`Grant::shared_turns`](crate::limiter::Grant::shared_turns)).
     Granted {
         wait: Duration,
         id: i64,

@@ -396,7 +396,8 @@ impl Op {
 pub enum Reply {
     /// Granted after `wait` ns, booked as write `id` while the block
     /// counter stood at `epoch`; `count` units granted so far, `interval`
-    /// the learned time per token (0: none), `too_fast` the refused one.
+    /// the learned time per token (0: none), `too_fast` the refused one,
+    /// `turns` the units granted so far, refused ones included.
     Granted {
         wait: u64,
         id: u64,
@@ -620,11 +621,11 @@ impl Script {
         weight: u64,
     ) -> Reply {
         let granted = h.granted.saturating_sub(weight);
-        // Off the turns only with the slot given back.
-        let turns = h.turns.saturating_sub(weight);
         match stored {
             Some(_) if h.writes == id => {
                 let owed = h.owed.saturating_sub(weight.saturating_mul(h.per_token));
+                // Off the turns only with the slot given back.
+                let turns = h.turns.saturating_sub(weight);
                 self.save(
                     now_us,
                     Hash {
