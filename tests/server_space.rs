@@ -123,22 +123,23 @@ fn summary(runs: &[(ServerSpec, RunFigures)]) {
 /// 1 % of responses refused, with rate-limit headers or without (over the
 /// 60 s); no failed logical request.
 #[tokio::test(start_paused = true)]
-#[ignore = "known gap: on seeds 0..500 the default client misses the goal on 102 servers, \
+#[ignore = "known gap: on seeds 0..500 the default client misses the goal on 101 servers, \
             besides 2 buckets of one the timer cannot pace at it that meet it scaled to what \
             the timer allows (buckets_of_one_faster_than_the_timer) (goodput min 0.62, p10 \
-            0.940, median 0.976; refused p90 1.9 %, max 13.6 %; no failed logical request, 3 \
-            before a call refused by a lockout's probe kept its place; 111 before a bucket read \
+            0.944, median 0.976; refused p90 1.6 %, max 13.6 %; no failed logical request; \
+            102, p10 0.940 and p90 1.9 % before a spacer's bracket stepped down from its top, \
+            3 failed before a call refused by a lockout's probe kept its place; 111 before a bucket read \
             with nothing measured spent what was left, 109 before a second rounded up was read \
             as a bucket's next unit, 103 before a small window whose readings agree for long \
             was read as one; seeds 500..1000: 119 \
-            and 5 (121 before), p10 0.939, 1 failed call, 2 and 7 before, on a lockout longer than the calls' \
+            and 5 (121 before), p10 0.942 (0.939 before the bracket stepped from its top), 1 failed call, 2 and 7 before, on a lockout longer than the calls' \
             time limit): buckets of one (28 of 62 besides \
             those 2: slow start's refusals cost more than a slow one's 1 %, and above 60 a \
             second a millisecond timer cannot space sends exactly), no headers or Retry-After alone (39 \
             of 71 and 26 of 60: each slow start and probe costs a refusal, a Retry-After's \
             second each where it is believed, and a slow server's 1 % is one or two refusals \
             a minute), and a \
-            header-less front limiter (33 of 90)"]
+            header-less front limiter (32 of 90)"]
 async fn server_space() {
     let first = env_u64("SPACE_SEED", 0);
     let count = env_u64("SPACE_COUNT", 500);
@@ -150,13 +151,13 @@ async fn server_space() {
 /// cost, a window's lockouts, a slow server's refusals spread over many
 /// more requests than slow start's. About 45 s on two threads.
 #[tokio::test(start_paused = true)]
-#[ignore = "known gap: on seeds 0..500, 27 servers miss the goal over ten minutes, besides \
+#[ignore = "known gap: on seeds 0..500, 26 servers miss the goal over ten minutes, besides \
             4 buckets of one the timer cannot pace at it that meet it scaled to what the timer \
-            allows (seeds 500..1000: 26 and 6, 27 before a refused probe's first echo kept \
+            allows (27 before a spacer's bracket stepped down from its top; seeds 500..1000: 26 and 6, 27 before a refused probe's first echo kept \
             the target, 28 before a small window whose readings agree \
             for long was read as one, 1 failed call, 2 and 7 before, on a lockout \
             longer than the calls' time limit) (goodput \
-            min 0.62, p10 0.969, median 0.985; refused p90 0.5 %, max 4.4 %; no failed \
+            min 0.62, p10 0.970, median 0.986; refused p90 0.4 %, max 4.4 %; no failed \
             logical request, 3 before a call refused by a lockout's probe kept its place, all \
             on a counter of 131 per 58 s that slow start spends in its first seconds): slow \
             servers (2 to 5 a second) refused a little \
@@ -185,9 +186,9 @@ async fn server_space_over_ten_minutes() {
 /// says remains, and the wait it asks for, run from that decision
 /// (`SPACE_LATENCY_MS` sets another round trip).
 #[tokio::test(start_paused = true)]
-#[ignore = "known gap: with a round trip of 20 ms, 137 of seeds 0..500 miss the goal, \
+#[ignore = "known gap: with a round trip of 20 ms, 134 of seeds 0..500 miss the goal, \
             besides 2 buckets of one the timer cannot pace at it that meet it scaled to what \
-            the timer allows (178 in all before what is left and a Retry-After's wait were \
+            the timer allows (137 before a spacer's bracket stepped down from its top, 178 in all before what is left and a Retry-After's wait were \
             placed at the send, 144 before a refusal sent at the headers' pace stopped ending \
             the slow start that takes over from them, 142 before a second rounded up was read \
             as a bucket's next unit, 139 before a small window whose readings agree for long \
@@ -196,8 +197,8 @@ async fn server_space_over_ten_minutes() {
             first when it ended, 10 before a call refused by a lockout's \
             probe kept its place, 15 before a retry after a Retry-After kept its call's \
             place, 11 before a bucket's wait for a unit was held to the slowest pace), the \
-            calls in flight when a lockout began passing their time limit at its end; 148 \
-            and 6 of seeds 500..1000 (149 before; p10 0.92, 3 failed calls, 4, 10 and 20 before): what \
+            calls in flight when a lockout began passing their time limit at its end; 147 \
+            and 6 of seeds 500..1000 (148 before the bracket stepped from its top, 149 before that; p10 0.92, 3 failed calls, 4, 10 and 20 before): what \
             the space misses without a round trip, and buckets with a burst of one or two \
             that say nothing is left after each admission, whose pace runs past the refill \
             while those answers are on their way, or waits a round trip too long for each \
@@ -217,9 +218,12 @@ async fn server_space_answering_a_round_trip_later() {
 /// 2 % where it sends none (or `Retry-After` alone), no failed logical
 /// request. Slow start and a first misreading are a sixth of such a run.
 #[tokio::test(start_paused = true)]
-#[ignore = "known gap: over 10 s, 193 of seeds 0..500 miss the goal (goodput min 0.40, p10 \
-            0.80, median 0.979; refused p90 4.9 %, max 26.8 %; no failed call), 204 of seeds \
-            500..1000 besides 2 buckets of one the timer cannot pace at it (p10 0.80, 1 failed \
+#[ignore = "known gap: over 10 s, 193 of seeds 0..500 miss the goal (goodput min 0.30, p10 \
+            0.83, median 0.979; refused p90 4.4 %, max 26.8 %; no failed call; min 0.40, p10 \
+            0.80 and p90 4.9 % before a spacer's bracket stepped down from its top, which a \
+            leaky bucket of one of 4 a second, its bracket opened to 0.22-1.05 s by a refused \
+            call's second, descends for its whole ten seconds), 204 of seeds \
+            500..1000 besides 2 buckets of one the timer cannot pace at it (p10 0.83, 0.80 before; 1 failed \
             call): buckets of one (52 of 62), servers without headers (61 of 71) or with \
             Retry-After alone (47 of 60), and X-RateLimit without a reset (34 of 53). Slow \
             start and the first readings are a sixth of such a run: a header-less key refused \

@@ -9,13 +9,19 @@
 //! - one refused `g` after it proves the interval is more than `g`.
 //!
 //! So the interval lies in `(longest refused gap, shortest admitted gap]`,
-//! and each send can halve that bracket (in ratio): while it is wide the
-//! key is paced at its geometric middle, once it is narrow at its top,
-//! which the server has admitted. After a hold one send probes a shorter
-//! gap (the server may have grown); each refused probe doubles the hold,
-//! which lasts at least [`Tuning::probe_sends`] gaps once one was refused,
-//! so that a slow spacer's probes cost the share of its requests a fast
-//! one's do.
+//! and each send narrows that bracket: while it is wide the key is paced
+//! a step below its top ([`Tuning::step_from_top`] of the bracket, in
+//! ratio), once it is narrow at its top, which the server has admitted. A
+//! step admitted moves the top down to it at no cost; one refused moves
+//! the bottom up to it at the cost of a refusal. Where the interval lies
+//! anywhere in the bracket alike, a step a share `a` of it down is refused
+//! with odds `a` and leaves `a` or `1 − a` of the bracket, so narrowing it
+//! by a factor `e` costs about `a / H(a)` refusals per `ln e` (`H` the
+//! entropy of `a`, in nats): 0.72 at the middle, 0.31 a tenth of the way
+//! down. After a hold one send probes a shorter gap (the server may have
+//! grown); each refused probe doubles the hold, which lasts at least
+//! [`Tuning::probe_sends`] gaps, so that a slow spacer's probes cost the
+//! share of its requests a fast one's do.
 //!
 //! A refilling bucket driven at its rate reads the same, and its interval
 //! is its rate: the same pace is right for it. Any other limiter soon
@@ -54,6 +60,15 @@ pub(crate) struct Tuning {
     /// Fewer pace a bucket of one sooner; more make sure the gaps admitted
     /// are the key's pace, not one long gap after a window's lockout.
     pub(crate) agreeing_admissions: u32,
+    /// While the bracket is wide, the key is paced this share of it (in
+    /// ratio) below its top. Smaller costs fewer refusals to narrow it
+    /// (see the module's notes) over more sends, each at a gap no shorter
+    /// than the interval proven long enough less that share; larger
+    /// narrows it in fewer sends, more of them refused. (At the middle, a
+    /// bucket of one of 5 a second was refused three times narrowing its
+    /// bracket from 175–233 ms to 2 %: each middle fell below the
+    /// interval, 200 ms, which lay near the top.)
+    pub(crate) step_from_top: f64,
     /// The bracket is narrow, and the key is paced at its top, once the
     /// top is within this share of the bottom. Smaller is closer to the
     /// interval, at the cost of a refused probe or two more.
@@ -62,11 +77,6 @@ pub(crate) struct Tuning {
     /// wider than this is narrow too, since a pace between its ends sends
     /// at one end or the other.
     pub(crate) tick: Duration,
-    /// The share of a gap two readings may differ by and still agree (a
-    /// request's time to reach the server varies). Larger tolerates a
-    /// noisier path; smaller tells a bucket with a burst (which admits a
-    /// gap and later refuses one as long) from a spacer sooner.
-    pub(crate) jitter: f64,
     /// Each time the readings contradicted a spacer, the refusals and the
     /// admissions that must agree before it paces again double, up to this
     /// many times: a bucket with a burst, driven near its rate, reads as a
@@ -86,12 +96,13 @@ pub(crate) struct Tuning {
     pub(crate) max_hold: Duration,
     /// How much shorter than the bracket's top a probe's gap is.
     pub(crate) probe: f64,
-    /// Once a probe has been refused, a hold lasts at least this many
-    /// sends at the bracket's top (up to
-    /// [`max_sends_hold`](Self::max_sends_hold)): a spacer of 2 a second probed once a
-    /// minute is refused 1 % of its requests by its probes alone. More
-    /// costs a slow spacer fewer refusals; fewer finds its grown capacity
-    /// sooner.
+    /// A hold, the first one too, lasts at least this many sends at the
+    /// bracket's top (up to [`max_sends_hold`](Self::max_sends_hold)): a
+    /// spacer of 2 a second probed once a minute is refused 1 % of its
+    /// requests by its probes alone. More costs a slow spacer fewer
+    /// refusals; fewer finds its grown capacity sooner. (Held only
+    /// [`first_hold`](Self::first_hold) before its first probe, a spacer
+    /// of 3 a second was refused by it within its first minute.)
     pub(crate) probe_sends: f64,
     /// The longest a hold lasts for [`probe_sends`](Self::probe_sends)
     /// gaps (four times [`max_hold`](Self::max_hold)): the longest a slow
@@ -114,9 +125,9 @@ impl Tuning {
         agreeing_refusals: 2,
         agreeing_refusals_of_one: 1,
         agreeing_admissions: 4,
+        step_from_top: 0.1,
         narrow: 0.02,
         tick: Duration::from_millis(1),
-        jitter: 0.005,
         max_doublings: 6,
         first_hold: Duration::from_secs(32),
         max_hold: Duration::from_secs(64),
@@ -125,13 +136,6 @@ impl Tuning {
         max_sends_hold: Duration::from_secs(256),
         backoff_doublings: 4,
     };
-
-    /// How much two gaps must differ by to tell them apart: a refusal
-    /// agrees with an admission only at a gap shorter by more than this,
-    /// and the other way round.
-    fn slack(&self, gap: Duration) -> Duration {
-        gap.mul_f64(self.jitter)
-    }
 }
 
 /// What the gaps between this key's admissions show.
@@ -196,8 +200,18 @@ impl Spacing {
         let Some(gap) = gap else {
             return;
         };
+        // A gap agrees with the bracket strictly on its side: an admission
+        // longer than every refused gap, a refusal shorter than every
+        // admitted one. One as long as a gap read the other way is no
+        // spacer's (a bucket with a burst, paced evenly, admits a gap and
+        // later refuses one as long). A refusal just short of the top is
+        // what pacing near the top finds: it narrows the bracket. (Read as
+        // a contradiction within half a percent of the top, a refusal at
+        // 199 ms of a bucket of one of 5 a second, admitted at 200 ms,
+        // handed the key back to the header-less regime, which cut it to
+        // 0.78 of its limit.)
         if admitted {
-            let agrees = self.refused.is_none_or(|r| gap > r + t.slack(r));
+            let agrees = self.refused.is_none_or(|r| gap > r);
             if !agrees {
                 *self = Spacing {
                     admitted: Some(gap),
@@ -209,7 +223,7 @@ impl Spacing {
             self.admitted = Some(self.admitted.map_or(gap, |a| a.min(gap)));
             self.admissions = self.admissions.saturating_add(1);
         } else {
-            let agrees = self.admitted.is_none_or(|a| gap + t.slack(a) < a);
+            let agrees = self.admitted.is_none_or(|a| gap < a);
             if !agrees {
                 *self = Spacing {
                     refused: Some(gap),
@@ -240,14 +254,16 @@ impl Spacing {
     }
 
     fn hold(&self, t: &Tuning) -> Duration {
-        if self.hold.is_zero() {
-            return t.first_hold;
-        }
         let sends = self
             .admitted
             .map_or(Duration::ZERO, |top| top.mul_f64(t.probe_sends))
             .min(t.max_sends_hold);
-        self.hold.max(sends)
+        let doubled = if self.hold.is_zero() {
+            t.first_hold
+        } else {
+            self.hold
+        };
+        doubled.max(sends)
     }
 
     /// Whether the bottom has been trusted for a whole hold at `now`.
@@ -257,8 +273,9 @@ impl Spacing {
     }
 
     /// The interval to space the key's sends by at `now`, once the bracket
-    /// holds enough refusals and admissions that agree: its middle while
-    /// wide, its top once narrow, and a probe below it after each hold.
+    /// holds enough refusals and admissions that agree: a step below its
+    /// top while wide, its top once narrow, and a probe below it after
+    /// each hold.
     pub(crate) fn interval(&self, now: Instant, t: &Tuning) -> Option<Duration> {
         let (Some(top), Some(bottom)) = (self.admitted, self.refused) else {
             return None;
@@ -279,7 +296,9 @@ impl Spacing {
             }
             return Some(top);
         }
-        Some(Duration::from_secs_f64((top_s * bottom_s).sqrt()))
+        Some(Duration::from_secs_f64(
+            top_s * (bottom_s / top_s).powf(t.step_from_top),
+        ))
     }
 }
 
@@ -304,9 +323,9 @@ mod tests {
         assert_eq!(spacing.refused, Some(Duration::from_millis(10)), "after it");
     }
 
-    /// Once a probe has been refused, a slow spacer holds for
-    /// `probe_sends` of its gaps (up to four longest holds), a fast one
-    /// for the hold its refused probes doubled; before any, the first hold.
+    /// A slow spacer holds for `probe_sends` of its gaps (up to four
+    /// longest holds), before its first probe too; a fast one for the hold
+    /// its refused probes doubled, and before any for the first hold.
     #[test]
     fn a_slow_spacer_holds_for_a_number_of_sends() {
         let held = |top_ms: u64, hold: Duration| {
@@ -317,7 +336,11 @@ mod tests {
             };
             spacing.hold(&T)
         };
-        assert_eq!(held(500, Duration::ZERO), T.first_hold);
+        assert_eq!(
+            held(500, Duration::ZERO),
+            Duration::from_millis(500).mul_f64(T.probe_sends)
+        );
+        assert_eq!(held(50, Duration::ZERO), T.first_hold);
         assert_eq!(
             held(500, T.max_hold),
             Duration::from_millis(500).mul_f64(T.probe_sends)
@@ -339,6 +362,17 @@ mod tests {
         sends: usize,
         counts_refusals: bool,
     ) -> (Spacing, usize) {
+        drive_with(&T, interval, start_pace, sends, counts_refusals)
+    }
+
+    /// [`drive`], with the thresholds `t`.
+    fn drive_with(
+        t: &Tuning,
+        interval: Duration,
+        start_pace: Duration,
+        sends: usize,
+        counts_refusals: bool,
+    ) -> (Spacing, usize) {
         let mut spacing = Spacing::default();
         let start = Instant::now();
         // When the server next admits a request.
@@ -350,11 +384,11 @@ mod tests {
                 next_admitted = Some(next_admitted.map_or(at, |n| n.max(at)) + interval);
             }
             in_a_row = if ok { 0 } else { (in_a_row + 1).min(4) };
-            let paced = spacing.interval(at, &T);
+            let paced = spacing.interval(at, t);
             refused += usize::from(!ok && paced.is_some());
-            spacing.observe(at, ok, (false, None), &T);
+            spacing.observe(at, ok, (false, None), t);
             at += spacing
-                .interval(at, &T)
+                .interval(at, t)
                 .unwrap_or(start_pace * (1 << in_a_row));
         }
         (spacing, refused)
@@ -376,6 +410,72 @@ mod tests {
             "{paced:?}"
         );
         assert!(refused <= 4, "{refused} refused once paced");
+    }
+
+    /// Buckets of one of 3.3 to 6.7 a second, each reached from a pace
+    /// too fast by a share that varies: over the 30 s before the first
+    /// hold ends, the bracket narrows to its top (within its narrowness
+    /// of the interval) with at most two thirds of the refusals its
+    /// middle costs, since its steps go from the top (50 against 84 over
+    /// the 31 buckets).
+    #[test]
+    fn a_bracket_narrows_from_its_top_with_fewer_refusals() {
+        let middle = Tuning {
+            step_from_top: 0.5,
+            ..T
+        };
+        let refusals = |t: &Tuning| {
+            let mut refusals = 0;
+            for interval_ms in (150..=300).step_by(5) {
+                let interval = Duration::from_millis(interval_ms);
+                let start_pace = Duration::from_millis(140);
+                let (spacing, refused) = drive_with(t, interval, start_pace, 150, false);
+                let at = spacing.last_admitted.expect("admitted");
+                let paced = spacing.interval(at, t).expect("a spacer");
+                assert!(paced >= interval, "{paced:?}");
+                assert!(
+                    paced.as_secs_f64() <= interval.as_secs_f64() * (1.0 + t.narrow),
+                    "{interval:?}: {paced:?}"
+                );
+                refusals += refused;
+            }
+            refusals
+        };
+        let (from_top, from_middle) = (refusals(&T), refusals(&middle));
+        assert!(
+            from_top * 3 <= from_middle * 2,
+            "{from_top} refusals from the top, {from_middle} from the middle"
+        );
+    }
+
+    /// A refusal just short of a gap admitted narrows the bracket to the
+    /// two: the key is paced at the top, not handed back.
+    #[test]
+    fn a_refusal_just_short_of_the_top_narrows_the_bracket() {
+        let mut spacing = Spacing::default();
+        let start = Instant::now();
+        let send = |spacing: &mut Spacing, at_ms: u64, ok: bool| {
+            let at = start + Duration::from_millis(at_ms);
+            spacing.observe(at, ok, (false, None), &T);
+            at
+        };
+        // Refused 150 ms after an admission, admitted 200 ms after one.
+        for (at_ms, ok) in [(0, true), (150, false), (350, true), (550, true)] {
+            send(&mut spacing, at_ms, ok);
+        }
+        for (at_ms, ok) in [(750, true), (900, false), (1_100, true), (1_300, true)] {
+            send(&mut spacing, at_ms, ok);
+        }
+        assert_eq!(spacing.admitted, Some(Duration::from_millis(200)));
+        send(&mut spacing, 1_499, false);
+        assert_eq!(spacing.contradictions, 0);
+        assert_eq!(spacing.refused, Some(Duration::from_millis(199)));
+        let at = send(&mut spacing, 1_900, true);
+        assert_eq!(
+            spacing.interval(at, &T),
+            Some(Duration::from_millis(200)),
+            "paced at the top"
+        );
     }
 
     /// A bucket of one that charges the requests it refuses (15 a second):
