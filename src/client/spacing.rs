@@ -15,7 +15,7 @@
 //! step admitted moves the top down to it at no cost; one refused moves
 //! the bottom up to it at the cost of a refusal. Where the interval lies
 //! anywhere in the bracket alike, a step a share `a` of it down is refused
-//! with odds `a` and leaves `a` or `1 − a` of the bracket, so narrowing it
+//! with probability `a` and leaves `a` or `1 − a` of the bracket, so narrowing it
 //! by a factor `e` costs about `a / H(a)` refusals per `ln e` (`H` the
 //! entropy of `a`, in nats): 0.72 at the middle, 0.31 a tenth of the way
 //! down. After a hold one send probes a shorter gap (the server may have
@@ -66,7 +66,7 @@ pub(crate) struct Tuning {
     /// than the interval proven long enough less that share; larger
     /// narrows it in fewer sends, more of them refused. (At the middle, a
     /// bucket of one of 5 a second was refused three times narrowing its
-    /// bracket from 175–233 ms to 2 %: each middle fell below the
+    /// bracket from 175–233 ms to 2 %: after the first, each middle fell below the
     /// interval, 200 ms, which lay near the top.)
     pub(crate) step_from_top: f64,
     /// The bracket is narrow, and the key is paced at its top, once the
@@ -89,7 +89,8 @@ pub(crate) struct Tuning {
     /// [`probe`](Self::probe) (the server's capacity may have grown, or it
     /// is a moving window, which admits the probe and so lets go of the
     /// key). A probe refused again doubles this, up to
-    /// [`max_hold`](Self::max_hold).
+    /// [`max_hold`](Self::max_hold). Any hold lasts at least
+    /// [`probe_sends`](Self::probe_sends) sends at the top.
     pub(crate) first_hold: Duration,
     /// The longest hold: one refused probe per this long against a steady
     /// spacer, and the longest a grown capacity goes unnoticed.
@@ -138,6 +139,10 @@ impl Tuning {
     };
 }
 
+// A step from the top lies inside the bracket: at 0 it is the top (sent
+// there, it narrows nothing), at 1 the bottom (a gap already refused).
+const _: () = assert!(Tuning::DEFAULT.step_from_top > 0.0 && Tuning::DEFAULT.step_from_top < 1.0);
+
 /// What the gaps between this key's admissions show.
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct Spacing {
@@ -160,7 +165,8 @@ pub(crate) struct Spacing {
     contradictions: u32,
     /// When the latest agreeing refusal's request was sent.
     refused_at: Option<Instant>,
-    /// How long the bottom is trusted after it (zero: the first hold).
+    /// How long the bottom is trusted after it (zero: the first hold), at
+    /// least `probe_sends` sends at the top (see `Spacing::hold`).
     hold: Duration,
 }
 
@@ -296,9 +302,11 @@ impl Spacing {
             }
             return Some(top);
         }
-        Some(Duration::from_secs_f64(
-            top_s * (bottom_s / top_s).powf(t.step_from_top),
-        ))
+        // At least a tick below the top (the bracket is wider than that
+        // here): a timer that wakes on its tick rounds a gap up, and a step
+        // of less than a tick would be sent at the top, narrowing nothing.
+        let step = Duration::from_secs_f64(top_s * (bottom_s / top_s).powf(t.step_from_top));
+        Some(step.min(top.saturating_sub(t.tick)))
     }
 }
 
@@ -373,6 +381,26 @@ mod tests {
         sends: usize,
         counts_refusals: bool,
     ) -> (Spacing, usize) {
+        drive_on(
+            t,
+            interval,
+            start_pace,
+            sends,
+            counts_refusals,
+            Duration::from_nanos(1),
+        )
+    }
+
+    /// [`drive_with`], each gap rounded up to a whole `tick` (a timer that
+    /// wakes on its tick).
+    fn drive_on(
+        t: &Tuning,
+        interval: Duration,
+        start_pace: Duration,
+        sends: usize,
+        counts_refusals: bool,
+        tick: Duration,
+    ) -> (Spacing, usize) {
         let mut spacing = Spacing::default();
         let start = Instant::now();
         // When the server next admits a request.
@@ -387,9 +415,11 @@ mod tests {
             let paced = spacing.interval(at, t);
             refused += usize::from(!ok && paced.is_some());
             spacing.observe(at, ok, (false, None), t);
-            at += spacing
+            let gap = spacing
                 .interval(at, t)
                 .unwrap_or(start_pace * (1 << in_a_row));
+            let ticks = gap.as_nanos().div_ceil(tick.as_nanos().max(1));
+            at += tick * u32::try_from(ticks).unwrap_or(u32::MAX);
         }
         (spacing, refused)
     }
@@ -413,7 +443,7 @@ mod tests {
     }
 
     /// Buckets of one of 3.3 to 6.7 a second, each reached from a pace
-    /// too fast by a share that varies: over the 30 s before the first
+    /// too fast by a share that varies: over 150 sends, before the first
     /// hold ends, the bracket narrows to its top (within its narrowness
     /// of the interval) with at most two thirds of the refusals its
     /// middle costs, since its steps go from the top (50 against 84 over
@@ -442,10 +472,37 @@ mod tests {
             refusals
         };
         let (from_top, from_middle) = (refusals(&T), refusals(&middle));
+        assert!(from_middle > 0, "the middle's steps were refused");
         assert!(
             from_top * 3 <= from_middle * 2,
             "{from_top} refusals from the top, {from_middle} from the middle"
         );
+    }
+
+    /// On a timer that wakes on whole milliseconds, a bucket of one whose
+    /// bracket is a few milliseconds wide still narrows it: a step from
+    /// the top less than a millisecond below it would be sent at the top
+    /// and read nothing (a bucket of 97 ms, bracketed at 90-99 ms, was
+    /// paced at 98.06 ms, sent every 99 ms, for good).
+    #[test]
+    fn a_bracket_narrows_on_a_timer_of_whole_milliseconds() {
+        for (interval_ms, start_ms) in [(97, 90), (60, 55), (14, 12)] {
+            let interval = Duration::from_millis(interval_ms);
+            let (spacing, _) = drive_on(
+                &T,
+                interval,
+                Duration::from_millis(start_ms),
+                1_500,
+                false,
+                T.tick,
+            );
+            let at = spacing.last_admitted.expect("admitted");
+            let paced = spacing.interval(at, &T).expect("a spacer");
+            assert!(
+                paced <= interval + T.tick,
+                "{interval:?}: paced at {paced:?}, {spacing:?}"
+            );
+        }
     }
 
     /// A refusal just short of a gap admitted narrows the bracket to the
