@@ -601,7 +601,7 @@ impl Adaptive {
     /// moved by more than the turns (a process whose script keeps no turns
     /// granted; the count moves by no more, since a refusal only takes it
     /// back), or where the limiter keeps no turns. A process's first grant
-    /// has no gap before it.
+    /// has no gap before it. Keeps this grant's place for the next one.
     fn others_before(&mut self, turns: Option<(u64, u64)>, weight: u64) -> bool {
         let before = std::mem::replace(&mut self.latest_place, turns);
         match (before, turns) {

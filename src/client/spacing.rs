@@ -370,29 +370,14 @@ mod tests {
         sends: usize,
         counts_refusals: bool,
     ) -> (Spacing, usize) {
-        drive_with(&T, interval, start_pace, sends, counts_refusals)
+        drive_on(&T, interval, start_pace, sends, counts_refusals, EXACT)
     }
 
-    /// [`drive`], with the thresholds `t`.
-    fn drive_with(
-        t: &Tuning,
-        interval: Duration,
-        start_pace: Duration,
-        sends: usize,
-        counts_refusals: bool,
-    ) -> (Spacing, usize) {
-        drive_on(
-            t,
-            interval,
-            start_pace,
-            sends,
-            counts_refusals,
-            Duration::from_nanos(1),
-        )
-    }
+    /// A timer that wakes at the very instant asked for.
+    const EXACT: Duration = Duration::from_nanos(1);
 
-    /// [`drive_with`], each gap rounded up to a whole `tick` (a timer that
-    /// wakes on its tick).
+    /// [`drive`], with the thresholds `t`, each gap rounded up to a whole
+    /// `tick` (a timer that wakes on its tick; [`EXACT`] for none).
     fn drive_on(
         t: &Tuning,
         interval: Duration,
@@ -459,7 +444,7 @@ mod tests {
             for interval_ms in (150..=300).step_by(5) {
                 let interval = Duration::from_millis(interval_ms);
                 let start_pace = Duration::from_millis(140);
-                let (spacing, refused) = drive_with(t, interval, start_pace, 150, false);
+                let (spacing, refused) = drive_on(t, interval, start_pace, 150, false, EXACT);
                 let at = spacing.last_admitted.expect("admitted");
                 let paced = spacing.interval(at, t).expect("a spacer");
                 assert!(paced >= interval, "{paced:?}");
